@@ -1,0 +1,71 @@
+"""Automation: `nox` runs tests (every Python found, every async backend), lint, typing, docs.
+
+`nox -s bench` runs the benchmarks (not part of the default run: they take minutes and their
+numbers only mean something on a quiet machine).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["tests", "lint", "typing", "docs"]
+# Interpreters that are not installed are skipped, not failures: a user's machine has
+# whichever Pythons it has. (nox turns this on by itself under CI=true.)
+nox.options.error_on_missing_interpreters = False
+# uv would otherwise try to download a missing interpreter from the internet.
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
+    deps: list[str] = []
+    for group in groups:
+        deps += nox.project.dependency_groups(PYPROJECT, group)
+    session.install("-e", f".[{extras}]" if extras else ".", *deps)
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The test suite on asyncio, asyncio+uvloop and trio (one pytest run covers all)."""
+    _install(session, "test", extras="all")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    _install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typing(session: nox.Session) -> None:
+    """mypy --strict over the package and tests/typing, then pyright --verifytypes."""
+    _install(session, "typing", extras="all")
+    session.run("mypy")
+    session.run("pyright", "--verifytypes", "anygate", "--ignoreexternal")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx docs with warnings as errors."""
+    _install(session, "docs", extras="all")
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run every benchmark script; each prints ratios against baselines from the same run."""
+    _install(session, "test", extras="all")
+    scripts = session.posargs or sorted(
+        f"benchmarks/{name}" for name in os.listdir("benchmarks") if name.startswith("bench_")
+    )
+    for script in scripts:
+        session.run("python", script)

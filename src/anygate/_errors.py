@@ -1,0 +1,122 @@
+"""Every exception anygate raises on purpose.
+
+The hierarchy::
+
+    AnygateError
+    ├── Busy            no slot within the wait budget (maps to HTTP 429)
+    ├── CallFailed      a guarded call failed for good (carries the verdict)
+    ├── CircuitOpen     the provider's breaker is open; fail fast
+    └── ConfigError     a configuration value is missing, mistyped or out of range
+                        (also a ValueError, so generic validation handlers catch it)
+
+Cancellation (``asyncio.CancelledError``, ``trio.Cancelled``) and other ``BaseException``
+subclasses are never wrapped: they propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._classify import Verdict
+
+__all__ = ["AnygateError", "Busy", "CallFailed", "CircuitOpen", "ConfigError"]
+
+
+class AnygateError(Exception):
+    """Raised for every failure anygate reports itself; the base of all others."""
+
+
+class Busy(AnygateError):
+    """Raised when no slot became free within the allowed wait.
+
+    Attributes:
+        gate: the gate's name.
+        capacity: the gate's capacity when the wait ended.
+        in_flight: the number of unreleased tokens when the wait ended.
+        waited: seconds the caller was willing to wait (0 for a non-blocking attempt).
+    """
+
+    def __init__(self, *, gate: str, capacity: float, in_flight: int, waited: float) -> None:
+        self.gate = gate
+        self.capacity = capacity
+        self.in_flight = in_flight
+        self.waited = waited
+        cap = "unlimited" if math.isinf(capacity) else str(int(capacity))
+        if waited > 0:
+            wait = f"after waiting {_seconds(waited)}"
+        else:
+            wait = "and the caller would not wait"
+        super().__init__(
+            f"gate {gate!r} is busy: {in_flight} of {cap} slots in use {wait}; retry shortly"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_busy, (self.gate, self.capacity, self.in_flight, self.waited))
+
+
+def _rebuild_busy(gate: str, capacity: float, in_flight: int, waited: float) -> Busy:
+    return Busy(gate=gate, capacity=capacity, in_flight=in_flight, waited=waited)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g}s" if value < 10 else f"{value:.0f}s"
+
+
+class CallFailed(AnygateError):
+    """Raised when a guarded call failed for good: not retriable, or out of budget or time.
+
+    The provider's exception is the ``__cause__``.
+
+    Attributes:
+        verdict: how the last failure was classified.
+        attempts: how many attempts were made (1 = no retry).
+        user_message: wording safe to show an end user (secrets redacted).
+    """
+
+    def __init__(
+        self, message: str, *, verdict: Verdict, attempts: int, user_message: str
+    ) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.attempts = attempts
+        self.user_message = user_message
+
+
+class CircuitOpen(AnygateError):
+    """Raised when the circuit breaker is open (or half-open with its probe taken).
+
+    Attributes:
+        name: the breaker's name.
+        retry_after: seconds until the breaker lets a probe through (0 when half-open).
+    """
+
+    def __init__(self, *, name: str, retry_after: float) -> None:
+        self.name = name
+        self.retry_after = retry_after
+        super().__init__(
+            f"circuit {name!r} is open: the provider failed repeatedly; "
+            f"retry in {_seconds(max(retry_after, 0.0))}"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_circuit_open, (self.name, self.retry_after))
+
+
+def _rebuild_circuit_open(name: str, retry_after: float) -> CircuitOpen:
+    return CircuitOpen(name=name, retry_after=retry_after)
+
+
+class ConfigError(AnygateError, ValueError):
+    """Raised when a configuration value is unknown, mistyped or out of range.
+
+    Attributes:
+        path: the dotted key path, such as ``llm_call.retry_max_attempts``.
+        value: the offending value.
+    """
+
+    def __init__(self, message: str, *, path: str = "", value: object = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.value = value

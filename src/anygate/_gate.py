@@ -1,0 +1,531 @@
+"""Gate: capacity, in-flight count, a FIFO queue and the slot handoff.
+
+Every state change happens under one ``threading.Lock`` in a short synchronous method that
+returns the waiters to wake; waking happens after the lock is released (a wake may call into
+another event loop, and nothing foreign runs under our lock). The gate binds to no event loop.
+
+The invariants, each kept by the method named:
+
+I1  ``in_flight`` counts tokens that exist and are unreleased, including slots reserved for a
+    woken waiter that has not resumed yet; it never goes below 0.  (``_handoff_locked``)
+I2  Admission only when nobody is queued and ``in_flight < capacity``. A release while
+    someone is queued hands the slot to the head in the same locked step (``in_flight``
+    unchanged); raising capacity admits from the head while room remains.
+    (``_admit_locked``, ``_handoff_locked``, ``capacity`` setter)
+I3  Lowering capacity revokes nothing; nobody is admitted until ``in_flight`` drops below
+    the new capacity; lower-then-raise never admits more than the final capacity.
+    (``_handoff_locked`` drops rather than hands over while ``in_flight > capacity``)
+I4  A waiter that leaves after a grant passes the slot on or frees it; one that leaves
+    before a grant unregisters in O(1) amortised (lazy deletion, ``_withdraw_locked``).
+    (``_abandon``, ``_wake``)
+I5  Releasing is synchronous, idempotent and never awaits. (``_release``)
+I6  No event loop is bound: waiters carry their own wake-up route (``_waiters``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import warnings
+from collections import deque
+from collections.abc import Generator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, final
+
+import anyio
+
+from . import _waiters
+from ._errors import Busy
+from ._token import Token, make_token
+from ._waiters import GONE, GRANTED, WAITING, Waiter, ki_protected
+
+__all__ = ["Gate", "GateStatistics"]
+
+_UNLIMITED = sys.maxsize
+_getframe = sys._getframe
+# Rebuild the queue once dead entries outnumber live ones (plus slack), so withdrawal stays
+# O(1) amortised without deque.remove() scans.
+_COMPACT_SLACK = 64
+
+
+@dataclass(frozen=True)
+class GateStatistics:
+    """A consistent snapshot of a gate, taken under its lock.
+
+    Attributes:
+        name: the gate's name.
+        capacity: the current capacity (``math.inf`` when unlimited).
+        in_flight: unreleased tokens, including slots reserved for woken waiters.
+        waiting: callers queued for a slot.
+        admitted: tokens issued since the gate was created.
+        rejected: ``acquire_nowait`` / ``timeout=0`` attempts refused because the gate was full.
+        timed_out: waits that ended in :class:`Busy` because the timeout passed.
+        cancelled: waits that ended in cancellation or another exception.
+        leaked: tokens reclaimed after being garbage-collected unreleased.
+    """
+
+    name: str
+    capacity: float
+    in_flight: int
+    waiting: int
+    admitted: int
+    rejected: int
+    timed_out: int
+    cancelled: int
+    leaked: int
+
+
+def _check_capacity(value: object) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"capacity must be an int >= 0 or math.inf (got {value!r} of type {type(value).__name__})"
+        raise TypeError(msg)
+    if isinstance(value, float):
+        if math.isnan(value):
+            msg = f"capacity must be an int >= 0 or math.inf (got {value!r})"
+            raise ValueError(msg)
+        if value == math.inf:
+            return math.inf
+        if not value.is_integer():
+            msg = f"capacity must be a whole number (got {value!r})"
+            raise ValueError(msg)
+        value = int(value)
+    if value < 0:
+        msg = f"capacity must be >= 0 (got {value!r})"
+        raise ValueError(msg)
+    return value
+
+
+def _check_timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"timeout must be a number of seconds >= 0 or None (got {value!r} of type {type(value).__name__})"
+        raise TypeError(msg)
+    if math.isnan(value) or value < 0:
+        msg = f"timeout must be >= 0 seconds or None (got {value!r})"
+        raise ValueError(msg)
+    return None if value == math.inf else float(value)
+
+
+@final
+class Gate:
+    """A process-wide admission gate: at most ``capacity`` slots held at once, FIFO beyond.
+
+    One gate serves every runtime in the process at the same time: asyncio (and uvloop)
+    loops in any number of threads, trio runs, and plain threads blocking in
+    :meth:`acquire_sync`. Create it anywhere, including at import time outside any loop.
+
+    Callers get explicit :class:`Token` objects that any task, thread or loop may release.
+    Waiters are served strictly first come, first served across all runtimes: a freed slot is
+    handed to the oldest waiter in the same step that frees it, and a newcomer never
+    overtakes a queued caller. Capacity can change at any time, in both directions.
+
+    This is not a rate limiter (it bounds concurrency, not requests per second) and not a
+    lease manager (tokens never expire). For retries, backoff and circuit breaking around
+    it, see :class:`anygate.Policy`.
+
+    Args:
+        capacity: maximum unreleased tokens; an ``int >= 0``, or ``math.inf`` (the default)
+            for no limit. ``0`` pauses admissions until raised.
+        name: shown in reprs, statistics and :class:`Busy` messages.
+
+    Raises:
+        TypeError: ``capacity`` is not a number (or is a bool), ``name`` is not a string.
+        ValueError: ``capacity`` is negative, NaN or a non-integral float.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_admitted",
+        "_cancelled",
+        "_capacity",
+        "_in_flight",
+        "_leaked",
+        "_limit",
+        "_live",
+        "_lock",
+        "_name",
+        "_pending_leaks",
+        "_queue",
+        "_rejected",
+        "_timed_out",
+    )
+
+    def __init__(self, capacity: float = math.inf, *, name: str | None = None) -> None:
+        cap = _check_capacity(capacity)
+        if name is None:
+            name = f"gate-{id(self):x}"
+        elif not isinstance(name, str):
+            msg = f"name must be a str (got {name!r} of type {type(name).__name__})"
+            raise TypeError(msg)
+        self._name = name
+        self._capacity: float = cap
+        # int mirror of capacity so the hot path compares int to int.
+        self._limit = _UNLIMITED if cap == math.inf else int(cap)
+        self._in_flight = 0
+        self._queue: deque[Waiter] = deque()
+        self._live = 0  # queued waiters still WAITING; the rest of _queue are GONE
+        self._lock = threading.Lock()
+        # Leaked tokens found by Token.__del__, which may run while this thread holds
+        # _lock: appending is atomic and lock-free; whoever holds or next takes the lock
+        # drains it (see _reclaim_leaked).
+        self._pending_leaks: list[str] = []
+        self._admitted = 0
+        self._rejected = 0
+        self._timed_out = 0
+        self._cancelled = 0
+        self._leaked = 0
+        _waiters.ensure_trio_protection()
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def name(self) -> str:
+        """The gate's name."""
+        return self._name
+
+    @property
+    def capacity(self) -> float:
+        """Maximum unreleased tokens (``math.inf`` when unlimited). Settable at any time.
+
+        Raising it admits queued waiters from the head at once. Lowering it revokes
+        nothing: holders finish, and nobody is admitted until ``in_flight`` is below the
+        new value. ``0`` pauses admissions.
+        """
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, value: float) -> None:
+        self._set_capacity(value)
+
+    @property
+    def in_flight(self) -> int:
+        """Unreleased tokens, including slots reserved for waiters that are waking up."""
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        """Callers queued for a slot."""
+        return self._live
+
+    def statistics(self) -> GateStatistics:
+        """A consistent snapshot of the gate's state and cumulative counters."""
+        with self._lock:
+            stats = GateStatistics(
+                name=self._name,
+                capacity=self._capacity,
+                in_flight=self._in_flight,
+                waiting=self._live,
+                admitted=self._admitted,
+                rejected=self._rejected,
+                timed_out=self._timed_out,
+                cancelled=self._cancelled,
+                leaked=self._leaked,
+            )
+        if self._pending_leaks:
+            self._drain_leaks()
+        return stats
+
+    def __repr__(self) -> str:
+        cap = "inf" if self._limit == _UNLIMITED else self._limit
+        return f"<anygate.Gate {self._name!r} {self._in_flight}/{cap}, {self._live} waiting>"
+
+    # ------------------------------------------------------------------ acquiring
+
+    def acquire(self, *, timeout: float | None = None) -> _Acquire:
+        """Wait for a slot; use as ``await gate.acquire()`` or ``async with gate.acquire()``.
+
+        Args:
+            timeout: seconds to wait at most; ``None`` (the default) waits until a slot is
+                free or an enclosing cancel scope fires, ``0`` behaves like
+                :meth:`acquire_nowait`.
+
+        Returns:
+            An awaitable giving a :class:`Token`; as an async context manager it yields the
+            token and releases it on exit.
+
+        Raises:
+            Busy: no slot within ``timeout`` (raised from the await, not this call).
+            TypeError, ValueError: ``timeout`` is not a number, or is negative or NaN.
+        """
+        if timeout is not None:
+            timeout = _check_timeout(timeout)
+        frame = _getframe(1)
+        return _Acquire(self, timeout, frame.f_code.co_filename, frame.f_lineno)
+
+    def acquire_nowait(self) -> Token:
+        """Take a slot only if one is free and nobody is queued; never waits.
+
+        Raises:
+            Busy: the gate is full, or other callers are already waiting.
+        """
+        frame = _getframe(1)
+        if self._admit():
+            return make_token(self, frame.f_code.co_filename, frame.f_lineno)
+        raise self._busy(0.0, rejected=True)
+
+    def acquire_sync(self, *, timeout: float | None = None) -> Token:
+        """Block this thread until a slot is free; for plain (non-async) threads.
+
+        The returned token is a context manager: ``with gate.acquire_sync() as token:``.
+
+        Args:
+            timeout: as for :meth:`acquire`.
+
+        Raises:
+            Busy: no slot within ``timeout``.
+            RuntimeError: called on a thread that is running an event loop (it would freeze
+                the loop; use ``await gate.acquire()`` there).
+            TypeError, ValueError: bad ``timeout``.
+        """
+        if timeout is not None:
+            timeout = _check_timeout(timeout)
+        running = _waiters.event_loop_running()
+        if running is not None:
+            msg = (
+                f"Gate.acquire_sync() called on a thread running a {running} event loop; "
+                "it would block the loop. Use `await gate.acquire()` instead"
+            )
+            raise RuntimeError(msg)
+        frame = _getframe(1)
+        file, line = frame.f_code.co_filename, frame.f_lineno
+        if self._admit():
+            return make_token(self, file, line)
+        if timeout == 0:
+            raise self._busy(0.0, rejected=True)
+        waiter = _waiters.ThreadWaiter()
+        if self._enqueue(waiter):
+            return make_token(self, file, line)
+        try:
+            woken = waiter.block(timeout)
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        if woken or not self._withdraw(waiter):
+            return make_token(self, file, line)
+        raise self._busy(timeout or 0.0, timed_out=True)
+
+    async def _acquire(self, timeout: float | None, file: str, line: int) -> Token:
+        await _waiters.checkpoint_if_cancelled()
+        if self._admit():
+            return make_token(self, file, line)
+        if timeout == 0:
+            raise self._busy(0.0, rejected=True)
+        _waiters.ensure_trio_protection()
+        waiter = _waiters.async_waiter()
+        if self._enqueue(waiter):
+            return make_token(self, file, line)
+        try:
+            if timeout is None:
+                await waiter.park(self._withdraw)
+            else:
+                with anyio.move_on_after(timeout):
+                    await waiter.park(self._withdraw)
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        # A grant can race the deadline; if it won, the slot is ours and the timeout's own
+        # cancellation was absorbed by the scope above, so nothing is swallowed.
+        if self._withdraw(waiter):
+            raise self._busy(timeout or 0.0, timed_out=True)
+        return make_token(self, file, line)
+
+    # ------------------------------------------------------------------ locked steps
+
+    @ki_protected
+    def _admit(self) -> bool:
+        """Fast path: take a slot if nobody is queued and there is room (I2)."""
+        with self._lock:
+            if self._live or self._in_flight >= self._limit:
+                return False
+            self._in_flight += 1
+            self._admitted += 1
+        if self._pending_leaks:
+            self._drain_leaks()
+        return True
+
+    @ki_protected
+    def _enqueue(self, waiter: Waiter) -> bool:
+        """Queue ``waiter``, unless a slot freed up since the fast path failed (then take it)."""
+        with self._lock:
+            if not self._live and self._in_flight < self._limit:
+                self._in_flight += 1
+                self._admitted += 1
+                admitted = True
+            else:
+                self._queue.append(waiter)
+                self._live += 1
+                admitted = False
+        if self._pending_leaks:
+            self._drain_leaks()
+        return admitted
+
+    @ki_protected
+    def _withdraw(self, waiter: Waiter) -> bool:
+        """Take ``waiter`` out of the queue unless granted; ``True`` if it holds no slot."""
+        with self._lock:
+            granted = self._withdraw_locked(waiter)
+        return not granted
+
+    def _withdraw_locked(self, waiter: Waiter) -> bool:
+        state = waiter.state
+        if state == WAITING:
+            # I4: lazy deletion. The entry stays in the deque as GONE and is skipped when
+            # it reaches the head; compaction bounds the dead weight.
+            waiter.state = GONE
+            self._live -= 1
+            queue = self._queue
+            if len(queue) > 2 * self._live + _COMPACT_SLACK:
+                self._queue = deque(w for w in queue if w.state == WAITING)
+        return state == GRANTED
+
+    @ki_protected
+    def _abandon(self, waiter: Waiter) -> None:
+        """A waiter left by an exception (cancellation, loop teardown, KeyboardInterrupt)."""
+        with self._lock:
+            self._cancelled += 1
+            successor = None
+            if self._withdraw_locked(waiter):
+                # I4: the slot was reserved for us; pass it on rather than lose it.
+                waiter.state = GONE
+                successor = self._handoff_locked()
+        if successor is not None:
+            self._wake(successor)
+        if self._pending_leaks:
+            self._drain_leaks()
+
+    @ki_protected
+    def _release(self, token: Token) -> None:
+        """Give ``token``'s slot back (I5): hand it to the head waiter or free it."""
+        with self._lock:
+            if token._gate is None:  # lost a race with another releaser: no-op
+                return
+            token._gate = None
+            successor = self._handoff_locked()
+        if successor is not None:
+            self._wake(successor)
+        if self._pending_leaks:
+            self._drain_leaks()
+
+    def _handoff_locked(self) -> Waiter | None:
+        """One slot is being given up: grant it to the head waiter, or free it."""
+        # I3: while draining after a lowering (in_flight > capacity) the slot is dropped,
+        # not handed over. in_flight <= limit means the slot fits under the new capacity.
+        if self._live and self._in_flight <= self._limit:
+            waiter = self._pop_head_locked()
+            waiter.state = GRANTED
+            self._admitted += 1
+            return waiter  # I2: in_flight unchanged, the slot moves to the waiter
+        self._in_flight -= 1
+        return None
+
+    def _pop_head_locked(self) -> Waiter:
+        queue = self._queue
+        while True:
+            waiter = queue.popleft()
+            if waiter.state == WAITING:
+                self._live -= 1
+                return waiter
+
+    @ki_protected
+    def _set_capacity(self, value: object) -> None:
+        cap = _check_capacity(value)
+        granted: list[Waiter] = []
+        with self._lock:
+            self._capacity = cap
+            self._limit = _UNLIMITED if cap == math.inf else int(cap)
+            while self._live and self._in_flight < self._limit:
+                waiter = self._pop_head_locked()
+                waiter.state = GRANTED
+                self._in_flight += 1
+                self._admitted += 1
+                granted.append(waiter)
+        for waiter in granted:
+            self._wake(waiter)
+        if self._pending_leaks:
+            self._drain_leaks()
+
+    def _wake(self, waiter: Waiter) -> None:
+        """Wake a granted waiter outside the lock; if it can never run, pass its slot on."""
+        successor: Waiter | None = waiter
+        while successor is not None and not successor.wake():
+            with self._lock:
+                successor.state = GONE
+                self._cancelled += 1
+                successor = self._handoff_locked()
+
+    # ------------------------------------------------------------------ leaks
+
+    def _reclaim_leaked(self, file: str, line: int) -> None:
+        """Called from ``Token.__del__``; may run inside this thread's own locked section."""
+        site = f"{file}:{line}"
+        self._pending_leaks.append(site)  # atomic; drained by whoever holds the lock
+        self._drain_leaks()
+        warnings.warn(
+            f"an anygate token of gate {self._name!r} acquired at {site} was garbage-collected "
+            "without release(); its slot has been reclaimed",
+            ResourceWarning,
+            stacklevel=2,
+        )
+
+    @ki_protected
+    def _drain_leaks(self) -> None:
+        # Never block here: this thread may already hold the lock (a __del__ triggered by an
+        # allocation inside a locked section). If the lock is taken, its holder drains the
+        # list after releasing it, because every locked method checks _pending_leaks after
+        # its ``with`` block; the append happened before our failed try, so they see it.
+        pending = self._pending_leaks
+        while pending and self._lock.acquire(blocking=False):
+            granted: list[Waiter] = []
+            try:
+                while pending:
+                    pending.pop()
+                    self._leaked += 1
+                    waiter = self._handoff_locked()
+                    if waiter is not None:
+                        granted.append(waiter)
+            finally:
+                self._lock.release()
+            for waiter in granted:
+                self._wake(waiter)
+
+    def _busy(self, waited: float, *, rejected: bool = False, timed_out: bool = False) -> Busy:
+        with self._lock:
+            if rejected:
+                self._rejected += 1
+            if timed_out:
+                self._timed_out += 1
+            in_flight = self._in_flight
+        return Busy(gate=self._name, capacity=self._capacity, in_flight=in_flight, waited=waited)
+
+
+@final
+class _Acquire:
+    """What :meth:`Gate.acquire` returns: awaitable, and an async context manager."""
+
+    __slots__ = ("_file", "_gate", "_line", "_timeout", "_token")
+
+    def __init__(self, gate: Gate, timeout: float | None, file: str, line: int) -> None:
+        self._gate = gate
+        self._timeout = timeout
+        self._file = file
+        self._line = line
+        self._token: Token | None = None
+
+    def __await__(self) -> Generator[Any, None, Token]:
+        return self._gate._acquire(self._timeout, self._file, self._line).__await__()
+
+    async def __aenter__(self) -> Token:
+        self._token = await self._gate._acquire(self._timeout, self._file, self._line)
+        return self._token
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            self._token.release()
