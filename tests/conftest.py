@@ -22,16 +22,23 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
 
 
-@pytest.fixture
-def mock_clock_backend() -> Any:
-    """For ``@pytest.mark.parametrize("anyio_backend", [...])``-free virtual-time tests.
+def mock_clock() -> Any:
+    """A backend parameter for virtual-time tests: trio with ``MockClock(autojump_threshold=0)``.
 
-    Use as ``anyio_backend`` override: tests that need exact time run on trio's MockClock
-    with autojump, so hours of backoff pass in milliseconds and assertions are exact.
+    Use it to override the backend fixture for one test or module::
+
+        @pytest.mark.parametrize("anyio_backend", [mock_clock()])
+        async def test_backoff_waits_exactly(anyio_backend): ...
+
+    Time only advances when every task is blocked, so hours of backoff pass in milliseconds
+    and assertions on ``anyio.current_time()`` are exact. Assert on differences of
+    ``anyio.current_time()``, never on absolute values.
     """
     import trio.testing
 
-    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+    return pytest.param(
+        ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio-mockclock"
+    )
 
 
 @pytest.fixture(autouse=True)
