@@ -1,0 +1,71 @@
+"""Sphinx configuration: MyST Markdown pages, the furo theme, an API reference from docstrings.
+
+The build must work offline and treat every warning as an error (``sphinx-build -W``), so:
+no intersphinx (it downloads inventories), no extension that fetches anything, and nothing
+nitpicky about references to names outside anygate (without intersphinx they cannot resolve).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anygate
+
+project = "anygate"
+author = "anygate developers"
+copyright = "2026, anygate developers"
+release = anygate.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+]
+
+root_doc = "index"
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build"]
+
+# MyST: ::: fences for admonitions, definition lists, and anchors for `page.md#section` links.
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# Docstrings are Google style (Args/Returns/Raises/Attributes).
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+# Render "Attributes:" as :ivar: fields of the class rather than separate attribute entries:
+# exception attributes are set in __init__ and dataclass fields have no docstrings, so
+# separate entries would either be missing or duplicate what autodoc emits.
+napoleon_use_ivar = True
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+# Show `capacity=math.inf` as written, not the evaluated `inf`.
+autodoc_preserve_defaults = True
+autodoc_default_options = {"members": True}
+
+html_theme = "furo"
+html_title = f"anygate {release}"
+
+# Classes users obtain but never construct: their constructor only raises TypeError, so
+# showing its (*args, **kwargs) signature would invite the call it refuses.
+_NO_PUBLIC_CONSTRUCTOR = {"anygate.Token"}
+
+
+def _hide_constructor_signature(
+    app: Any,
+    what: str,
+    name: str,
+    obj: Any,
+    options: Any,
+    signature: str | None,
+    return_annotation: str | None,
+) -> tuple[str, str | None] | None:
+    if what == "class" and name in _NO_PUBLIC_CONSTRUCTOR:
+        return "", None
+    return None
+
+
+def setup(app: Any) -> None:
+    app.connect("autodoc-process-signature", _hide_constructor_signature)
