@@ -44,5 +44,5 @@ def mock_clock() -> Any:
 @pytest.fixture(autouse=True)
 def _isolated_registries() -> Iterator[None]:
     """Each test sees fresh process-wide registries; the real ones are restored afterwards."""
-    with _registry.gates.isolated():
+    with _registry.gates.isolated(), _registry.breakers.isolated():
         yield

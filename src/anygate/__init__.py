@@ -1,30 +1,84 @@
 """anygate: a process-wide admission gate and call policy for LLM calls.
 
 One :class:`Gate` serves asyncio loops, trio runs and plain threads in the same process at
-once; callers get :class:`Token` objects any task or thread may release.
+once; callers get :class:`Token` objects any task or thread may release. A :class:`Policy`
+guards provider calls with it: one slot per attempt, classified failures, jittered retries
+that hold no slot, ``Retry-After``, deadlines and a shared circuit breaker.
 """
 
 from __future__ import annotations
 
+from ._breaker import BreakerState as BreakerState
+from ._breaker import BreakerStatistics as BreakerStatistics
+from ._breaker import CircuitBreaker as CircuitBreaker
+from ._breaker import Permit as Permit
+from ._breaker import shared_breaker as shared_breaker
+from ._classify import Reason as Reason
+from ._classify import Rule as Rule
+from ._classify import Verdict as Verdict
+from ._classify import classify as classify
+from ._classify import classify_response as classify_response
+from ._config import BreakerConfig as BreakerConfig
+from ._config import PolicyConfig as PolicyConfig
+from ._config import RetryConfig as RetryConfig
+from ._config import load_config as load_config
 from ._errors import AnygateError as AnygateError
 from ._errors import Busy as Busy
 from ._errors import CallFailed as CallFailed
 from ._errors import CircuitOpen as CircuitOpen
 from ._errors import ConfigError as ConfigError
+from ._errors import ResponseError as ResponseError
+from ._events import BreakerStateChanged as BreakerStateChanged
+from ._events import Event as Event
+from ._events import GaveUp as GaveUp
+from ._events import Hook as Hook
+from ._events import RetryScheduled as RetryScheduled
+from ._events import SlotAdmitted as SlotAdmitted
+from ._events import SlotWaiting as SlotWaiting
 from ._gate import Gate as Gate
 from ._gate import GateStatistics as GateStatistics
+from ._policy import Policy as Policy
+from ._redact import redact as redact
 from ._registry import shared_gate as shared_gate
+from ._testing import is_testing as is_testing
+from ._testing import set_testing as set_testing
 from ._token import Token as Token
 
 __all__ = [
     "AnygateError",
+    "BreakerConfig",
+    "BreakerState",
+    "BreakerStateChanged",
+    "BreakerStatistics",
     "Busy",
     "CallFailed",
+    "CircuitBreaker",
     "CircuitOpen",
     "ConfigError",
+    "Event",
     "Gate",
     "GateStatistics",
+    "GaveUp",
+    "Hook",
+    "Permit",
+    "Policy",
+    "PolicyConfig",
+    "Reason",
+    "ResponseError",
+    "RetryConfig",
+    "RetryScheduled",
+    "Rule",
+    "SlotAdmitted",
+    "SlotWaiting",
     "Token",
+    "Verdict",
+    "classify",
+    "classify_response",
+    "is_testing",
+    "load_config",
+    "redact",
+    "set_testing",
+    "shared_breaker",
     "shared_gate",
 ]
 

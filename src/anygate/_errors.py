@@ -6,8 +6,10 @@ The hierarchy::
     ├── Busy            no slot within the wait budget (maps to HTTP 429)
     ├── CallFailed      a guarded call failed for good (carries the verdict)
     ├── CircuitOpen     the provider's breaker is open; fail fast
-    └── ConfigError     a configuration value is missing, mistyped or out of range
-                        (also a ValueError, so generic validation handlers catch it)
+    ├── ConfigError     a configuration value is missing, mistyped or out of range
+    │                   (also a ValueError, so generic validation handlers catch it)
+    └── ResponseError   a provider answered with an error status (integrations raise it
+                        inside a guarded call so the policy can classify and retry it)
 
 Cancellation (``asyncio.CancelledError``, ``trio.Cancelled``) and other ``BaseException``
 subclasses are never wrapped: they propagate unchanged.
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._classify import Verdict
 
-__all__ = ["AnygateError", "Busy", "CallFailed", "CircuitOpen", "ConfigError"]
+__all__ = ["AnygateError", "Busy", "CallFailed", "CircuitOpen", "ConfigError", "ResponseError"]
 
 
 class AnygateError(Exception):
@@ -75,9 +77,7 @@ class CallFailed(AnygateError):
         user_message: wording safe to show an end user (secrets redacted).
     """
 
-    def __init__(
-        self, message: str, *, verdict: Verdict, attempts: int, user_message: str
-    ) -> None:
+    def __init__(self, message: str, *, verdict: Verdict, attempts: int, user_message: str) -> None:
         super().__init__(message)
         self.verdict = verdict
         self.attempts = attempts
@@ -95,10 +95,12 @@ class CircuitOpen(AnygateError):
     def __init__(self, *, name: str, retry_after: float) -> None:
         self.name = name
         self.retry_after = retry_after
-        super().__init__(
-            f"circuit {name!r} is open: the provider failed repeatedly; "
-            f"retry in {_seconds(max(retry_after, 0.0))}"
-        )
+        if retry_after > 0:
+            when = f"retry in {_seconds(retry_after)}"
+        else:
+            # Half-open with the single probe already out: the next few seconds decide.
+            when = "a probe call is testing the provider; retry shortly"
+        super().__init__(f"circuit {name!r} is open: the provider failed repeatedly; {when}")
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild_circuit_open, (self.name, self.retry_after))
@@ -120,3 +122,72 @@ class ConfigError(AnygateError, ValueError):
         super().__init__(message)
         self.path = path
         self.value = value
+
+
+class ResponseError(AnygateError):
+    """Raised when a provider answered with an HTTP error status instead of a result.
+
+    Integrations (and users wrapping a raw HTTP client) raise it inside a guarded call so
+    that :func:`anygate.classify` sees the status, headers and JSON body, exactly as it
+    sees an SDK's own status errors. :func:`anygate.classify_response` classifies the same
+    data without raising.
+
+    Attributes:
+        status_code: the HTTP status.
+        headers: the response headers (any mapping or httpx ``Headers``), or ``None``.
+        body: the decoded JSON body (usually a dict), the raw text, or ``None``.
+        response: the original response object, if the caller passed one.
+    """
+
+    def __init__(
+        self,
+        status_code: int,
+        *,
+        headers: object = None,
+        body: object = None,
+        message: str | None = None,
+        response: object = None,
+    ) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.body = body
+        self.response = response
+        if message is None:
+            message = _body_message(body)
+        text = f"HTTP {status_code}" + (f": {message}" if message else "")
+        from ._redact import redact  # local: _redact imports logging machinery
+
+        super().__init__(redact(text))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_response_error, (self.status_code, self.headers, self.body, str(self)))
+
+
+def _rebuild_response_error(
+    status_code: int, headers: object, body: object, text: str
+) -> ResponseError:
+    err = ResponseError(status_code, headers=headers, body=body)
+    err.args = (text,)
+    return err
+
+
+def _body_message(body: object) -> str:
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            for key in ("message", "msg", "detail", "code", "type"):
+                value = error.get(key)
+                if isinstance(value, str) and value:
+                    return value
+        elif isinstance(error, str):
+            return error
+        for key in ("message", "msg", "detail", "code"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value
+        return ""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        return body.strip()[:300]
+    return ""

@@ -6,11 +6,14 @@ import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._gate import Gate, _check_capacity
 
-__all__ = ["Registry", "shared_gate"]
+if TYPE_CHECKING:
+    from ._breaker import CircuitBreaker
+
+__all__ = ["Registry", "breakers", "shared_gate"]
 
 T = TypeVar("T")
 
@@ -56,6 +59,7 @@ class Registry(Generic[T]):
 
 
 gates: Registry[Gate] = Registry("gate")
+breakers: Registry[CircuitBreaker] = Registry("breaker")
 
 
 def shared_gate(name: str, *, capacity: float | None = None) -> Gate:

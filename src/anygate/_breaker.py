@@ -1,0 +1,472 @@
+"""Circuit breaker: stop calling a provider that keeps failing, probe it, resume.
+
+States::
+
+    closed ──(failure_threshold consecutive failures)──> open
+    open ──(recovery_timeout passes; next caller)──> half_open (that caller is the probe)
+    half_open ──probe succeeds──> closed
+    half_open ──probe fails──> open (for another recovery_timeout)
+    half_open ──probe neutral──> half_open (the next caller becomes the probe)
+
+A call takes a :class:`Permit` synchronously, *before its first await*, and reports one of
+three outcomes. *Neutral* outcomes (burst-rate exhaustion, non-retriable errors,
+cancellation, declared control-flow exceptions) neither trip nor reset the breaker; a
+neutral probe just hands the probe role to the next caller, so the breaker can never
+wedge in half-open. Exactly one probe runs at a time, yet no lock is held across the call
+(pybreaker serialises every call to get that; aiobreaker and purgatory let every caller
+through in half-open).
+
+Thread-safe (one ``threading.Lock``, held only for a few assignments) and shared by
+asyncio loops, trio runs and threads. The clock is injectable, so the simulator and tests
+drive recovery with virtual time.
+
+This is not a retry mechanism and not a rate limiter: it only decides whether a call may
+start.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, final
+
+from ._errors import CircuitOpen
+from ._events import BreakerStateChanged
+from ._waiters import ki_protected
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["BreakerState", "BreakerStatistics", "CircuitBreaker", "Permit", "shared_breaker"]
+
+logger = logging.getLogger("anygate")
+
+
+class BreakerState(str, enum.Enum):
+    """A breaker's state. A ``str`` enum: ``BreakerState.OPEN == "open"``."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class BreakerStatistics:
+    """A consistent snapshot of a breaker.
+
+    Attributes:
+        name: the breaker's name.
+        state: the current state.
+        failures: consecutive counted failures while closed.
+        failure_threshold, recovery_timeout: the current settings.
+        opened: times the breaker has opened (including re-opening after a failed probe).
+        rejected: calls failed fast with :class:`anygate.CircuitOpen`.
+        retry_after: seconds until a probe may run (0 unless open).
+    """
+
+    name: str
+    state: BreakerState
+    failures: int
+    failure_threshold: int
+    recovery_timeout: float
+    opened: int
+    rejected: int
+    retry_after: float
+
+
+def _check_threshold(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = (
+            f"failure_threshold must be an int >= 1 (got {value!r} of type {type(value).__name__})"
+        )
+        raise TypeError(msg)
+    if value < 1:
+        msg = f"failure_threshold must be >= 1 (got {value!r})"
+        raise ValueError(msg)
+    return value
+
+
+def _check_recovery(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"recovery_timeout must be a number of seconds >= 0 (got {value!r} of type {type(value).__name__})"
+        raise TypeError(msg)
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        msg = f"recovery_timeout must be a finite number of seconds >= 0 (got {value!r})"
+        raise ValueError(msg)
+    return float(value)
+
+
+@final
+class CircuitBreaker:
+    """A thread-safe circuit breaker with a single half-open probe and neutral outcomes.
+
+    Usually created and shared by :class:`anygate.Policy` (one per name per process, see
+    :func:`anygate.shared_breaker`); usable directly around any call::
+
+        permit = breaker.acquire()          # raises CircuitOpen while open
+        try:
+            result = do_call()
+        except ProviderDown:
+            permit.failure()
+            raise
+        except Exception:
+            permit.neutral()
+            raise
+        else:
+            permit.success()
+        finally:
+            permit.neutral()                # no-op if an outcome was already recorded
+
+    Args:
+        name: shown in errors, events and reprs.
+        failure_threshold: consecutive failures that open the breaker (>= 1).
+        recovery_timeout: seconds the breaker stays open before admitting a probe (>= 0).
+        clock: monotonic time source in seconds; default :func:`time.monotonic`.
+
+    Raises:
+        TypeError, ValueError: bad settings.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_failures",
+        "_lock",
+        "_name",
+        "_opened",
+        "_opened_until",
+        "_probe_out",
+        "_recovery",
+        "_rejected",
+        "_state",
+        "_threshold",
+    )
+
+    def __init__(
+        self,
+        name: str = "llm",
+        *,
+        failure_threshold: int = 5,
+        recovery_timeout: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        given: tuple[object, object] = (name, clock)
+        if not isinstance(given[0], str) or not name:
+            msg = f"name must be a non-empty str (got {name!r})"
+            raise TypeError(msg) if not isinstance(given[0], str) else ValueError(msg)
+        if not callable(given[1]):
+            msg = f"clock must be a callable returning seconds (got {clock!r})"
+            raise TypeError(msg)
+        self._name = name
+        self._threshold = _check_threshold(failure_threshold)
+        self._recovery = _check_recovery(recovery_timeout)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._opened_until = 0.0
+        self._probe_out = False
+        self._opened = 0
+        self._rejected = 0
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def name(self) -> str:
+        """The breaker's name."""
+        return self._name
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The time source the breaker measures recovery with."""
+        return self._clock
+
+    @property
+    def state(self) -> BreakerState:
+        """The current state (``open`` turns into ``half_open`` only when a caller asks)."""
+        return self._state
+
+    @property
+    def failure_threshold(self) -> int:
+        """Consecutive failures that open the breaker."""
+        return self._threshold
+
+    @property
+    def recovery_timeout(self) -> float:
+        """Seconds the breaker stays open before a probe."""
+        return self._recovery
+
+    def configure(
+        self, *, failure_threshold: int | None = None, recovery_timeout: float | None = None
+    ) -> None:
+        """Change the settings live; they apply from the next decision on.
+
+        Lowering the threshold to or below the current failure count does not open the
+        breaker by itself; the next counted failure does.
+        """
+        threshold = None if failure_threshold is None else _check_threshold(failure_threshold)
+        recovery = None if recovery_timeout is None else _check_recovery(recovery_timeout)
+        with self._lock:
+            if threshold is not None:
+                self._threshold = threshold
+            if recovery is not None:
+                self._recovery = recovery
+
+    def statistics(self) -> BreakerStatistics:
+        """A consistent snapshot of the state and counters."""
+        with self._lock:
+            retry_after = 0.0
+            if self._state is BreakerState.OPEN:
+                retry_after = max(0.0, self._opened_until - self._clock())
+            return BreakerStatistics(
+                name=self._name,
+                state=self._state,
+                failures=self._failures,
+                failure_threshold=self._threshold,
+                recovery_timeout=self._recovery,
+                opened=self._opened,
+                rejected=self._rejected,
+                retry_after=retry_after,
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"<anygate.CircuitBreaker {self._name!r} {self._state.value}, "
+            f"{self._failures}/{self._threshold} failures>"
+        )
+
+    # ------------------------------------------------------------------ decisions
+
+    @ki_protected
+    def acquire(self) -> Permit:
+        """Admit one call, or fail fast.
+
+        Synchronous on purpose: the half-open probe is claimed before the caller's first
+        await, so two tasks cannot both see "no probe out" and both become the probe.
+
+        Returns:
+            A :class:`Permit`; report the call's outcome on it.
+
+        Raises:
+            CircuitOpen: the breaker is open, or half-open with the probe already out.
+        """
+        change = None
+        with self._lock:
+            state = self._state
+            if state is BreakerState.OPEN:
+                now = self._clock()
+                if now < self._opened_until:
+                    self._rejected += 1
+                    retry_after = self._opened_until - now
+                    raise CircuitOpen(name=self._name, retry_after=retry_after)
+                change = self._move_locked(BreakerState.HALF_OPEN)
+                state = BreakerState.HALF_OPEN
+            if state is BreakerState.HALF_OPEN:
+                if self._probe_out:
+                    self._rejected += 1
+                    raise CircuitOpen(name=self._name, retry_after=0.0)
+                self._probe_out = True
+                return Permit(self, probe=True, change=change)
+        return Permit(self, probe=False, change=None)
+
+    def would_admit(self) -> bool:
+        """Whether :meth:`acquire` would succeed now for a caller that holds no probe."""
+        with self._lock:
+            if self._state is BreakerState.CLOSED:
+                return True
+            if self._state is BreakerState.OPEN:
+                return self._clock() >= self._opened_until
+            return not self._probe_out
+
+    @ki_protected
+    def reset(self) -> BreakerStateChanged | None:
+        """Force the breaker closed with no failures counted (an operator's override)."""
+        with self._lock:
+            self._failures = 0
+            self._probe_out = False
+            return self._move_locked(BreakerState.CLOSED)
+
+    def _move_locked(self, new: BreakerState) -> BreakerStateChanged | None:
+        old = self._state
+        if old is new:
+            return None
+        self._state = new
+        retry_after = 0.0
+        if new is BreakerState.OPEN:
+            self._opened += 1
+            self._opened_until = self._clock() + self._recovery
+            self._probe_out = False
+            retry_after = self._recovery
+        elif new is BreakerState.CLOSED:
+            self._probe_out = False
+        return BreakerStateChanged(
+            breaker=self._name,
+            old=old.value,
+            new=new.value,
+            failures=self._failures,
+            retry_after=retry_after,
+        )
+
+    @ki_protected
+    def _record(self, permit: Permit, outcome: str) -> BreakerStateChanged | None:
+        with self._lock:
+            if outcome == "success":
+                self._failures = 0
+                if permit._probe or self._state is BreakerState.HALF_OPEN:
+                    self._probe_out = False
+                # Any success is fresh evidence the provider works, whichever call it is.
+                return self._move_locked(BreakerState.CLOSED)
+            if outcome == "failure":
+                if permit._probe:
+                    self._probe_out = False
+                    return self._move_locked(BreakerState.OPEN)
+                if self._state is BreakerState.CLOSED:
+                    self._failures += 1
+                    if self._failures >= self._threshold:
+                        return self._move_locked(BreakerState.OPEN)
+                # A call admitted before the breaker opened, failing late, neither extends
+                # the open period nor fails the running probe.
+                return None
+            # neutral: hand the probe role on; counters untouched.
+            if permit._probe and self._state is BreakerState.HALF_OPEN:
+                self._probe_out = False
+            return None
+
+
+def _log_change(change: BreakerStateChanged) -> None:
+    if change.new == "open":
+        logger.error(
+            "circuit %r opened after %d failure(s); next probe in %.3gs",
+            change.breaker,
+            change.failures,
+            change.retry_after,
+        )
+    elif change.new == "closed":
+        logger.info("circuit %r closed: the provider recovered", change.breaker)
+    else:
+        logger.info("circuit %r half-open: probing the provider", change.breaker)
+
+
+@final
+class Permit:
+    """One admitted call's pass through a :class:`CircuitBreaker`.
+
+    Report exactly one outcome; later reports are ignored, so a ``finally: permit.neutral()``
+    after an explicit ``success()`` or ``failure()`` is safe. Not thread-safe by itself: a
+    permit belongs to the call that took it.
+
+    Attributes:
+        probe: this call is the half-open probe.
+        changes: the state changes this permit caused (at admission and at its outcome).
+    """
+
+    __slots__ = ("_breaker", "_done", "_probe", "changes")
+
+    def __init__(
+        self, breaker: CircuitBreaker, *, probe: bool, change: BreakerStateChanged | None
+    ) -> None:
+        self._breaker = breaker
+        self._probe = probe
+        self._done = False
+        self.changes: list[BreakerStateChanged] = []
+        if change is not None:
+            self.changes.append(change)
+            _log_change(change)
+
+    @property
+    def probe(self) -> bool:
+        """Whether this call is the half-open probe."""
+        return self._probe
+
+    @property
+    def done(self) -> bool:
+        """Whether an outcome has been recorded."""
+        return self._done
+
+    def _report(self, outcome: str) -> BreakerStateChanged | None:
+        if self._done:
+            return None
+        self._done = True
+        change = self._breaker._record(self, outcome)
+        if change is not None:
+            self.changes.append(change)
+            _log_change(change)
+        return change
+
+    def success(self) -> BreakerStateChanged | None:
+        """The call succeeded: close the breaker and clear the failure count."""
+        return self._report("success")
+
+    def failure(self) -> BreakerStateChanged | None:
+        """The provider failed (a retriable failure that exhausted its budget)."""
+        return self._report("failure")
+
+    def neutral(self) -> BreakerStateChanged | None:
+        """Neither trip nor reset (cancellation, non-retriable or burst-rate outcomes)."""
+        return self._report("neutral")
+
+    def still_admitted(self) -> bool:
+        """Whether a retry may go on: the probe always may; others only while not open."""
+        return self._probe or self._breaker._state is not BreakerState.OPEN
+
+    def __repr__(self) -> str:
+        kind = "probe" if self._probe else "call"
+        state = "done" if self._done else "pending"
+        return f"<anygate.Permit {kind} of {self._breaker.name!r}, {state}>"
+
+
+def shared_breaker(
+    name: str,
+    *,
+    failure_threshold: int | None = None,
+    recovery_timeout: float | None = None,
+    clock: Callable[[], float] | None = None,
+) -> CircuitBreaker:
+    """The one process-wide :class:`CircuitBreaker` called ``name``, created on first use.
+
+    Settings given here apply only when this call creates the breaker (unset ones take
+    the defaults: 5 failures, 60 s, :func:`time.monotonic`). Asking again with *different*
+    settings raises ``ValueError`` rather than silently changing a breaker other code
+    relies on; change it on purpose with :meth:`CircuitBreaker.configure`.
+
+    Raises:
+        TypeError, ValueError: bad arguments, or settings that conflict with the existing
+            breaker.
+    """
+    from ._registry import breakers
+
+    threshold = 5 if failure_threshold is None else failure_threshold
+    recovery = 60.0 if recovery_timeout is None else recovery_timeout
+    breaker, created = breakers.get_or_create(
+        name,
+        lambda: CircuitBreaker(
+            name,
+            failure_threshold=threshold,
+            recovery_timeout=recovery,
+            clock=time.monotonic if clock is None else clock,
+        ),
+    )
+    if created:
+        return breaker
+    conflicts = []
+    if failure_threshold is not None and breaker.failure_threshold != failure_threshold:
+        conflicts.append(f"failure_threshold {breaker.failure_threshold} (got {failure_threshold})")
+    if recovery_timeout is not None and breaker.recovery_timeout != float(recovery_timeout):
+        conflicts.append(
+            f"recovery_timeout {breaker.recovery_timeout:g} (got {recovery_timeout!r})"
+        )
+    if clock is not None and breaker.clock is not clock:
+        conflicts.append(f"clock {breaker.clock!r} (got {clock!r})")
+    if conflicts:
+        msg = (
+            f"shared_breaker({name!r}) already exists with " + "; ".join(conflicts) + ". "
+            f"Use another name, or change it on purpose with shared_breaker({name!r}).configure()"
+        )
+        raise ValueError(msg)
+    return breaker
