@@ -7,6 +7,7 @@ nitpicky about references to names outside anygate (without intersphinx they can
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import anygate
@@ -67,5 +68,24 @@ def _hide_constructor_signature(
     return None
 
 
+def _describe_union_alias(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    # A type alias such as `Event = A | B` has no docstring of its own; autodoc would show
+    # the generic text of types.UnionType ("Represent a PEP 604 union type"). Say what the
+    # alias stands for instead (autodoc already does this for Callable[...] aliases).
+    if what == "data" and isinstance(obj, types.UnionType):
+        members = " | ".join(
+            f":class:`~{arg.__module__}.{arg.__qualname__}`" for arg in obj.__args__
+        )
+        lines[:] = [f"alias of {members}", "", *lines[_inherited_doc_length(obj) :]]
+
+
+def _inherited_doc_length(obj: Any) -> int:
+    doc = type(obj).__doc__ or ""
+    return len(doc.strip().splitlines()) + 1 if doc else 0
+
+
 def setup(app: Any) -> None:
     app.connect("autodoc-process-signature", _hide_constructor_signature)
+    app.connect("autodoc-process-docstring", _describe_union_alias)
