@@ -14,19 +14,47 @@ pytest does not collect this file (its name does not start with ``test_``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from typing_extensions import assert_type
 
 import anygate
 from anygate import (
     AnygateError,
+    BreakerConfig,
+    BreakerState,
+    BreakerStateChanged,
+    BreakerStatistics,
     Busy,
     CallFailed,
+    CircuitBreaker,
     CircuitOpen,
     ConfigError,
+    Event,
     Gate,
     GateStatistics,
+    GaveUp,
+    Hook,
+    Permit,
+    Policy,
+    PolicyConfig,
+    Reason,
+    ResponseError,
+    RetryConfig,
+    RetryScheduled,
+    Rule,
+    SlotAdmitted,
+    SlotWaiting,
     Token,
+    Verdict,
+    classify,
+    classify_response,
+    is_testing,
+    load_config,
+    redact,
+    set_testing,
+    shared_breaker,
     shared_gate,
 )
 
@@ -144,6 +172,7 @@ def handle_errors() -> None:
         assert_type(circuit.name, str)
         assert_type(circuit.retry_after, float)
     except CallFailed as failed:
+        assert_type(failed.verdict, Verdict)
         assert_type(failed.attempts, int)
         assert_type(failed.user_message, str)
     except ConfigError as config:
@@ -152,7 +181,13 @@ def handle_errors() -> None:
 
 
 # The hierarchy: every error is an AnygateError; ConfigError is also a ValueError.
-error_types: tuple[type[AnygateError], ...] = (Busy, CallFailed, CircuitOpen, ConfigError)
+error_types: tuple[type[AnygateError], ...] = (
+    Busy,
+    CallFailed,
+    CircuitOpen,
+    ConfigError,
+    ResponseError,
+)
 value_error: type[ValueError] = ConfigError
 not_a_value_error: type[ValueError] = Busy  # type: ignore[assignment]
 
@@ -163,3 +198,105 @@ assert_type(ConfigError("bad"), ConfigError)
 Busy("llm", 8, 8, 1.5)  # type: ignore[call-arg]  # attributes are keyword-only
 
 assert_type(anygate.__version__, str)
+
+# ---------------------------------------------------------------- the call policy
+
+policy = Policy(name="llm", max_concurrent_calls=8, busy_wait_s=60)
+assert_type(policy, Policy)
+assert_type(Policy(retry=RetryConfig(max_attempts=2), circuit_breaker=None), Policy)
+assert_type(Policy.from_config({"llm_call": {"max_concurrent_calls": 4}}), Policy)
+assert_type(policy.name, str)
+assert_type(policy.config, PolicyConfig)
+assert_type(policy.gate, Gate)
+assert_type(policy.breaker, CircuitBreaker | None)
+assert_type(policy.hooks, tuple[Hook, ...])
+assert_type(policy.max_concurrent_calls, int)
+
+
+async def ask(prompt: str, *, temperature: float = 0.0) -> str:
+    return prompt
+
+
+def ask_blocking(prompt: str) -> bytes:
+    return prompt.encode()
+
+
+async def call_through_policy() -> None:
+    assert_type(await policy.call(ask, "hello"), str)
+    assert_type(await policy.call(ask, "hello", temperature=0.5, deadline=30.0), str)
+    assert_type(policy.call_sync(ask_blocking, "hello"), bytes)
+    await policy.call(ask_blocking, "hello")  # type: ignore[arg-type]  # not awaitable
+
+
+config = load_config({"llm_call": {"retry_max_attempts": 3}})
+assert_type(config, PolicyConfig)
+assert_type(config.retry, RetryConfig)
+assert_type(config.circuit_breaker, BreakerConfig)
+assert_type(config.max_concurrent_calls, int | None)
+assert_type(config.rules, tuple[Rule, ...])
+assert_type(config.to_mapping(), dict[str, dict[str, Any]])
+assert_type(RetryConfig().max_attempts, int)
+assert_type(RetryConfig().base_delay_ms, float)
+assert_type(BreakerConfig(failure_threshold=5).recovery_timeout_sec, float)
+
+# ---------------------------------------------------------------- classification
+
+
+def classify_failure(exc: Exception) -> None:
+    verdict = classify(exc, provider="openai")
+    assert_type(verdict, Verdict)
+    assert_type(verdict.reason, Reason)
+    assert_type(verdict.retriable, bool)
+    assert_type(verdict.retry_after, float | None)
+    assert_type(verdict.status, int | None)
+    assert_type(verdict.code, str | None)
+    assert_type(classify(exc, rules=[Rule(reason=Reason.QUOTA, contains="quota")]), Verdict)
+    assert_type(classify_response(429, {"retry-after": "2"}, b"{}"), Verdict)
+    assert_type(redact("Authorization: Bearer sk-123"), str)
+    assert_type(ResponseError(503, body="overloaded").status_code, int)
+
+
+assert_type(Reason("burst_rate"), Reason)
+reason_is_str: str = Reason.QUOTA  # a str enum
+
+# ---------------------------------------------------------------- circuit breakers
+
+breaker = CircuitBreaker("openai", failure_threshold=5, recovery_timeout=60.0)
+assert_type(breaker.state, BreakerState)
+assert_type(breaker.statistics(), BreakerStatistics)
+assert_type(breaker.would_admit(), bool)
+assert_type(breaker.reset(), BreakerStateChanged | None)
+assert_type(breaker.clock, Callable[[], float])
+assert_type(shared_breaker("openai"), CircuitBreaker)
+permit = breaker.acquire()
+assert_type(permit, Permit)
+assert_type(permit.probe, bool)
+assert_type(permit.success(), BreakerStateChanged | None)
+assert_type(permit.failure(), BreakerStateChanged | None)
+assert_type(permit.neutral(), BreakerStateChanged | None)
+
+# ---------------------------------------------------------------- events and hooks
+
+
+def on_event(event: Event) -> None:
+    if isinstance(event, RetryScheduled):
+        assert_type(event.wait_ms, int)
+        assert_type(event.reason, Reason)
+    elif isinstance(event, GaveUp):
+        assert_type(event.verdict, Verdict)
+    elif isinstance(event, SlotWaiting):
+        assert_type(event.waiting, int)
+    elif isinstance(event, SlotAdmitted):
+        assert_type(event.waited_s, float)
+    else:
+        assert_type(event, BreakerStateChanged)
+
+
+hook: Hook = on_event
+assert_type(Policy(hooks=[on_event, print]), Policy)
+
+# ---------------------------------------------------------------- testing mode
+
+assert_type(is_testing(), bool)
+with set_testing(True, attempts=2):
+    pass
