@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import TYPE_CHECKING, NoReturn, final
 
 if TYPE_CHECKING:
@@ -34,13 +34,16 @@ class Token:
 
     # ``_gate`` is None once released; the gate flips it under its lock so two threads
     # releasing at once cannot both give the slot back.
-    __slots__ = ("_file", "_gate", "_line")
+    __slots__ = ("_code", "_gate", "_lasti")
 
     _gate: Gate | None
-    _file: str
-    _line: int
+    # The acquiring frame's code object and instruction offset: two cheap reads at acquire
+    # time; the file:line they point to is worked out only when someone asks.
+    _code: CodeType
+    _lasti: int
 
     def __init__(self, *args: object, **kwargs: object) -> NoReturn:
+        self._gate = None  # the half-built object is still finalized: keep __del__ quiet
         msg = "Token has no public constructor; obtain one from Gate.acquire() and friends"
         raise TypeError(msg)
 
@@ -52,7 +55,7 @@ class Token:
     @property
     def acquired_at(self) -> str:
         """``file:line`` of the code that acquired this token."""
-        return f"{self._file}:{self._line}"
+        return code_site(self._code, self._lasti)
 
     def release(self) -> None:
         """Give the slot back. Safe from any task or thread; a second call does nothing."""
@@ -88,7 +91,7 @@ class Token:
         # release because this may run while this very thread holds the gate's lock.
         gate = self._gate
         if gate is not None:
-            gate._reclaim_leaked(self._file, self._line)
+            gate._reclaim_leaked(self._code, self._lasti)
 
     def __repr__(self) -> str:
         gate = self._gate
@@ -99,10 +102,20 @@ class Token:
 _new_token = object.__new__
 
 
-def make_token(gate: Gate, file: str, line: int) -> Token:
+def make_token(gate: Gate, code: CodeType, lasti: int) -> Token:
     """Create a held token; only gates call this."""
     token: Token = _new_token(Token)
     token._gate = gate
-    token._file = file
-    token._line = line
+    token._code = code
+    token._lasti = lasti
     return token
+
+
+def code_site(code: CodeType, lasti: int) -> str:
+    """``file:line`` of instruction offset ``lasti`` in ``code``."""
+    line = code.co_firstlineno
+    for start, end, lineno in code.co_lines():
+        if start <= lasti < end and lineno is not None:
+            line = lineno
+            break
+    return f"{code.co_filename}:{line}"
