@@ -1,0 +1,260 @@
+"""The simulated provider: slots, an RPM limit, a burst-slope rule, outages, latency.
+
+A request arrives, is checked against the rules in a fixed order, and is either answered
+with an error after a short "reject latency" or served for its service time:
+
+1. inside an outage window            -> 503 ``overloaded``
+2. the sliding-window RPM limit       -> 429 ``rate_limit_exceeded``        (kind ``rpm``)
+3. the burst-slope rule               -> 429 ``limit_burst_rate``           (kind ``burst``)
+4. every slot busy, ``on_full=reject`` -> 429 ``concurrency_limit_exceeded`` (kind ``concurrency``)
+   ``on_full=queue``: wait FIFO for a slot; beyond ``max_queue`` waiting -> 503 (``queue_full``)
+
+A request that passes rules 2 and 3 counts toward both, even if rule 4 then turns it away:
+the rate limiter sits in front of the model servers, as it does at real providers, so a retry
+storm against full slots burns the rate budget too. A rejected request counts toward nothing.
+
+The errors are shaped like the openai / anthropic SDK errors (``status_code``, ``code``,
+``type``, ``body["error"]``, ``response.headers``) so :func:`anygate.classify` recognises
+them by duck typing, the same way it recognises the real ones.
+
+This is a model for comparing client strategies, not a faithful copy of any provider: real
+rate limiters are undisclosed and differ in details (token limits, window alignment).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+import anyio
+
+from .._errors import Busy
+from .._gate import Gate
+
+if TYPE_CHECKING:
+    import random
+
+    from .._token import Token
+    from ._spec import Lognormal, ProviderSpec
+
+__all__ = ["KINDS", "ProviderError", "ProviderModel", "Trace", "sample"]
+
+#: Every way the provider can turn a request away, in report order.
+KINDS: Final = ("burst", "rpm", "concurrency", "overloaded", "queue_full")
+
+_ERRORS: Final = {
+    "burst": (
+        429,
+        "limit_burst_rate",
+        "rate_limit_error",
+        "Request rate increased too quickly. To ensure system stability, please adjust your "
+        "client logic to scale requests more smoothly over time.",
+    ),
+    "rpm": (
+        429,
+        "rate_limit_exceeded",
+        "rate_limit_error",
+        "Rate limit reached for requests per minute (RPM). Please slow down.",
+    ),
+    "concurrency": (
+        429,
+        "concurrency_limit_exceeded",
+        "rate_limit_error",
+        "Too many concurrent requests for this model.",
+    ),
+    "overloaded": (503, "overloaded", "overloaded_error", "The server is overloaded."),
+    "queue_full": (
+        503,
+        "server_busy",
+        "server_error",
+        "server busy, please try again. maximum pending requests exceeded",
+    ),
+}
+
+
+def sample(dist: Lognormal, rng: random.Random) -> float:
+    """Draw one duration: ``median_s * exp(sigma * N(0, 1))`` clipped to ``[min_s, max_s]``."""
+    if dist.sigma == 0:
+        value = dist.median_s
+    else:
+        value = dist.median_s * math.exp(dist.sigma * rng.gauss(0.0, 1.0))
+    return min(max(value, dist.min_s), dist.max_s)
+
+
+class _Response:
+    """The bit of an HTTP response the SDK errors expose: status and headers."""
+
+    __slots__ = ("headers", "status_code")
+
+    def __init__(self, status_code: int, headers: dict[str, str]) -> None:
+        self.status_code = status_code
+        self.headers = headers
+
+
+class ProviderError(Exception):
+    """Raised by the simulated provider when it turns a request away (429 or 503).
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        status_code: 429 or 503.
+        code: the provider's error code, such as ``limit_burst_rate``.
+        type: the provider's error type.
+        message: the provider's message.
+        body: ``{"error": {"code", "type", "message"}}`` as the SDKs expose it.
+        response: has ``status_code`` and ``headers`` (with ``retry-after`` and
+            ``retry-after-ms`` when the provider sends Retry-After).
+        retry_after: the Retry-After seconds sent, or ``None``.
+    """
+
+    def __init__(self, kind: str, retry_after: float | None = None) -> None:
+        status, code, type_, message = _ERRORS[kind]
+        super().__init__(f"Error code: {status} - {code}: {message}")
+        self.kind = kind
+        self.status_code = status
+        self.code = code
+        self.type = type_
+        self.message = message
+        self.body = {"error": {"code": code, "type": type_, "message": message}}
+        headers: dict[str, str] = {}
+        if retry_after is not None:
+            headers["retry-after-ms"] = str(round(retry_after * 1000))
+            headers["retry-after"] = f"{retry_after:.3f}"
+        self.headers = headers
+        self.response = _Response(status, headers)
+        self.retry_after = retry_after
+
+
+class Trace:
+    """What the provider saw, for the report and the chart.
+
+    Attributes:
+        in_service: ``(time, requests in service)`` after every change.
+        rejects: ``(time, kind)`` for every request turned away, at arrival.
+        counts: requests by outcome: ``ok`` plus every kind in :data:`KINDS`.
+        max_in_service: the most requests served at once.
+        admitted: requests that got a slot.
+    """
+
+    def __init__(self) -> None:
+        self.in_service: list[tuple[float, int]] = [(0.0, 0)]
+        self.rejects: list[tuple[float, str]] = []
+        self.counts: dict[str, int] = dict.fromkeys(("ok", *KINDS), 0)
+        self.max_in_service = 0
+        self.admitted = 0
+
+
+class ProviderModel:
+    """One simulated provider; see the module docstring for the rules and their order.
+
+    Args:
+        spec: the provider's parameters.
+        rng: source of reject latencies (service times come with each request, drawn once
+            per logical call, so every strategy serves the same work).
+        epoch: the ``anyio.current_time()`` that counts as time 0 (outage windows, burst
+            windows and the trace are relative to it).
+
+    Not thread-safe and not meant to be: it runs inside one virtual-clock trio run.
+    """
+
+    def __init__(self, spec: ProviderSpec, rng: random.Random, *, epoch: float = 0.0) -> None:
+        self._spec = spec
+        self._rng = rng
+        self._epoch = epoch
+        self._slots = Gate(spec.slots, name="provider")
+        self._in_service = 0
+        self._admissions: deque[float] = deque()  # admission times within the RPM window
+        self._window = -1  # index of the burst window being counted
+        self._window_count = 0
+        self._previous_count = 0
+        self.trace = Trace()
+
+    @property
+    def in_service(self) -> int:
+        """Requests being served right now."""
+        return self._in_service
+
+    async def serve(self, service_s: float) -> None:
+        """Handle one request that needs ``service_s`` seconds of a slot.
+
+        Raises:
+            ProviderError: the request was turned away (after the reject latency).
+        """
+        now = anyio.current_time() - self._epoch
+        kind, retry_after = self._check_rules(now)
+        slot = kind if kind is not None else await self._take_slot()
+        if isinstance(slot, str):
+            raise await self._rejection(now, slot, retry_after)
+        with slot:
+            self._enter()
+            try:
+                await anyio.sleep(service_s)
+            finally:
+                self._leave()
+        self.trace.counts["ok"] += 1
+
+    async def _take_slot(self) -> Token | str:
+        """Rule 4: a slot, or the kind of rejection when none can be had."""
+        spec = self._spec
+        if spec.on_full == "reject":
+            try:
+                return self._slots.acquire_nowait()
+            except Busy:
+                return "concurrency"
+        if spec.max_queue is not None and self._slots.waiting >= spec.max_queue:
+            return "queue_full"
+        return await self._slots.acquire()
+
+    def _check_rules(self, now: float) -> tuple[str | None, float | None]:
+        """Rules 1-3 of the module docstring; records the admission when all pass."""
+        spec = self._spec
+        for outage in spec.outages:
+            if outage.start_s <= now < outage.end_s:
+                return "overloaded", None
+        if spec.rpm is not None:
+            window = self._admissions
+            while window and window[0] <= now - 60.0:
+                window.popleft()
+            if len(window) >= spec.rpm:
+                return "rpm", self._retry_after(window[0] + 60.0 - now)
+        burst = spec.burst
+        if burst is not None:
+            index = math.floor(now / burst.window_s)
+            if index != self._window:
+                self._previous_count = self._window_count if index == self._window + 1 else 0
+                self._window = index
+                self._window_count = 0
+            allowed = max(burst.floor, math.floor(burst.growth * self._previous_count))
+            if self._window_count >= allowed:
+                return "burst", self._retry_after((index + 1) * burst.window_s - now)
+            self._window_count += 1
+        if spec.rpm is not None:
+            self._admissions.append(now)
+        return None, None
+
+    def _retry_after(self, until_free: float) -> float | None:
+        setting = self._spec.retry_after
+        if setting is None:
+            return None
+        if setting == "auto":
+            return max(until_free, 0.001)
+        return setting
+
+    async def _rejection(self, now: float, kind: str, retry_after: float | None) -> ProviderError:
+        """Count a rejection, wait the reject latency, and return the error to raise."""
+        trace = self.trace
+        trace.counts[kind] += 1
+        trace.rejects.append((now, kind))
+        await anyio.sleep(sample(self._spec.reject_latency, self._rng))
+        return ProviderError(kind, retry_after)
+
+    def _enter(self) -> None:
+        self._in_service += 1
+        trace = self.trace
+        trace.admitted += 1
+        trace.in_service.append((anyio.current_time() - self._epoch, self._in_service))
+        trace.max_in_service = max(trace.max_in_service, self._in_service)
+
+    def _leave(self) -> None:
+        self._in_service -= 1
+        self.trace.in_service.append((anyio.current_time() - self._epoch, self._in_service))

@@ -1,0 +1,166 @@
+"""The fleet's work, drawn once per seed, and the provider-capacity lower bound on its makespan.
+
+Every logical call gets its service time (how long the provider needs once it admits the
+call) and the think time before it when the workload is drawn, not when the call runs. All
+strategies therefore serve exactly the same work (common random numbers), differences in
+the results come from the strategies alone, and the lower bound is a property of the
+workload and the provider, the same for every strategy.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._provider import sample
+
+if TYPE_CHECKING:
+    from ._spec import FleetSpec, ProviderSpec
+
+__all__ = ["AgentPlan", "CallPlan", "FanOutPlan", "LowerBound", "Workload", "build_workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """One logical call: ``think_s`` of tool time, then a call needing ``service_s``."""
+
+    index: int
+    service_s: float
+    think_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutPlan:
+    """Subagents started together; the parent continues when every chain has finished."""
+
+    chains: tuple[tuple[CallPlan, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPlan:
+    """A lead agent: starts at ``start_s`` and runs its steps in order."""
+
+    start_s: float
+    steps: tuple[CallPlan | FanOutPlan, ...]
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """A lower bound on any strategy's makespan, from the provider's capacity.
+
+    Each part alone is a valid bound; ``seconds`` is the largest, named by ``binding``.
+
+    Attributes:
+        seconds: the bound: the largest of the parts.
+        binding: which part it is: ``"slots"``, ``"chain"``, ``"rpm"`` or ``"burst"``.
+        slots_s: first start + total service time / slots (the slots are busy the whole
+            time at best).
+        chain_s: the longest chain: an agent's start plus its calls' service and think
+            times, subagent chains counting as their longest one.
+        rpm_s: first start + 60 s * (ceil(calls / rpm) - 1) + shortest service time: with at
+            most ``rpm`` admissions per sliding minute, admission number ``k * rpm + 1``
+            comes at least ``k`` minutes after the first.
+        burst_s: with every burst window admitting the most the slope rule allows (a floor,
+            then ``growth`` times the previous window), the window holding the last
+            admission starts no earlier than this, plus the shortest service time.
+    """
+
+    seconds: float
+    binding: str
+    slots_s: float
+    chain_s: float
+    rpm_s: float | None
+    burst_s: float | None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything the fleet will ask of the provider."""
+
+    agents: tuple[AgentPlan, ...]
+    calls: tuple[CallPlan, ...]
+
+    @property
+    def first_start(self) -> float:
+        """When the first agent starts."""
+        return min(agent.start_s for agent in self.agents)
+
+    def lower_bound(self, provider: ProviderSpec) -> LowerBound:
+        """The provider-capacity lower bound for this workload; see :class:`LowerBound`."""
+        first = self.first_start
+        total = len(self.calls)
+        shortest = min(call.service_s for call in self.calls)
+        parts: dict[str, float] = {
+            "slots": first + math.fsum(call.service_s for call in self.calls) / provider.slots,
+            "chain": max(_agent_span(agent) for agent in self.agents),
+        }
+        if provider.rpm is not None:
+            parts["rpm"] = first + 60.0 * (math.ceil(total / provider.rpm) - 1) + shortest
+        burst = provider.burst
+        if burst is not None:
+            window = math.floor(first / burst.window_s)
+            allowed = burst.floor
+            admitted = allowed
+            while admitted < total:
+                allowed = max(burst.floor, math.floor(burst.growth * allowed))
+                admitted += allowed
+                window += 1
+            parts["burst"] = max(first, window * burst.window_s) + shortest
+        binding = max(parts, key=lambda name: parts[name])
+        return LowerBound(
+            seconds=parts[binding],
+            binding=binding,
+            slots_s=parts["slots"],
+            chain_s=parts["chain"],
+            rpm_s=parts.get("rpm"),
+            burst_s=parts.get("burst"),
+        )
+
+
+def _chain_span(chain: tuple[CallPlan | FanOutPlan, ...]) -> float:
+    span = 0.0
+    for step in chain:
+        if isinstance(step, CallPlan):
+            span += step.think_s + step.service_s
+        else:
+            span += max(_chain_span(sub) for sub in step.chains)
+    return span
+
+
+def _agent_span(agent: AgentPlan) -> float:
+    return agent.start_s + _chain_span(agent.steps)
+
+
+def build_workload(fleet: FleetSpec, provider: ProviderSpec, seed: int) -> Workload:
+    """Draw the fleet's calls for ``seed``: start times, service times, think times.
+
+    The same ``(fleet, provider.latency, seed)`` always gives the same workload.
+    """
+    rng = random.Random(f"anygate.sim:{seed}:workload")
+    calls: list[CallPlan] = []
+
+    def call(first: bool) -> CallPlan:
+        think = 0.0 if first or fleet.think is None else sample(fleet.think, rng)
+        plan = CallPlan(index=len(calls), service_s=sample(provider.latency, rng), think_s=think)
+        calls.append(plan)
+        return plan
+
+    agents = []
+    for number in range(fleet.agents):
+        start = number * fleet.ramp_s / fleet.agents
+        if fleet.start_jitter_s > 0:
+            start += rng.uniform(0.0, fleet.start_jitter_s)
+        steps: list[CallPlan | FanOutPlan] = []
+        for position in range(1, fleet.calls_per_agent + 1):
+            steps.append(call(first=position == 1))
+            fan = fleet.fanout
+            if fan is not None and position == fan.after_call:
+                chains = tuple(
+                    tuple(call(first=i == 0) for i in range(fan.calls))
+                    for _ in range(fan.subagents)
+                )
+                steps.append(FanOutPlan(chains=chains))
+        agents.append(AgentPlan(start_s=start, steps=tuple(steps)))
+    return Workload(agents=tuple(agents), calls=tuple(calls))

@@ -1,0 +1,109 @@
+"""The provider-capacity lower bound matches cases small enough to work out by hand.
+
+All latencies and think times are constants and agents start exactly at their ramp
+offsets (no start jitter), so every expected number below is plain arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from anygate.sim._spec import BurstRule, FanOut, FleetSpec, Lognormal, ProviderSpec
+from anygate.sim._workload import build_workload
+
+
+def _bound(fleet: FleetSpec, **provider: object) -> object:
+    spec = ProviderSpec(latency=Lognormal(median_s=1.0), **provider)  # type: ignore[arg-type]
+    return build_workload(fleet, spec, seed=7).lower_bound(spec)
+
+
+def _fleet(**kwargs: object) -> FleetSpec:
+    return FleetSpec(start_jitter_s=0.0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_one_slot_serialises_all_work() -> None:
+    """2 agents x 3 calls of 1 s on 1 slot: 6 s of work, longer than either 3 s chain."""
+    bound = _bound(_fleet(agents=2, calls_per_agent=3), slots=1)
+    assert bound.seconds == pytest.approx(6.0)
+    assert bound.binding == "slots"
+    assert bound.chain_s == pytest.approx(3.0)
+
+
+def test_many_slots_make_the_chain_bind() -> None:
+    """4 agents x 3 calls of 1 s with 0.5 s think, 8 slots: the 1 + 1.5 + 1.5 = 4 s chain binds."""
+    fleet = _fleet(agents=4, calls_per_agent=3, think=Lognormal(median_s=0.5))
+    bound = _bound(fleet, slots=8)
+    assert bound.slots_s == pytest.approx(12 / 8)
+    assert bound.chain_s == pytest.approx(4.0)
+    assert (bound.seconds, bound.binding) == (pytest.approx(4.0), "chain")
+
+
+def test_ramp_delays_the_last_chain() -> None:
+    """A 10 s ramp over 5 agents starts the last one at 8 s; its 2 s chain ends at 10 s."""
+    bound = _bound(_fleet(agents=5, ramp_s=10.0, calls_per_agent=2), slots=100)
+    assert bound.chain_s == pytest.approx(10.0)
+
+
+def test_fanout_chain_counts_its_longest_subagent() -> None:
+    """Lead: call (1 s), 2 subagents of 2 calls (1 + 0.5 + 1 = 2.5 s), call (0.5 + 1 s) = 5 s."""
+    fleet = _fleet(
+        agents=1,
+        calls_per_agent=2,
+        think=Lognormal(median_s=0.5),
+        fanout=FanOut(after_call=1, subagents=2, calls=2),
+    )
+    assert fleet.total_calls == 6
+    bound = _bound(fleet, slots=10)
+    assert bound.chain_s == pytest.approx(5.0)
+    assert bound.slots_s == pytest.approx(0.6)
+
+
+def test_rpm_bound() -> None:
+    """130 calls at 60 RPM: admission 121 comes 2 minutes after the first, then 1 s of service."""
+    bound = _bound(_fleet(agents=130, calls_per_agent=1), slots=1000, rpm=60)
+    assert bound.rpm_s == pytest.approx(121.0)
+    assert (bound.seconds, bound.binding) == (pytest.approx(121.0), "rpm")
+    # Exactly 120 calls fit in windows starting at 0 and 60 s.
+    exact = _bound(_fleet(agents=120, calls_per_agent=1), slots=1000, rpm=60)
+    assert exact.rpm_s == pytest.approx(61.0)
+
+
+def test_burst_bound() -> None:
+    """Floor 10, growth 2, 10 s windows: 10 + 20 + 40 = 70 calls need windows 0-2, so 20 s + 1 s."""
+    rule = BurstRule(window_s=10.0, growth=2.0, floor=10)
+    bound = _bound(_fleet(agents=70, calls_per_agent=1), slots=1000, burst=rule)
+    assert bound.burst_s == pytest.approx(21.0)
+    assert bound.binding == "burst"
+    # One more call needs a fourth window.
+    more = _bound(_fleet(agents=71, calls_per_agent=1), slots=1000, burst=rule)
+    assert more.burst_s == pytest.approx(31.0)
+    # Ten calls fit in the first window: the bound is just the service time.
+    few = _bound(_fleet(agents=10, calls_per_agent=1), slots=1000, burst=rule)
+    assert few.burst_s == pytest.approx(1.0)
+
+
+def test_bound_is_the_largest_part() -> None:
+    """``seconds`` is the maximum of every part that applies, and names it."""
+    rule = BurstRule(window_s=10.0, growth=2.0, floor=10)
+    bound = _bound(_fleet(agents=50, calls_per_agent=2), slots=2, rpm=600, burst=rule)
+    parts = {
+        "slots": bound.slots_s,
+        "chain": bound.chain_s,
+        "rpm": bound.rpm_s,
+        "burst": bound.burst_s,
+    }
+    assert parts["slots"] == pytest.approx(50.0)
+    assert parts["burst"] == pytest.approx(31.0)  # 10 + 20 + 40 < 100 calls <= 150
+    assert bound.seconds == max(p for p in parts.values() if p is not None)
+    assert bound.binding == "slots"
+
+
+def test_workload_is_a_function_of_the_seed() -> None:
+    """The same seed draws the same workload; another seed draws a different one."""
+    fleet = FleetSpec(agents=20, calls_per_agent=3, think=Lognormal(median_s=1.0, sigma=0.5))
+    provider = ProviderSpec()
+    a = build_workload(fleet, provider, seed=3)
+    assert a == build_workload(fleet, provider, seed=3)
+    assert a != build_workload(fleet, provider, seed=4)
+    assert len(a.calls) == fleet.total_calls
+    assert [c.index for c in a.calls] == list(range(fleet.total_calls))

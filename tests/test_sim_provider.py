@@ -1,0 +1,172 @@
+"""The simulated provider enforces each of its rules, one at a time, on a virtual clock.
+
+Every test switches on a single rule (concurrency, RPM, burst slope, outage) with the
+others off, so a failure points at that rule. Reject latency is zero and service times are
+constants, so the assertions are exact.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate.sim._provider import ProviderError, ProviderModel
+from anygate.sim._spec import BurstRule, Lognormal, Outage, ProviderSpec
+from tests.conftest import mock_clock
+
+pytest.importorskip("trio")
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", [mock_clock()])]
+
+_INSTANT = Lognormal(median_s=0.0)
+
+
+def _provider(**kwargs: Any) -> ProviderModel:
+    spec = ProviderSpec(reject_latency=_INSTANT, **kwargs)
+    return ProviderModel(spec, random.Random(0), epoch=anyio.current_time())
+
+
+async def _outcome(provider: ProviderModel, service_s: float = 1.0) -> str:
+    """Serve one request; return ``"ok"`` or the rejection kind."""
+    try:
+        await provider.serve(service_s)
+    except ProviderError as exc:
+        return exc.kind
+    return "ok"
+
+
+async def _burst_of(provider: ProviderModel, count: int, service_s: float = 1.0) -> list[str]:
+    """Send ``count`` requests at the same virtual instant, in order; their outcomes."""
+    outcomes: list[str] = [""] * count
+
+    async def one(i: int) -> None:
+        outcomes[i] = await _outcome(provider, service_s)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(count):
+            tg.start_soon(one, i)
+            await anyio.wait_all_tasks_blocked()  # arrival order = index order
+    return outcomes
+
+
+async def test_concurrency_rejects_beyond_slots(anyio_backend: Any) -> None:
+    """With on_full=reject, requests beyond the free slots get 429 'concurrency' at once."""
+    provider = _provider(slots=2)
+    assert await _burst_of(provider, 3) == ["ok", "ok", "concurrency"]
+    assert provider.trace.max_in_service == 2
+    # Once the first two are done, slots are free again.
+    assert await _burst_of(provider, 2) == ["ok", "ok"]
+
+
+async def test_concurrency_queue_serves_fifo_and_bounds_the_queue(anyio_backend: Any) -> None:
+    """With on_full=queue, excess requests wait in order; beyond max_queue they get 503."""
+    provider = _provider(slots=1, on_full="queue", max_queue=2)
+    start = anyio.current_time()
+    finished: list[tuple[int, float]] = []
+
+    async def one(i: int) -> None:
+        outcome = await _outcome(provider, 1.0)
+        finished.append((i, anyio.current_time() - start) if outcome == "ok" else (i, -1.0))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(one, i)
+            await anyio.wait_all_tasks_blocked()
+    assert sorted(finished) == [(0, 1.0), (1, 2.0), (2, 3.0), (3, -1.0)]
+    assert provider.trace.counts["queue_full"] == 1
+    assert provider.trace.max_in_service == 1
+
+
+async def test_rpm_limits_a_sliding_minute(anyio_backend: Any) -> None:
+    """At most ``rpm`` admissions per sliding 60 s; the next is 429 'rpm' until one expires."""
+    provider = _provider(slots=100, rpm=3, retry_after="auto")
+    start = anyio.current_time()
+    assert await _burst_of(provider, 4) == ["ok", "ok", "ok", "rpm"]
+    # A rejected request does not count: 59 s after the first admissions it is still full...
+    await anyio.sleep_until(start + 59.0)
+    with pytest.raises(ProviderError) as info:
+        await provider.serve(1.0)
+    assert info.value.kind == "rpm"
+    assert info.value.status_code == 429
+    # ... and Retry-After says exactly when the oldest admission leaves the window.
+    assert info.value.retry_after == pytest.approx(1.0)
+    assert info.value.response.headers["retry-after-ms"] == "1000"
+    await anyio.sleep_until(start + 60.0)
+    assert await _burst_of(provider, 4) == ["ok", "ok", "ok", "rpm"]
+
+
+async def test_burst_slope_limits_growth_per_window(anyio_backend: Any) -> None:
+    """Window k admits max(floor, growth * admitted in window k-1); excess is limit_burst_rate."""
+    provider = _provider(slots=100, burst=BurstRule(window_s=10.0, growth=2.0, floor=2))
+    start = anyio.current_time()
+    assert await _burst_of(provider, 3, 0.1) == ["ok", "ok", "burst"]
+    await anyio.sleep_until(start + 10.0)
+    assert await _burst_of(provider, 5, 0.1) == ["ok"] * 4 + ["burst"]
+    await anyio.sleep_until(start + 20.0)
+    assert await _burst_of(provider, 9, 0.1) == ["ok"] * 8 + ["burst"]
+    # A quiet window resets the allowance to the floor.
+    await anyio.sleep_until(start + 40.0)
+    assert await _burst_of(provider, 3, 0.1) == ["ok", "ok", "burst"]
+    assert provider.trace.counts["burst"] == 4
+
+
+async def test_burst_rejection_is_classified_as_burst_rate(anyio_backend: Any) -> None:
+    """anygate.classify recognises the simulated 429 as burst_rate, the others as transient/busy."""
+    provider = _provider(slots=1, burst=BurstRule(window_s=10.0, growth=2.0, floor=1))
+    errors: dict[str, ProviderError] = {}
+
+    async def collect() -> None:
+        try:
+            await provider.serve(1.0)
+        except ProviderError as exc:
+            errors[exc.kind] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(collect)
+    verdict = anygate.classify(errors["burst"])
+    assert verdict.reason == "burst_rate"
+    assert verdict.retriable
+    assert verdict.status == 429
+    for kind in ("rpm", "concurrency", "overloaded", "queue_full"):
+        other = anygate.classify(ProviderError(kind))
+        assert other.reason in ("transient", "busy"), kind
+        assert other.retriable, kind
+
+
+async def test_outage_answers_503_then_recovers(anyio_backend: Any) -> None:
+    """Inside an outage window every new request gets 503 'overloaded'; afterwards it is served."""
+    provider = _provider(slots=4, outages=(Outage(start_s=5.0, end_s=8.0),))
+    start = anyio.current_time()
+    assert await _outcome(provider) == "ok"
+    await anyio.sleep_until(start + 5.0)
+    with pytest.raises(ProviderError) as info:
+        await provider.serve(1.0)
+    assert (info.value.kind, info.value.status_code) == ("overloaded", 503)
+    await anyio.sleep_until(start + 8.0)
+    assert await _outcome(provider) == "ok"
+
+
+async def test_fixed_retry_after_is_sent_on_429s(anyio_backend: Any) -> None:
+    """A numeric retry_after is sent verbatim in both headers; without one there is none."""
+    provider = _provider(slots=1, retry_after=2.5)
+    outcomes = await _burst_of(provider, 2)
+    assert outcomes == ["ok", "concurrency"]
+    exc = ProviderError("concurrency", 2.5)
+    assert exc.response.headers == {"retry-after-ms": "2500", "retry-after": "2.500"}
+    assert ProviderError("burst").response.headers == {}
+
+
+async def test_service_time_and_trace(anyio_backend: Any) -> None:
+    """An admitted request holds its slot for exactly its service time; the trace records it."""
+    provider = _provider(slots=1)
+    start = anyio.current_time()
+    await provider.serve(2.5)
+    assert anyio.current_time() - start == pytest.approx(2.5)
+    assert provider.trace.in_service == [(0.0, 0), (0.0, 1), (pytest.approx(2.5), 0)]
+    assert provider.trace.counts["ok"] == 1
