@@ -367,6 +367,16 @@ def _matches(text: str, patterns: Iterable[str]) -> bool:
 # --------------------------------------------------------------------------- facts
 
 
+def _attr(obj: object, name: str) -> object:
+    """``getattr`` that survives properties which raise (httpx's ``.request`` does)."""
+    if obj is None:
+        return None
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
 def _int_status(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
         return value
@@ -397,17 +407,17 @@ def _str_values(mapping: object, keys: Sequence[str]) -> list[str]:
 
 
 def _host_of(exc: BaseException) -> str:
-    for holder in (exc, getattr(exc, "response", None)):
-        request = getattr(holder, "request", None)
-        url = getattr(request, "url", None)
-        host = getattr(url, "host", None)
+    for holder in (exc, _attr(exc, "response")):
+        request = _attr(holder, "request")
+        url = _attr(request, "url")
+        host = _attr(url, "host")
         if isinstance(host, str) and host:
             return host.lower()
     return ""
 
 
 def _gather(exc: BaseException) -> _Facts:
-    response = getattr(exc, "response", None)
+    response = _attr(exc, "response")
     status = None
     for holder, attr in (
         (exc, "status_code"),
@@ -416,15 +426,15 @@ def _gather(exc: BaseException) -> _Facts:
         (response, "status_code"),
         (response, "status"),
     ):
-        status = _int_status(getattr(holder, attr, None))
+        status = _int_status(_attr(holder, attr))
         if status is not None:
             break
 
-    body = _decode_body(getattr(exc, "body", None))
+    body = _decode_body(_attr(exc, "body"))
     error = body.get("error") if isinstance(body, dict) else None
     codes: list[str] = []
     for attr in ("code", "type", "error_code"):
-        value = getattr(exc, attr, None)
+        value = _attr(exc, attr)
         if isinstance(value, (str, int)) and not isinstance(value, bool) and value != "":
             codes.append(str(value))
     codes += _str_values(error, ("code", "type"))
@@ -434,7 +444,7 @@ def _gather(exc: BaseException) -> _Facts:
 
     messages = [str(exc)]
     for attr in ("message", "api_message"):
-        value = getattr(exc, attr, None)
+        value = _attr(exc, attr)
         if isinstance(value, str):
             messages.append(value)
     messages += _str_values(error, ("message",))
@@ -444,9 +454,9 @@ def _gather(exc: BaseException) -> _Facts:
     lowered_codes = tuple(dict.fromkeys(c.lower() for c in codes))
     text = " ".join([*messages, *codes]).lower()
 
-    headers = getattr(exc, "headers", None)
+    headers = _attr(exc, "headers")
     if headers is None:
-        headers = getattr(response, "headers", None)
+        headers = _attr(response, "headers")
     mro = type(exc).__mro__
     return _Facts(
         status=status,

@@ -31,7 +31,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"""(?ix)
             (?P<label>
                 ["']?
-                (?:proxy-)?authorization|x-api-key|api[-_]?key|x-goog-api-key|access[-_]?token
+                (?:(?:proxy-)?authorization|x-api-key|api[-_]?key|x-goog-api-key|access[-_]?token)
                 ["']?
                 \s*[:=]\s*
             )
