@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from email.utils import format_datetime
 from datetime import datetime, timezone
+from email.utils import format_datetime
 
 import pytest
 from hypothesis import given

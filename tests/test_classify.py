@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -26,7 +26,7 @@ def rate_limited(body: object, *, headers: dict[str, str] | None = None) -> Resp
         rate_limited({"code": "limit_burst_rate"}),  # openai passes body["error"] as body
         rate_limited({"error": {"message": "Request rate increased too quickly."}}),
         ResponseError(429, body="the burst rate of your requests is too high"),
-        ResponseError(429, body={"error": {"message": "请求速率增长过快，请平滑调整"}}),
+        ResponseError(429, body={"error": {"message": "请求速率增长过快 请平滑调整"}}),
         RuntimeError("Error code: 429 - limit_burst_rate"),
     ],
     ids=["error.code", "error.type", "body.code", "message", "text", "chinese", "plain"],
@@ -165,7 +165,7 @@ def test_stream_chunk_timeout_is_transient_and_a_stream_interruption() -> None:
         ResponseError(529, body={"type": "error", "error": {"type": "overloaded_error"}}),
         ResponseError(503, body={"error": {"message": "The server is overloaded"}}),
         ResponseError(500, body="server busy, try again later"),
-        RuntimeError("服务繁忙，请稍后重试"),
+        RuntimeError("服务繁忙 请稍后重试"),
     ],
 )
 def test_overloaded_and_try_again_later_are_busy(error: Exception) -> None:
@@ -192,13 +192,10 @@ def test_plain_errors_are_generic() -> None:
 
 def test_the_cause_is_classified_when_the_wrapper_says_nothing() -> None:
     """A generic wrapper raised from a network error takes the cause's verdict."""
-    try:
-        try:
-            raise ConnectionResetError("reset by peer")
-        except ConnectionResetError as inner:
-            raise RuntimeError("LLM call failed") from inner
-    except RuntimeError as outer:
-        assert classify(outer).reason is Reason.TRANSIENT
+    outer = RuntimeError("LLM call failed")
+    outer.__cause__ = ConnectionResetError("reset by peer")
+    assert classify(outer).reason is Reason.TRANSIENT
+    assert classify(RuntimeError("LLM call failed")).reason is Reason.GENERIC
 
 
 # --------------------------------------------------------------------------- headers
@@ -222,7 +219,7 @@ def test_retry_after_is_read_from_response_or_exception_headers() -> None:
 
     class Response:
         status_code = 503
-        headers = {"Retry-After": "7"}
+        headers: ClassVar[dict[str, str]] = {"Retry-After": "7"}
 
     class SDKError(Exception):
         response = Response()
