@@ -1,0 +1,175 @@
+"""Policy strategies (``seed``, ``anygate``, users' own): the library's real Policy, simulated.
+
+The strategy's config mapping goes through :meth:`anygate.Policy.from_config`, the same
+loader users' YAML goes through, so a config that the simulator accepts is a config the
+library accepts, with the same error messages. Only the *environment* is swapped for the
+simulation, through the policy's own injection points:
+
+* ``gate``: a fresh :class:`anygate.Gate` per run, sized by ``max_concurrent_calls``
+  (instead of the process-wide shared gate, which would leak state between runs);
+* ``breaker``: a fresh :class:`anygate.CircuitBreaker` on the virtual clock;
+* ``rng``: ``random.Random`` seeded from the run's seed and the strategy's name;
+* ``hooks``: one hook that files slot waits, retries and breaker trips under the call the
+  running task is making (a context variable), for the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._breaker import CircuitBreaker
+from .._errors import Busy, CallFailed, CircuitOpen, ConfigError
+from .._events import BreakerStateChanged, Event, SlotAdmitted
+from .._gate import Gate
+from .._policy import Policy
+from ._provider import ProviderError
+from ._results import current_call
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .._config import PolicyConfig
+    from ._provider import ProviderModel
+    from ._results import CallRecord, Recorder
+    from ._spec import StrategySpec
+    from ._workload import CallPlan
+
+__all__ = ["PolicyInvoker", "quiet_policy_logs", "strategy_config"]
+
+
+def strategy_config(spec: StrategySpec) -> PolicyConfig:
+    """Validate a strategy's policy mapping with the policy's own loader.
+
+    Raises:
+        ConfigError: with the key path prefixed by where the strategy came from.
+    """
+    from .._config import load_config
+
+    if spec.policy is None:
+        msg = f"strategy {spec.name!r} is not a policy strategy"
+        raise ValueError(msg)
+    try:
+        return load_config(spec.policy)
+    except ConfigError as exc:
+        where = f"strategy {spec.name!r} ({spec.source})"
+        raise ConfigError(f"{where}: {exc}", path=exc.path, value=exc.value) from exc
+
+
+@contextmanager
+def quiet_policy_logs() -> Iterator[None]:
+    """Silence the ``anygate`` logger's retry warnings while simulating; restore after.
+
+    A storm produces thousands of "retrying in ...ms" warnings that are the *subject* of
+    the simulation, not news for its user; without a configured handler Python would print
+    every one of them to stderr.
+    """
+    logger = logging.getLogger("anygate")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class PolicyInvoker:
+    """Makes each simulated call through an :class:`anygate.Policy` built from the spec.
+
+    Args:
+        spec: the strategy; its ``policy`` mapping is complete (built-ins resolved).
+        provider: the simulated provider.
+        recorder: where call records go.
+        seed: the run's seed; the policy's jitter draws from it.
+
+    Raises:
+        ConfigError: the policy mapping is invalid.
+    """
+
+    def __init__(
+        self, spec: StrategySpec, provider: ProviderModel, recorder: Recorder, seed: int
+    ) -> None:
+        config = strategy_config(spec)
+        cap = config.max_concurrent_calls
+        breaker_cfg = config.circuit_breaker
+        breaker = None
+        if breaker_cfg.enabled:
+            breaker = CircuitBreaker(
+                f"sim-{spec.name}",
+                failure_threshold=breaker_cfg.failure_threshold,
+                recovery_timeout=breaker_cfg.recovery_timeout_sec,
+                clock=anyio.current_time,
+            )
+        self._policy = Policy.from_config(
+            config,
+            gate=Gate(cap if cap else math.inf, name=f"sim-{spec.name}"),
+            breaker=breaker,
+            rng=random.Random(f"anygate.sim:{seed}:policy:{spec.name}"),
+            hooks=[self._hook],
+        )
+        self._config = config
+        self._provider = provider
+        self._recorder = recorder
+
+    @property
+    def summary(self) -> str:
+        """One line describing the strategy's settings."""
+        c = self._config
+        r = c.retry
+        cap = c.max_concurrent_calls
+        breaker = c.circuit_breaker
+        wait = "forever" if c.busy_wait_s is None else f"{c.busy_wait_s:g}s"
+        budgets = ", ".join(f"{k} {v}" for k, v in r.reason_budgets.items())
+        text = (
+            f"cap {cap if cap else 'none'} (slot wait {wait}); {r.max_attempts} attempts, "
+            f"jitter {r.base_delay_ms / 1000:g}-{r.cap_delay_ms / 1000:g}s, "
+            f"burst base {r.burst_base_delay_ms / 1000:g}s"
+        )
+        if budgets:
+            text += f", budgets: {budgets}"
+        if breaker.enabled:
+            text += (
+                f"; breaker {breaker.failure_threshold} failures / "
+                f"{breaker.recovery_timeout_sec:g}s"
+            )
+        else:
+            text += "; no breaker"
+        return text
+
+    def _hook(self, event: Event) -> None:
+        if isinstance(event, BreakerStateChanged):
+            if event.new == "open":
+                self._recorder.breaker_trips += 1
+            return
+        record = current_call.get()
+        if record is not None and isinstance(event, SlotAdmitted):
+            record.slot_wait += event.waited_s
+
+    async def _attempt(self, record: CallRecord, service_s: float) -> None:
+        record.attempts += 1
+        try:
+            await self._provider.serve(service_s)
+        except ProviderError as exc:
+            record.got_429 |= exc.status_code == 429
+            raise
+
+    async def __call__(self, call: CallPlan) -> None:
+        """Make one logical call through the policy and record how it ended."""
+        recorder = self._recorder
+        record = recorder.begin(call.index)
+        deadline = recorder.call_deadline_s
+        try:
+            await self._policy.call(self._attempt, record, call.service_s, deadline=deadline)
+        except CallFailed:
+            recorder.finish(record, "gave_up")
+        except CircuitOpen:
+            recorder.finish(record, "circuit_open")
+        except Busy:
+            recorder.finish(record, "busy")
+        else:
+            recorder.finish(record, "ok")
