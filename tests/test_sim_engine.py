@@ -9,16 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from anygate import ConfigError, sim
 from anygate.sim._engine import seeded_scheduler
+
+if TYPE_CHECKING:
+    import random
 
 pytest.importorskip("trio")
 pytest.importorskip("yaml")
