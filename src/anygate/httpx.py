@@ -1,0 +1,170 @@
+"""Gate every request of a plain ``httpx`` client through anygate (extra ``anygate[httpx]``).
+
+The same API as :mod:`anygate.httpx2`, for code on httpx 0.27 / 0.28 (including older
+OpenAI and Anthropic SDKs and everything else built on httpx)::
+
+    gate = anygate.Gate(capacity=8, name="llm")
+    http = httpx.AsyncClient(transport=anygate.httpx.GatedTransport(gate=gate))
+
+Each HTTP request takes one slot before it is sent and keeps it until its response is closed:
+for a streamed response that is when the stream is exhausted or closed, by whichever task
+does it. The current OpenAI (3.x) and Anthropic (2.x) SDKs use httpx2: see
+:mod:`anygate.httpx2`.
+
+This module imports httpx; ``import anygate`` alone does not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+import httpx
+
+from .integrations import _transport
+
+if TYPE_CHECKING:
+    from ._gate import Gate
+
+__all__ = ["GatedTransport", "SyncGatedTransport"]
+
+
+class _AsyncBody(_transport.AsyncBody, httpx.AsyncByteStream):
+    pass
+
+
+class _SyncBody(_transport.SyncBody, httpx.SyncByteStream):
+    pass
+
+
+_FLAVOUR = _transport.Flavour(
+    name="httpx",
+    async_body=_AsyncBody,
+    sync_body=_SyncBody,
+    byte_stream=httpx.ByteStream,
+    response=httpx.Response,
+    async_transport=httpx.AsyncHTTPTransport,
+    sync_transport=httpx.HTTPTransport,
+)
+
+
+@final
+class GatedTransport(httpx.AsyncBaseTransport):
+    """An async httpx transport that sends each request only while holding a gate slot.
+
+    Wrap the transport you would otherwise use (by default ``httpx.AsyncHTTPTransport()``)
+    and pass the result to ``httpx.AsyncClient(transport=...)``. Client settings that
+    configure the *default* transport (``limits``, ``http2``, ``verify``, ``proxy``) do not
+    apply to a transport you pass in: set them on ``inner``.
+
+    The slot is taken before the request is sent and given back exactly once, when the
+    response is closed or its body has been read to the end, when sending or reading fails,
+    or when the caller is cancelled. A streamed response keeps its slot while it streams,
+    and any task may finish or close it. A response dropped unclosed gets its slot back
+    when it is garbage-collected, with a :class:`ResourceWarning`.
+
+    This is not a retry layer: the SDK's own retries (``max_retries``) still run, and each
+    attempt takes its own slot; the SDKs close a failed response before their backoff sleep,
+    so no slot is held while they wait.
+
+    Args:
+        inner: the transport that really sends requests; ``None`` for
+            ``httpx.AsyncHTTPTransport()``.
+        gate: the gate every request takes its slot from.
+        timeout: longest wait for a slot, in seconds; ``None`` (the default) waits as long
+            as it takes (an enclosing cancel scope or client cancellation still ends it).
+
+    Raises:
+        TypeError: ``gate`` is not a Gate, or ``inner`` is not an async transport (a plain
+            ``httpx`` transport is refused with a pointer to :mod:`anygate.httpx`).
+        ValueError: ``timeout`` is negative or NaN.
+        anygate.Busy: from a request, when no slot came within ``timeout``.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport | None = None,
+        *,
+        gate: Gate,
+        timeout: float | None = None,
+    ) -> None:
+        self._core = _transport.TransportCore(
+            _FLAVOUR, inner, gate=gate, timeout=timeout, is_async=True
+        )
+
+    @property
+    def gate(self) -> Gate:
+        """The gate requests take their slots from."""
+        return self._core.gate
+
+    @property
+    def inner(self) -> httpx.AsyncBaseTransport:
+        """The wrapped transport."""
+        inner: httpx.AsyncBaseTransport = self._core.inner
+        return inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        response: httpx.Response = await self._core.send_async(request)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._core.inner.aclose()
+
+    def __repr__(self) -> str:
+        return f"<anygate.httpx.GatedTransport gate={self.gate.name!r} inner={type(self._core.inner).__name__}>"
+
+
+@final
+class SyncGatedTransport(httpx.BaseTransport):
+    """The blocking twin of :class:`GatedTransport`, for ``httpx.Client``.
+
+    Waits for a slot with :meth:`anygate.Gate.acquire_sync`, so use it from plain threads,
+    never from a thread running an event loop.
+
+    Args:
+        inner: the transport that really sends requests; ``None`` for
+            ``httpx.HTTPTransport()``.
+        gate: the gate every request takes its slot from.
+        timeout: longest wait for a slot, in seconds; ``None`` waits as long as it takes.
+
+    Raises:
+        TypeError: ``gate`` is not a Gate, or ``inner`` is not a sync transport.
+        ValueError: ``timeout`` is negative or NaN.
+        anygate.Busy: from a request, when no slot came within ``timeout``.
+        RuntimeError: from a request made on a thread that runs an event loop.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.BaseTransport | None = None,
+        *,
+        gate: Gate,
+        timeout: float | None = None,
+    ) -> None:
+        self._core = _transport.TransportCore(
+            _FLAVOUR, inner, gate=gate, timeout=timeout, is_async=False
+        )
+
+    @property
+    def gate(self) -> Gate:
+        """The gate requests take their slots from."""
+        return self._core.gate
+
+    @property
+    def inner(self) -> httpx.BaseTransport:
+        """The wrapped transport."""
+        inner: httpx.BaseTransport = self._core.inner
+        return inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        response: httpx.Response = self._core.send_sync(request)
+        return response
+
+    def close(self) -> None:
+        """Close the inner transport."""
+        self._core.inner.close()
+
+    def __repr__(self) -> str:
+        return f"<anygate.httpx.SyncGatedTransport gate={self.gate.name!r} inner={type(self._core.inner).__name__}>"

@@ -1,0 +1,170 @@
+"""Gate every request of an ``httpx2`` client through anygate (extra ``anygate[httpx2]``).
+
+The OpenAI (3.x) and Anthropic (2.x) SDKs are built on httpx2 and accept
+``http_client=httpx2.AsyncClient(transport=...)``, so this is how their calls take a slot::
+
+    gate = anygate.Gate(capacity=8, name="llm")
+    http = httpx2.AsyncClient(transport=anygate.httpx2.GatedTransport(gate=gate))
+    client = openai.AsyncOpenAI(http_client=http)
+
+Each HTTP request takes one slot before it is sent and keeps it until its response is closed:
+for a streamed completion that is when the stream is exhausted or closed, by whichever task
+does it. For plain ``httpx`` (0.27, 0.28) use :mod:`anygate.httpx`, which has the same API.
+
+This module imports httpx2; ``import anygate`` alone does not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+import httpx2
+
+from .integrations import _transport
+
+if TYPE_CHECKING:
+    from ._gate import Gate
+
+__all__ = ["GatedTransport", "SyncGatedTransport"]
+
+
+class _AsyncBody(_transport.AsyncBody, httpx2.AsyncByteStream):
+    pass
+
+
+class _SyncBody(_transport.SyncBody, httpx2.SyncByteStream):
+    pass
+
+
+_FLAVOUR = _transport.Flavour(
+    name="httpx2",
+    async_body=_AsyncBody,
+    sync_body=_SyncBody,
+    byte_stream=httpx2.ByteStream,
+    response=httpx2.Response,
+    async_transport=httpx2.AsyncHTTPTransport,
+    sync_transport=httpx2.HTTPTransport,
+)
+
+
+@final
+class GatedTransport(httpx2.AsyncBaseTransport):
+    """An async httpx2 transport that sends each request only while holding a gate slot.
+
+    Wrap the transport you would otherwise use (by default ``httpx2.AsyncHTTPTransport()``)
+    and pass the result to ``httpx2.AsyncClient(transport=...)``. Client settings that
+    configure the *default* transport (``limits``, ``http2``, ``verify``, ``proxy``) do not
+    apply to a transport you pass in: set them on ``inner``.
+
+    The slot is taken before the request is sent and given back exactly once, when the
+    response is closed or its body has been read to the end, when sending or reading fails,
+    or when the caller is cancelled. A streamed response keeps its slot while it streams,
+    and any task may finish or close it. A response dropped unclosed gets its slot back
+    when it is garbage-collected, with a :class:`ResourceWarning`.
+
+    This is not a retry layer: the SDK's own retries (``max_retries``) still run, and each
+    attempt takes its own slot; the SDKs close a failed response before their backoff sleep,
+    so no slot is held while they wait.
+
+    Args:
+        inner: the transport that really sends requests; ``None`` for
+            ``httpx2.AsyncHTTPTransport()``.
+        gate: the gate every request takes its slot from.
+        timeout: longest wait for a slot, in seconds; ``None`` (the default) waits as long
+            as it takes (an enclosing cancel scope or client cancellation still ends it).
+
+    Raises:
+        TypeError: ``gate`` is not a Gate, or ``inner`` is not an async transport (a plain
+            ``httpx`` transport is refused with a pointer to :mod:`anygate.httpx`).
+        ValueError: ``timeout`` is negative or NaN.
+        anygate.Busy: from a request, when no slot came within ``timeout``.
+    """
+
+    def __init__(
+        self,
+        inner: httpx2.AsyncBaseTransport | None = None,
+        *,
+        gate: Gate,
+        timeout: float | None = None,
+    ) -> None:
+        self._core = _transport.TransportCore(
+            _FLAVOUR, inner, gate=gate, timeout=timeout, is_async=True
+        )
+
+    @property
+    def gate(self) -> Gate:
+        """The gate requests take their slots from."""
+        return self._core.gate
+
+    @property
+    def inner(self) -> httpx2.AsyncBaseTransport:
+        """The wrapped transport."""
+        inner: httpx2.AsyncBaseTransport = self._core.inner
+        return inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        response: httpx2.Response = await self._core.send_async(request)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._core.inner.aclose()
+
+    def __repr__(self) -> str:
+        return f"<anygate.httpx2.GatedTransport gate={self.gate.name!r} inner={type(self._core.inner).__name__}>"
+
+
+@final
+class SyncGatedTransport(httpx2.BaseTransport):
+    """The blocking twin of :class:`GatedTransport`, for ``httpx2.Client``.
+
+    Waits for a slot with :meth:`anygate.Gate.acquire_sync`, so use it from plain threads,
+    never from a thread running an event loop.
+
+    Args:
+        inner: the transport that really sends requests; ``None`` for
+            ``httpx2.HTTPTransport()``.
+        gate: the gate every request takes its slot from.
+        timeout: longest wait for a slot, in seconds; ``None`` waits as long as it takes.
+
+    Raises:
+        TypeError: ``gate`` is not a Gate, or ``inner`` is not a sync transport.
+        ValueError: ``timeout`` is negative or NaN.
+        anygate.Busy: from a request, when no slot came within ``timeout``.
+        RuntimeError: from a request made on a thread that runs an event loop.
+    """
+
+    def __init__(
+        self,
+        inner: httpx2.BaseTransport | None = None,
+        *,
+        gate: Gate,
+        timeout: float | None = None,
+    ) -> None:
+        self._core = _transport.TransportCore(
+            _FLAVOUR, inner, gate=gate, timeout=timeout, is_async=False
+        )
+
+    @property
+    def gate(self) -> Gate:
+        """The gate requests take their slots from."""
+        return self._core.gate
+
+    @property
+    def inner(self) -> httpx2.BaseTransport:
+        """The wrapped transport."""
+        inner: httpx2.BaseTransport = self._core.inner
+        return inner
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        response: httpx2.Response = self._core.send_sync(request)
+        return response
+
+    def close(self) -> None:
+        """Close the inner transport."""
+        self._core.inner.close()
+
+    def __repr__(self) -> str:
+        return f"<anygate.httpx2.SyncGatedTransport gate={self.gate.name!r} inner={type(self._core.inner).__name__}>"

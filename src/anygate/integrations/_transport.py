@@ -1,0 +1,267 @@
+"""The gated transport engine behind :mod:`anygate.httpx` and :mod:`anygate.httpx2`.
+
+httpx and httpx2 have the same transport shape (``handle_async_request`` / ``handle_request``
+returning a response whose ``stream`` the client reads and closes), but their classes are
+distinct and both clients check ``isinstance`` against their own base classes. So the logic
+lives here, typed structurally and importing neither library, and each flavour module hands
+in a :class:`Flavour`: the body classes built on its own ``AsyncByteStream`` /
+``SyncByteStream`` and its ``Response`` (used only to decode a buffered error body).
+
+The slot's life: acquired before the request is sent; held while the response streams, even
+when another task reads it; returned exactly once by whichever happens first of: the body
+ends, reading it fails or is cancelled, the response is closed, sending failed, or the
+response is garbage-collected unclosed (then the gate's leak reclaim returns it, with a
+:class:`ResourceWarning` from us naming the request).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, NamedTuple, final
+
+from .._gate import Gate
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+
+    from .._token import Token
+
+__all__ = ["AsyncBody", "Flavour", "SyncBody", "TransportCore"]
+
+
+class Flavour(NamedTuple):
+    """What one HTTP library (httpx or httpx2) contributes to the shared engine.
+
+    Attributes:
+        name: the library's import name, used in messages and to spot a wrong-flavour inner.
+        async_body: :class:`AsyncBody` combined with the library's ``AsyncByteStream``.
+        sync_body: :class:`SyncBody` combined with the library's ``SyncByteStream``.
+        byte_stream: the library's ``ByteStream`` (replays a buffered body, sync and async).
+        response: the library's ``Response`` class (decodes a buffered body).
+        async_transport: makes the default inner async transport.
+        sync_transport: makes the default inner sync transport.
+    """
+
+    name: str
+    async_body: type[AsyncBody]
+    sync_body: type[SyncBody]
+    byte_stream: Callable[[bytes], Any]
+    response: Callable[..., Any]
+    async_transport: Callable[[], Any]
+    sync_transport: Callable[[], Any]
+
+
+def _library_of(obj: object) -> str | None:
+    """``"httpx"`` or ``"httpx2"`` if ``obj``'s class derives from one of them, else None."""
+    for cls in type(obj).__mro__:
+        top = cls.__module__.partition(".")[0]
+        if top in ("httpx", "httpx2"):
+            return top
+    return None
+
+
+def _where(request: Any) -> str:
+    """``METHOD scheme://host/path`` of a request; the query is dropped (it may hold keys)."""
+    try:
+        url = request.url
+        return f"{request.method} {url.scheme}://{url.netloc.decode('ascii')}{url.path}"
+    except Exception:  # a repr must never fail, least of all inside __del__
+        return "a request"
+
+
+@final
+class TransportCore:
+    """The flavour-independent state and steps of one gated transport.
+
+    Not for direct use: :class:`anygate.httpx.GatedTransport` and friends own one each.
+
+    Args:
+        flavour: the HTTP library's classes.
+        inner: the transport that really sends the requests; ``None`` for the library's
+            default (``AsyncHTTPTransport()`` or ``HTTPTransport()``).
+        gate: where each request takes its slot.
+        timeout: longest wait for a slot, in seconds; ``None`` waits as long as it takes.
+        is_async: whether ``inner`` must be an async transport (else a sync one).
+
+    Raises:
+        TypeError: ``gate`` is not a :class:`~anygate.Gate`, ``inner`` is not a transport
+            of the right kind, or belongs to the other HTTP library.
+        ValueError: ``timeout`` is negative or NaN.
+    """
+
+    __slots__ = ("flavour", "gate", "inner", "timeout")
+
+    flavour: Flavour
+    inner: Any
+    gate: Gate
+    timeout: float | None
+
+    def __init__(
+        self,
+        flavour: Flavour,
+        inner: Any,
+        *,
+        gate: object,
+        timeout: object,
+        is_async: bool,
+    ) -> None:
+        if not isinstance(gate, Gate):
+            msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
+            raise TypeError(msg)
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                msg = f"timeout must be a number of seconds >= 0 or None (got {timeout!r})"
+                raise TypeError(msg)
+            if not timeout >= 0:  # also rejects NaN
+                msg = f"timeout must be >= 0 seconds or None (got {timeout!r})"
+                raise ValueError(msg)
+        if inner is None:
+            # Built only after the arguments passed: it loads the CA bundle.
+            inner = flavour.async_transport() if is_async else flavour.sync_transport()
+        method = "handle_async_request" if is_async else "handle_request"
+        library = _library_of(inner)
+        if library is not None and library != flavour.name:
+            msg = (
+                f"inner is an {library} transport ({type(inner).__name__}) but this is "
+                f"anygate.{flavour.name}; use anygate.{library}.{'' if is_async else 'Sync'}"
+                "GatedTransport for it"
+            )
+            raise TypeError(msg)
+        if not callable(getattr(inner, method, None)):
+            msg = f"inner must be a transport with a {method}() method (got {inner!r})"
+            raise TypeError(msg)
+        self.flavour = flavour
+        self.inner = inner
+        self.gate = gate
+        self.timeout = None if timeout is None else float(timeout)
+
+    async def send_async(self, request: Any) -> Any:
+        """Send ``request`` through the inner async transport while holding one slot."""
+        token = await self.gate.acquire(timeout=self.timeout)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except BaseException:
+            token.release()
+            raise
+        response.stream = self.flavour.async_body(response.stream, token, request, self)
+        return response
+
+    def send_sync(self, request: Any) -> Any:
+        """Send ``request`` through the inner sync transport while holding one slot."""
+        token = self.gate.acquire_sync(timeout=self.timeout)
+        try:
+            response = self.inner.handle_request(request)
+        except BaseException:
+            token.release()
+            raise
+        response.stream = self.flavour.sync_body(response.stream, token, request, self)
+        return response
+
+
+class _Body:
+    """What both body kinds share: the slot, and the unclosed-response report."""
+
+    # No __slots__: the flavour classes also derive from httpx's stream classes, which have
+    # a __dict__ anyway.
+    _token: Token
+    _request: Any
+    _core: TransportCore
+
+    def __del__(self) -> None:
+        # Releasing here could deadlock: a cyclic collection may run inside the gate's own
+        # locked section on this thread. So we only report; dropping our reference right
+        # after lets the token's own reclaim return the slot on a reentrancy-safe path.
+        token = getattr(self, "_token", None)
+        if token is not None and not token.released:
+            core = self._core
+            warnings.warn(
+                f"an unclosed {core.flavour.name} response ({_where(self._request)}) held a "
+                f"slot of gate {core.gate.name!r} until it was garbage-collected; close "
+                "streamed responses (`async with client.stream(...)`, `response.aclose()`, "
+                "or the SDK stream's `close()`) so the slot comes back at once",
+                ResourceWarning,
+                stacklevel=2,
+            )
+
+
+class AsyncBody(_Body):
+    """A response body that holds a gate slot until it ends, fails or is closed.
+
+    Flavour modules combine it with their library's ``AsyncByteStream`` so the client's
+    ``isinstance`` checks pass. Iterating it iterates the inner stream once.
+    """
+
+    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
+        self._inner = inner
+        self._token = token
+        self._request = request
+        self._core = core
+        self._iterator: AsyncIterator[bytes] | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._iterator is None:
+            self._iterator = self._inner.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = self._inner.__aiter__()
+        try:
+            return await iterator.__anext__()
+        except BaseException:
+            # The body ended (StopAsyncIteration), broke, or the reader was cancelled: in
+            # every case nothing more will be read, so the provider is done with us.
+            self._token.release()
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            iterator = self._iterator
+            # Close a half-read inner generator now rather than leaving it to the garbage
+            # collector (trio warns about each one it has to finalise).
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._token.release()
+
+
+class SyncBody(_Body):
+    """The blocking twin of :class:`AsyncBody`, for ``httpx.Client`` / ``httpx2.Client``."""
+
+    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
+        self._inner = inner
+        self._token = token
+        self._request = request
+        self._core = core
+        self._iterator: Iterator[bytes] | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._iterator is None:
+            self._iterator = iter(self._inner)
+        return self
+
+    def __next__(self) -> bytes:
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = iter(self._inner)
+        try:
+            return next(iterator)
+        except BaseException:
+            self._token.release()
+            raise
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._iterator, "close", None)
+            if close is not None:
+                close()
+        finally:
+            try:
+                self._inner.close()
+            finally:
+                self._token.release()

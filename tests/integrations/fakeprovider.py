@@ -1,0 +1,408 @@
+"""A fake LLM provider for integration tests: a raw ASGI app served by hypercorn on 127.0.0.1.
+
+It speaks enough of the OpenAI chat-completions and Anthropic messages APIs for the real SDKs
+to parse its answers, streamed (SSE) and not, and can be told to fail the way real providers
+do. It runs in the test's own event loop (hypercorn has asyncio and trio workers), so the
+tests can hold a stream open with an in-process event instead of sleeping.
+
+How a request is answered, first match wins:
+
+1. the ``x-fake`` request header (SDK calls pass it with ``extra_headers``);
+2. the next entry of :meth:`FakeProvider.script`;
+3. ``"ok"``.
+
+Behaviours: ``ok``; ``burst`` (429 ``limit_burst_rate``); ``retry_after`` (429 with
+``Retry-After: 0``); ``retry_after_ms`` (429 with ``retry-after-ms: 1``); ``overloaded``
+(503); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
+(answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and one
+event, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
+
+This is not a model of a provider's timing; :mod:`anygate.sim` is.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import sniffio
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+CHUNKS = ("Hel", "lo", " wor", "ld")
+
+# status, extra headers, OpenAI-style body; Anthropic requests get the same in their shape.
+_ERRORS: dict[str, tuple[int, list[tuple[bytes, bytes]], dict[str, Any]]] = {
+    "burst": (
+        429,
+        [],
+        {
+            "message": "Request rate increased too quickly. To ensure system stability, "
+            "please adjust your client logic to scale requests more smoothly over time.",
+            "type": "limit_burst_rate",
+            "code": "limit_burst_rate",
+        },
+    ),
+    "retry_after": (
+        429,
+        [(b"retry-after", b"0")],
+        {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit"},
+    ),
+    "retry_after_ms": (
+        429,
+        [(b"retry-after-ms", b"1")],
+        {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit"},
+    ),
+    "overloaded": (
+        503,
+        [],
+        {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded"},
+    ),
+    "quota": (
+        429,
+        [],
+        {
+            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota",
+            "code": "insufficient_quota",
+        },
+    ),
+    "unauthorized": (
+        401,
+        [],
+        {
+            "message": "Incorrect API key provided",
+            "type": "authentication_error",
+            "code": "invalid_api_key",
+        },
+    ),
+}
+BEHAVIOURS = frozenset({"ok", "hang_headers", "hang_stream", *_ERRORS})
+
+
+class FakeProvider:
+    """The ASGI app plus what it observed; one instance per test.
+
+    Attributes:
+        requests: requests answered or in progress so far.
+        active: requests in progress now (counted until the last byte is handed to the server,
+            or the client disconnects).
+        max_active: the most requests ever in progress at once.
+        seen: the behaviour chosen for each request, in arrival order.
+        retry_counts: the ``x-stainless-retry-count`` header of each request (SDK retries).
+    """
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.active = 0
+        self.max_active = 0
+        self.seen: list[str] = []
+        self.retry_counts: list[str | None] = []
+        self._script: deque[str] = deque()
+        self._changed = anyio.Event()
+        self._unhang = anyio.Event()
+        self._holding = False
+
+    # ------------------------------------------------------------------ test controls
+
+    def script(self, *behaviours: str) -> None:
+        """Answer the next requests with these behaviours, in order (then ``ok`` again)."""
+        unknown = set(behaviours) - BEHAVIOURS
+        if unknown:
+            msg = f"unknown behaviours {sorted(unknown)}; known: {sorted(BEHAVIOURS)}"
+            raise ValueError(msg)
+        self._script.extend(behaviours)
+
+    def hold(self) -> None:
+        """Hold every request before answering it, until :meth:`unhang`.
+
+        Held requests stay counted in :attr:`active`, so a burst piles up at the server as
+        far as the client lets it, and any excess over a gate's capacity would show.
+        """
+        self._holding = True
+
+    def unhang(self) -> None:
+        """Let every hung request (and every later one) finish."""
+        self._unhang.set()
+
+    async def wait_until(self, predicate: Callable[[FakeProvider], bool]) -> None:
+        """Wait until ``predicate(self)`` holds; re-checked whenever a counter changes."""
+        while not predicate(self):
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        body = await _read_body(receive)
+        payload = json.loads(body) if body else {}
+        headers = dict(scope["headers"])
+        behaviour = headers.get(b"x-fake", b"").decode() or (
+            self._script.popleft() if self._script else "ok"
+        )
+        self.requests += 1
+        self.seen.append(behaviour)
+        retry = headers.get(b"x-stainless-retry-count")
+        self.retry_counts.append(retry.decode() if retry is not None else None)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self._notify()
+        counted = [True]
+
+        def count_out() -> None:
+            if counted[0]:
+                counted[0] = False
+                self.active -= 1
+                self._notify()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                # A disconnect ends the request early, as it would on a real server.
+                tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+                await self._answer(scope["path"], payload, behaviour, _Sender(send, count_out))
+                tg.cancel_scope.cancel()
+        finally:
+            count_out()
+
+    async def _answer(
+        self, path: str, payload: dict[str, Any], behaviour: str, send: _Sender
+    ) -> None:
+        anthropic = path.endswith("/messages")
+        if self._holding or behaviour == "hang_headers":
+            await self._unhang.wait()
+        if behaviour in _ERRORS:
+            status, extra, error = _ERRORS[behaviour]
+            if anthropic:
+                doc: dict[str, Any] = {
+                    "type": "error",
+                    "error": {"type": error["type"], "message": error["message"]},
+                }
+            else:
+                doc = {"error": error}
+            await self._respond(send, status, "application/json", [json.dumps(doc).encode()], extra)
+            return
+        if not payload.get("stream"):
+            doc = _anthropic_message(payload) if anthropic else _openai_completion(payload)
+            await self._respond(send, 200, "application/json", [json.dumps(doc).encode()])
+            return
+        events = _anthropic_events(payload) if anthropic else _openai_events(payload)
+        if behaviour == "hang_stream":
+            await send(_start(200, "text/event-stream"))
+            await send({"type": "http.response.body", "body": events[0], "more_body": True})
+            await self._unhang.wait()
+            await self._finish(send, events[1:])
+            return
+        await send(_start(200, "text/event-stream"))
+        await self._finish(send, events)
+
+    async def _respond(
+        self,
+        send: _Sender,
+        status: int,
+        content_type: str,
+        chunks: list[bytes],
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        await send(_start(status, content_type, extra))
+        await self._finish(send, chunks)
+
+    async def _finish(self, send: _Sender, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        # Count the request out *before* the last byte leaves: once the client has the whole
+        # response it may start the next request, which must not meet this one still counted.
+        send.count_out()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _Sender:
+    """The ASGI ``send`` of one request, plus how to count that request out (once)."""
+
+    def __init__(self, send: Send, count_out: Callable[[], None]) -> None:
+        self._send = send
+        self.count_out = count_out
+
+    async def __call__(self, message: Message) -> None:
+        await self._send(message)
+
+
+# ---------------------------------------------------------------------- ASGI helpers
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return body
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def _start(
+    status: int, content_type: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> Message:
+    headers = [(b"content-type", content_type.encode()), *(extra or [])]
+    return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+def _sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+def _openai_completion(payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": payload.get("model", "fake"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(CHUNKS)},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 4, "total_tokens": 5},
+    }
+
+
+def _openai_events(payload: dict[str, Any]) -> list[bytes]:
+    model = payload.get("model", "fake")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return _sse(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        *(chunk({"content": text}) for text in CHUNKS),
+        chunk({}, "stop"),
+        _sse("[DONE]"),
+    ]
+
+
+def _anthropic_message(payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": payload.get("model", "fake"),
+        "content": [{"type": "text", "text": "".join(CHUNKS)}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 4},
+    }
+
+
+def _anthropic_events(payload: dict[str, Any]) -> list[bytes]:
+    start = _anthropic_message(payload) | {"content": [], "stop_reason": None}
+    return [
+        _sse({"type": "message_start", "message": start}, "message_start"),
+        _sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            "content_block_start",
+        ),
+        *(
+            _sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text},
+                },
+                "content_block_delta",
+            )
+            for text in CHUNKS
+        ),
+        _sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+        _sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 4},
+            },
+            "message_delta",
+        ),
+        _sse({"type": "message_stop"}, "message_stop"),
+    ]
+
+
+# ---------------------------------------------------------------------- serving
+
+
+@asynccontextmanager
+async def serve(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve ``app`` with hypercorn on 127.0.0.1 (a free port) in this event loop.
+
+    Yields the base URL. The listening socket is bound and listening before hypercorn starts,
+    so clients may connect at once (the kernel queues them until the first accept).
+    """
+    from hypercorn.config import Config
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the descriptor from here on
+    config.accesslog = None
+    config.errorlog = None
+    # An upper bound, not a sleep: shutdown returns as soon as the connections are closed.
+    config.graceful_timeout = 10
+    shutdown = anyio.Event()
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve as hypercorn_serve
+    else:
+        from hypercorn.asyncio import serve as hypercorn_serve  # type: ignore[assignment]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: hypercorn_serve(app, config, shutdown_trigger=shutdown.wait))  # type: ignore[arg-type]
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            shutdown.set()
