@@ -155,12 +155,15 @@ class Gate:
 
     def __init__(self, capacity: float = math.inf, *, name: str | None = None) -> None:
         cap = _check_capacity(capacity)
-        if name is None:
-            name = f"gate-{id(self):x}"
-        elif not isinstance(name, str):
-            msg = f"name must be a str (got {name!r} of type {type(name).__name__})"
+        # Typed as object: the check is for callers that are not type-checked, and mypy
+        # would otherwise call it unreachable.
+        label: object = name
+        if label is None:
+            label = f"gate-{id(self):x}"
+        elif not isinstance(label, str):
+            msg = f"name must be a str (got {label!r} of type {type(label).__name__})"
             raise TypeError(msg)
-        self._name = name
+        self._name = label
         self._capacity: float = cap
         # int mirror of capacity so the hot path compares int to int.
         self._limit = _UNLIMITED if cap == math.inf else int(cap)

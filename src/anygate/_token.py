@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import CodeType, TracebackType
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -42,7 +42,9 @@ class Token:
     _code: CodeType
     _lasti: int
 
-    def __init__(self, *args: object, **kwargs: object) -> NoReturn:
+    # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
+    # returning Never and rejects object.__new__(Token) in make_token.
+    def __init__(self, *args: object, **kwargs: object) -> None:
         self._gate = None  # the half-built object is still finalized: keep __del__ quiet
         msg = "Token has no public constructor; obtain one from Gate.acquire() and friends"
         raise TypeError(msg)
