@@ -1,0 +1,192 @@
+"""A hypothesis state machine checks the gate's locked steps against a plain reference model.
+
+The machine drives the same internal steps the public methods use (``_admit``,
+``_enqueue``, ``_withdraw``, ``_abandon``, token release, the capacity setter) with waiters
+whose wake-up is recorded instead of resuming a task, so every interleaving of grants,
+cancellations, dead loops, leaks and resizes can be explored deterministically. The
+invariants are the ones in ``anygate._gate``'s module docstring.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from anygate import Gate, Token, _waiters
+from anygate._token import make_token
+
+
+class RecordingWaiter(_waiters.Waiter):
+    """A waiter whose wake-up is recorded; ``alive=False`` models a closed event loop."""
+
+    __slots__ = ("alive", "log", "name")
+
+    def __init__(self, name: int, log: list[int], *, alive: bool) -> None:
+        super().__init__()
+        self.name = name
+        self.log = log
+        self.alive = alive
+
+    def wake(self) -> bool:
+        if self.alive:
+            self.log.append(self.name)
+        return self.alive
+
+
+class GateMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = Gate(2)
+        self.woken: list[int] = []
+        self.waiters: dict[int, RecordingWaiter] = {}
+        self.tokens: list[Token] = []  # the only references: dropping one leaks it
+        # Reference model.
+        self.capacity: float = 2
+        self.queue: deque[int] = deque()  # live waiters, FIFO
+        self.granted: set[int] = set()  # granted, not yet resumed
+        self.expected_wakes: list[int] = []
+        self.next_name = 0
+        self.peak_grant_excess = 0
+
+    # ----------------------------------------------------------------- model helpers
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.tokens) + len(self.granted)
+
+    def _take_head(self) -> None:
+        """The head waiter receives a slot already counted in in_flight."""
+        name = self.queue.popleft()
+        if self.waiters[name].alive:
+            # The slot is counted once (by its placeholder) at this point.
+            self.peak_grant_excess = max(self.peak_grant_excess, int(self.in_flight > self.capacity))
+            self.granted.add(name)
+            self.expected_wakes.append(name)
+        else:
+            self._route_freed_slot(counted=True)  # a dead waiter gives its slot up again
+
+    def _route_freed_slot(self, *, counted: bool = False) -> None:
+        """A slot is given up: the head waiter gets it if it fits under capacity, else it is freed.
+
+        ``counted`` means the slot is still in in_flight (a dead waiter's grant); otherwise
+        its holder has already been removed from the model.
+        """
+        in_flight_with_slot = self.in_flight + (0 if counted else 1)
+        if self.queue and in_flight_with_slot <= self.capacity:
+            if not counted:
+                self.granted.add(-1)  # placeholder keeps in_flight right during the handoff
+            self._take_head()
+            self.granted.discard(-1)
+        # else: freed (nothing to record; in_flight already excludes it)
+
+    def _token(self) -> Token:
+        return make_token(self.gate, GateMachine._token.__code__, 0)
+
+    # ----------------------------------------------------------------- rules
+
+    @rule()
+    def acquire_nowait(self) -> None:
+        admitted = self.gate._admit()
+        assert admitted == (not self.queue and self.in_flight < self.capacity)
+        if admitted:
+            self.tokens.append(self._token())
+
+    @rule(alive=st.booleans())
+    def enqueue(self, alive: bool) -> None:
+        name = self.next_name
+        self.next_name += 1
+        waiter = RecordingWaiter(name, self.woken, alive=alive)
+        self.waiters[name] = waiter
+        admitted = self.gate._enqueue(waiter)
+        assert admitted == (not self.queue and self.in_flight < self.capacity)
+        if admitted:
+            self.tokens.append(self._token())
+        else:
+            self.queue.append(name)
+
+    @precondition(lambda self: bool(self.queue))
+    @rule(data=st.data())
+    def cancel_queued(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(list(self.queue)))
+        assert self.gate._withdraw(self.waiters[name])  # it held no slot
+        self.queue.remove(name)
+
+    @precondition(lambda self: bool(self.granted))
+    @rule(data=st.data())
+    def cancel_after_grant(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.granted)))
+        self.gate._abandon(self.waiters[name])
+        self.granted.discard(name)
+        self._route_freed_slot()
+
+    @precondition(lambda self: bool(self.granted))
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.granted)))
+        assert not self.gate._withdraw(self.waiters[name])  # it holds the slot
+        self.granted.discard(name)
+        self.tokens.append(self._token())
+
+    @precondition(lambda self: bool(self.tokens))
+    @rule(data=st.data(), twice=st.booleans())
+    def release(self, data: st.DataObject, twice: bool) -> None:
+        token = self.tokens.pop(data.draw(st.integers(0, len(self.tokens) - 1)))
+        token.release()
+        if twice:
+            token.release()  # idempotent
+        self._route_freed_slot()
+
+    @precondition(lambda self: bool(self.tokens))
+    @rule(data=st.data())
+    def leak(self, data: st.DataObject) -> None:
+        index = data.draw(st.integers(0, len(self.tokens) - 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del self.tokens[index]  # the last reference: Token.__del__ reclaims the slot
+        self._route_freed_slot()
+
+    @rule(capacity=st.one_of(st.integers(0, 5), st.just(math.inf)))
+    def set_capacity(self, capacity: float) -> None:
+        self.gate.capacity = capacity
+        self.capacity = capacity
+        # Reserve a slot for each head waiter while room remains, then wake them in order.
+        batch = []
+        while self.queue and self.in_flight + len(batch) < capacity:
+            batch.append(self.queue.popleft())
+        for name in batch:
+            self.granted.add(-2 - name)  # reserved, not yet woken
+        for name in batch:
+            self.granted.discard(-2 - name)
+            self.queue.appendleft(name)
+            self.granted.add(-1)
+            self._take_head()
+            self.granted.discard(-1)
+
+    def teardown(self) -> None:
+        for token in self.tokens:
+            token.release()
+
+    # ----------------------------------------------------------------- invariants
+
+    @invariant()
+    def counts_match_the_model(self) -> None:
+        stats = self.gate.statistics()
+        assert stats.in_flight == self.in_flight >= 0
+        assert stats.waiting == len(self.queue)
+
+    @invariant()
+    def grants_are_fifo_and_only_to_live_waiters(self) -> None:
+        assert self.woken == self.expected_wakes
+
+    @invariant()
+    def no_grant_ever_exceeds_capacity(self) -> None:
+        assert self.peak_grant_excess == 0
+
+
+GateMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+test_gate_matches_model = GateMachine.TestCase
