@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from anygate import _registry
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _BACKENDS: list[Any] = [pytest.param("asyncio", id="asyncio")]
 if importlib.util.find_spec("uvloop") is not None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -13,6 +12,9 @@ import anygate
 from anygate import Busy, Gate, Token
 
 from .conftest import mock_clock
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.anyio
 
@@ -143,7 +145,9 @@ async def test_timeout_raises_busy_after_exactly_the_wait(anyio_backend: Any) ->
         await gate.acquire(timeout=7.5)
     assert anyio.current_time() - start == pytest.approx(7.5)
     message = str(info.value)
-    assert "'llm'" in message and "2 of 2" in message and "7.5s" in message
+    assert "'llm'" in message
+    assert "2 of 2" in message
+    assert "7.5s" in message
     assert isinstance(info.value, anygate.AnygateError)
     assert (info.value.gate, info.value.capacity, info.value.waited) == ("llm", 2, 7.5)
     stats = gate.statistics()
@@ -471,7 +475,8 @@ def test_bad_capacity_is_rejected_and_gate_unchanged(
     """Bad capacities raise naming the parameter and value, both at creation and live."""
     with pytest.raises(error) as info:
         Gate(value)  # type: ignore[arg-type]
-    assert "capacity" in str(info.value) and fragment in str(info.value)
+    assert "capacity" in str(info.value)
+    assert fragment in str(info.value)
     gate = Gate(3)
     held = gate.acquire_nowait()
     with pytest.raises(error):

@@ -64,7 +64,9 @@ class GateMachine(RuleBasedStateMachine):
         name = self.queue.popleft()
         if self.waiters[name].alive:
             # The slot is counted once (by its placeholder) at this point.
-            self.peak_grant_excess = max(self.peak_grant_excess, int(self.in_flight > self.capacity))
+            self.peak_grant_excess = max(
+                self.peak_grant_excess, int(self.in_flight > self.capacity)
+            )
             self.granted.add(name)
             self.expected_wakes.append(name)
         else:

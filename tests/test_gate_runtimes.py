@@ -6,10 +6,9 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -17,6 +16,9 @@ import anyio.to_thread
 import pytest
 
 from anygate import Busy, Gate, Token, _waiters
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 pytestmark = pytest.mark.anyio
 
@@ -291,8 +293,10 @@ def test_waiter_on_a_closed_loop_passes_its_slot_on() -> None:
     async def acquire() -> Token:
         return await gate.acquire()
 
+    stranded: list[asyncio.Task[Token]] = []
+
     async def strand() -> None:
-        loop.create_task(acquire())  # parks and is never resumed
+        stranded.append(loop.create_task(acquire()))  # parks and is never resumed
         await asyncio.sleep(0)
         queued.set()
 
@@ -379,7 +383,9 @@ def test_soak_many_runtimes_share_one_gate() -> None:
         gate.capacity = 3
 
     with ExitStack() as stack:
-        portals = [stack.enter_context(loop_thread(kind)) for kind in ("asyncio", "asyncio", "trio")]
+        portals = [
+            stack.enter_context(loop_thread(kind)) for kind in ("asyncio", "asyncio", "trio")
+        ]
         futures: list[Future[Any]] = []
         for p, portal in enumerate(portals):
             futures += [portal.start_task_soon(async_worker, p * 10 + k) for k in range(3)]
@@ -408,4 +414,3 @@ def test_acquire_sync_refused_inside_trio_and_asyncio_loops() -> None:
         with loop_thread(kind) as portal, pytest.raises(RuntimeError, match=kind):
             portal.call(call)
     assert gate.in_flight == 0
-

@@ -133,11 +133,6 @@ def test_refused_token_construction_leaves_no_half_built_object(
     assert unraisable == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="copy.copy(token) duplicates a held token and both release the slot "
-    "(in_flight goes to -1); reported to the gate's owner, remove this mark when fixed",
-)
 def test_token_cannot_be_copied() -> None:
     """Copying a held token would mint a second release of one slot, so it is refused."""
     gate = anygate.Gate(1, name="copy")

@@ -29,10 +29,8 @@ import sys
 import threading
 import warnings
 from collections import deque
-from collections.abc import Generator
 from dataclasses import dataclass
-from types import CodeType, TracebackType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
@@ -40,6 +38,10 @@ from . import _waiters
 from ._errors import Busy
 from ._token import Token, code_site, make_token
 from ._waiters import DEAD, GONE, GRANTED, WAITING, Waiter, ki_protected
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+    from types import CodeType, TracebackType
 
 __all__ = ["Gate", "GateStatistics"]
 
@@ -288,7 +290,7 @@ class Gate:
         running = _waiters.event_loop_running()
         if running is not None:
             msg = (
-                f"Gate.acquire_sync() called on a thread running a {running} event loop; "
+                f"Gate.acquire_sync() called on a thread running an event loop ({running}); "
                 "it would block the loop. Use `await gate.acquire()` instead"
             )
             raise RuntimeError(msg)
@@ -337,18 +339,18 @@ class Gate:
             self._drain_leaks()
         return make_token(self, code, lasti) if admitted else None
 
-    async def _wait(self, timeout: float | None, code: CodeType, lasti: int) -> Token:
-        if timeout == 0:
+    async def _wait(self, wait_s: float | None, code: CodeType, lasti: int) -> Token:
+        if wait_s == 0:
             raise self._busy(0.0, rejected=True)
         _waiters.ensure_trio_protection()
         waiter = _waiters.async_waiter()
         if self._enqueue(waiter):
             return make_token(self, code, lasti)
         try:
-            if timeout is None:
+            if wait_s is None:
                 await waiter.park(self._withdraw)
             else:
-                with anyio.move_on_after(timeout):
+                with anyio.move_on_after(wait_s):
                     await waiter.park(self._withdraw)
         except BaseException:
             self._abandon(waiter)
@@ -356,7 +358,7 @@ class Gate:
         # A grant can race the deadline; if it won, the slot is ours and the timeout's own
         # cancellation was absorbed by the scope above, so nothing is swallowed.
         if self._withdraw(waiter):
-            raise self._busy(timeout or 0.0, timed_out=True)
+            raise self._busy(wait_s or 0.0, timed_out=True)
         return make_token(self, code, lasti)
 
     # ------------------------------------------------------------------ locked steps

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._gate import Gate, _check_capacity
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from ._breaker import CircuitBreaker
 
 __all__ = ["Registry", "breakers", "shared_gate"]

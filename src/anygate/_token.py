@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from types import CodeType, TracebackType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, NoReturn, final
 
 if TYPE_CHECKING:
+    from types import CodeType, TracebackType
+
     from typing_extensions import Self
 
     from ._gate import Gate
@@ -64,6 +65,18 @@ class Token:
         gate = self._gate
         if gate is not None:
             gate._release(self)
+
+    def __copy__(self) -> NoReturn:
+        # A copy would be a second release of one slot (in_flight would go negative).
+        msg = "a Token stands for one slot and cannot be copied; pass the token itself"
+        raise TypeError(msg)
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        msg = "a Token is bound to a gate in this process and cannot be pickled"
+        raise TypeError(msg)
 
     def __enter__(self) -> Self:
         return self
