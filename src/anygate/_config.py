@@ -237,9 +237,11 @@ class BreakerConfig:
 
     Args:
         failure_threshold: consecutive counted failures that open the breaker (>= 1).
-            YAML ``circuit_breaker.failure_threshold``. Default 5.
+            YAML ``circuit_breaker.failure_threshold``. ``None`` (the default, or the key
+            absent): keep the shared breaker's value, 5 when this policy creates it.
         recovery_timeout_sec: seconds it stays open before one probe (>= 0). YAML
-            ``circuit_breaker.recovery_timeout_sec``. 60.
+            ``circuit_breaker.recovery_timeout_sec``. ``None``: keep the shared breaker's
+            value, 60 when this policy creates it.
         enabled: ``False`` turns the breaker off. YAML ``circuit_breaker.enabled``.
         name: the process-wide breaker's name; ``None`` uses the policy's name. YAML
             ``circuit_breaker.name``.
@@ -249,8 +251,8 @@ class BreakerConfig:
         ConfigError: a value out of range.
     """
 
-    failure_threshold: int = 5
-    recovery_timeout_sec: float = 60.0
+    failure_threshold: int | None = None
+    recovery_timeout_sec: float | None = None
     enabled: bool = True
     name: str | None = None
 
@@ -259,12 +261,12 @@ class BreakerConfig:
         set_(
             self,
             "failure_threshold",
-            _PY.integer("failure_threshold", self.failure_threshold, minimum=1),
+            _PY.integer("failure_threshold", self.failure_threshold, minimum=1, none=True),
         )
         set_(
             self,
             "recovery_timeout_sec",
-            _PY.number("recovery_timeout_sec", self.recovery_timeout_sec),
+            _PY.number("recovery_timeout_sec", self.recovery_timeout_sec, none=True),
         )
         _PY.boolean("enabled", self.enabled)
         _PY.name("name", self.name, none=True)
@@ -347,6 +349,7 @@ class PolicyConfig:
                 "name": b.name or self.name,
                 "failure_threshold": b.failure_threshold,
                 "recovery_timeout_sec": b.recovery_timeout_sec,
+                # None above means "the shared breaker's value" (5 and 60 when created).
             },
         }
 

@@ -295,8 +295,10 @@ class Policy:
             bname,
             lambda: CircuitBreaker(
                 bname,
-                failure_threshold=bcfg.failure_threshold,
-                recovery_timeout=bcfg.recovery_timeout_sec,
+                failure_threshold=5 if bcfg.failure_threshold is None else bcfg.failure_threshold,
+                recovery_timeout=(
+                    60.0 if bcfg.recovery_timeout_sec is None else bcfg.recovery_timeout_sec
+                ),
                 clock=time.monotonic if clock is None else clock,
             ),
         )
@@ -305,9 +307,9 @@ class Policy:
         if clock is not None and shared.clock is not clock:
             msg = f"the shared breaker {bname!r} already uses clock {shared.clock!r}; pass breaker= to use another clock"
             raise ValueError(msg)
-        same = (
-            shared.failure_threshold == bcfg.failure_threshold
-            and shared.recovery_timeout == bcfg.recovery_timeout_sec
+        # Only settings this policy states count; None means "whatever it has now".
+        same = bcfg.failure_threshold in (None, shared.failure_threshold) and (
+            bcfg.recovery_timeout_sec in (None, shared.recovery_timeout)
         )
         if not same:
             if not reconfigure:
@@ -315,7 +317,7 @@ class Policy:
                     f"circuit_breaker: the shared breaker {bname!r} already has "
                     f"failure_threshold={shared.failure_threshold}, recovery_timeout_sec="
                     f"{shared.recovery_timeout:g}; this policy asks for "
-                    f"{bcfg.failure_threshold}, {bcfg.recovery_timeout_sec:g}. Pass "
+                    f"{bcfg.failure_threshold}, {bcfg.recovery_timeout_sec}. Pass "
                     f"reconfigure=True to apply them live, or use another circuit_breaker.name"
                 )
                 raise ConfigError(msg, path="circuit_breaker", value=bcfg)

@@ -1,0 +1,279 @@
+"""Policy with its breaker, events, redaction and the shared gate/breaker per name."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate import (
+    BreakerConfig,
+    BreakerStateChanged,
+    CallFailed,
+    CircuitOpen,
+    Policy,
+    ResponseError,
+    RetryConfig,
+    SlotAdmitted,
+    SlotWaiting,
+)
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock, Script, burst, quota, transient
+
+pytestmark = pytest.mark.anyio
+virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
+
+
+def tripping_policy(clock: FakeClock, **kwargs: Any) -> Policy:
+    """Threshold 1, recovery 60 s, a manual clock, instant retries."""
+    return Policy(
+        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=60),
+        retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0),
+        clock=clock,
+        **kwargs,
+    )
+
+
+async def test_burst_rate_exhaustion_does_not_trip_the_breaker() -> None:
+    """Ported: a slope throttle is not "provider down"; transient exhaustion is."""
+    clock = FakeClock()
+    policy = tripping_policy(clock)
+    assert policy.breaker is not None
+    with pytest.raises(CallFailed):
+        await policy.call(Script(burst(), burst()))
+    assert policy.breaker.state == "closed"
+    with pytest.raises(CallFailed):
+        await policy.call(Script(transient(), transient(), transient()))
+    assert policy.breaker.state == "open"
+
+
+async def test_non_retriable_failures_are_neutral() -> None:
+    """quota/auth/generic failures never trip the breaker."""
+    policy = tripping_policy(FakeClock())
+    for _ in range(3):
+        with pytest.raises(CallFailed):
+            await policy.call(Script(quota()))
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+
+
+async def test_open_breaker_fails_fast_without_calling_fn() -> None:
+    """CircuitOpen comes before any slot or attempt."""
+    clock = FakeClock()
+    policy = tripping_policy(clock)
+    with pytest.raises(CallFailed):
+        await policy.call(Script(*[transient() for _ in range(3)]))
+    script = Script()
+    clock.now += 10
+    with pytest.raises(CircuitOpen) as info:
+        await policy.call(script)
+    assert script.calls == 0
+    assert info.value.retry_after == 50
+
+
+async def test_a_probe_consumed_by_a_non_retriable_error_does_not_wedge_the_breaker() -> None:
+    """Ported: the half-open probe fails with quota (neutral); the next caller probes and
+    closes the breaker."""
+    clock = FakeClock()
+    policy = tripping_policy(clock)
+    with pytest.raises(CallFailed):
+        await policy.call(Script(*[transient() for _ in range(3)]))
+    clock.now += 60
+    with pytest.raises(CallFailed):
+        await policy.call(Script(quota()))
+    assert policy.breaker is not None
+    assert policy.breaker.state == "half_open"
+    assert await policy.call(Script()) == "ok"
+    assert policy.breaker.state == "closed"
+
+
+async def test_half_open_lets_exactly_one_probe_through_without_serialising() -> None:
+    """While the probe is in flight every other caller fails fast (not queued behind it)."""
+    clock = FakeClock()
+    events: list[Any] = []
+    policy = tripping_policy(clock, hooks=[events.append])
+    with pytest.raises(CallFailed):
+        await policy.call(Script(*[transient() for _ in range(3)]))
+    clock.now += 60
+    release = anyio.Event()
+    probing = anyio.Event()
+
+    async def slow_probe() -> str:
+        probing.set()
+        await release.wait()
+        return "recovered"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(policy.call, slow_probe)
+        await probing.wait()
+        for _ in range(3):
+            with pytest.raises(CircuitOpen):
+                await policy.call(Script())
+        release.set()
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+    changes = [(e.old, e.new) for e in events if isinstance(e, BreakerStateChanged)]
+    assert changes == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+
+
+async def test_control_flow_exceptions_propagate_and_release_the_probe() -> None:
+    """Declared control-flow exceptions pass through unchanged and are neutral."""
+
+    class GraphBubbleUp(Exception):
+        pass
+
+    clock = FakeClock()
+    policy = tripping_policy(clock, control_flow=["GraphBubbleUp"])
+    with pytest.raises(CallFailed):
+        await policy.call(Script(*[transient() for _ in range(3)]))
+    clock.now += 60
+    signal = GraphBubbleUp("interrupt")
+    with pytest.raises(GraphBubbleUp) as info:
+        await policy.call(Script(signal))
+    assert info.value is signal
+    assert await policy.call(Script()) == "ok"
+
+
+async def test_cancellation_releases_the_probe() -> None:
+    """A cancelled probe is neutral: the next caller may probe."""
+    clock = FakeClock()
+    policy = tripping_policy(clock)
+    with pytest.raises(CallFailed):
+        await policy.call(Script(*[transient() for _ in range(3)]))
+    clock.now += 60
+
+    async def hang() -> None:
+        await anyio.sleep_forever()
+
+    with anyio.move_on_after(0.01):
+        await policy.call(hang)
+    assert await policy.call(Script()) == "ok"
+
+
+async def test_retries_stop_when_the_breaker_opens_meanwhile() -> None:
+    """An ordinary call does not keep retrying into a breaker other calls opened."""
+    clock = FakeClock()
+    events: list[Any] = []
+    policy = tripping_policy(clock, hooks=[events.append])
+    assert policy.breaker is not None
+    other = policy.breaker.acquire()
+
+    async def fails_and_opens() -> None:
+        other.failure()  # another call gives up meanwhile and opens the breaker
+        raise transient()
+
+    with pytest.raises(CallFailed):
+        await policy.call(fails_and_opens)
+    assert [e.why for e in events if isinstance(e, anygate.GaveUp)] == ["circuit_open"]
+
+
+async def test_policies_with_the_same_name_share_the_breaker() -> None:
+    """The breaker is process-wide per name."""
+    clock = FakeClock()
+    first = tripping_policy(clock)
+    second = tripping_policy(clock)
+    assert first.breaker is second.breaker
+    with pytest.raises(CallFailed):
+        await first.call(Script(*[transient() for _ in range(3)]))
+    with pytest.raises(CircuitOpen):
+        await second.call(Script())
+
+
+def test_conflicting_shared_settings_raise_unless_reconfigured() -> None:
+    """A second policy may not silently resize the shared gate or retune the breaker."""
+    first = Policy(max_concurrent_calls=4)
+    with pytest.raises(anygate.ConfigError, match="already has capacity 4"):
+        Policy(max_concurrent_calls=2)
+    assert Policy().gate is first.gate
+    assert Policy(max_concurrent_calls=4).gate is first.gate
+    resized = Policy(max_concurrent_calls=2, reconfigure=True)
+    assert resized.gate is first.gate
+    assert first.gate.capacity == 2
+    with pytest.raises(anygate.ConfigError, match="failure_threshold=5"):
+        Policy(circuit_breaker=BreakerConfig(failure_threshold=2))
+    Policy(circuit_breaker=BreakerConfig(failure_threshold=2), reconfigure=True)
+    assert first.breaker is not None
+    assert first.breaker.failure_threshold == 2
+    assert Policy(gate_name="other", max_concurrent_calls=2).gate is not first.gate
+
+
+@virtual_time
+async def test_raising_max_concurrent_calls_admits_queued_attempts_at_once() -> None:
+    """The live resize: queued attempts start as soon as capacity grows."""
+    policy = Policy(max_concurrent_calls=1)
+    held = policy.gate.acquire_nowait()
+    done = anyio.Event()
+
+    async def record() -> None:
+        done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(policy.call, record)
+        await anyio.wait_all_tasks_blocked()
+        assert policy.gate.waiting == 1
+        policy.max_concurrent_calls = 2
+        await done.wait()
+    assert policy.max_concurrent_calls == 2
+    policy.max_concurrent_calls = 0
+    assert policy.gate.capacity == float("inf")
+    held.release()
+
+
+@virtual_time
+async def test_slot_events_report_the_wait() -> None:
+    """SlotWaiting when the gate is full, then SlotAdmitted with the exact wait."""
+    events: list[Any] = []
+    policy = Policy(max_concurrent_calls=1, hooks=[events.append])
+    held = policy.gate.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(policy.call, Script())
+        await anyio.sleep(2)
+        held.release()
+    waiting = [e for e in events if isinstance(e, SlotWaiting)]
+    admitted = [e for e in events if isinstance(e, SlotAdmitted)]
+    assert [(e.attempt, e.in_flight, e.capacity) for e in waiting] == [(1, 1, 1)]
+    assert [(e.attempt, e.waited_s) for e in admitted] == [(1, 2.0)]
+
+
+async def test_a_raising_hook_is_logged_and_never_breaks_the_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broken hook is logged under 'anygate'; later hooks and the call go on."""
+    seen: list[Any] = []
+
+    def broken(event: Any) -> None:
+        raise RuntimeError("dashboard down")
+
+    policy = Policy(hooks=[broken, seen.append])
+    with caplog.at_level(logging.ERROR, logger="anygate"), anygate.set_testing(True):
+        assert await policy.call(Script(transient())) == "ok"
+    assert seen
+    assert "dashboard down" in caplog.text
+    assert "hook" in caplog.text
+
+
+async def test_secrets_never_reach_messages_events_or_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Keys and bearer tokens echoed by a provider are redacted everywhere we write text."""
+    events: list[Any] = []
+    leaky = ResponseError(
+        503, body={"error": {"message": "bad header Authorization: Bearer tok-SECRET-1"}}
+    )
+    fatal = ResponseError(
+        400, body={"error": {"message": "Incorrect API key provided: sk-SECRETSECRET"}}
+    )
+    policy = Policy(hooks=[events.append])
+    with caplog.at_level(logging.DEBUG, logger="anygate"), anygate.set_testing(True):
+        with pytest.raises(CallFailed) as info:
+            await policy.call(Script(leaky, fatal))
+    texts = [str(info.value), info.value.user_message, caplog.text]
+    for event in events:
+        texts += [str(getattr(event, "message", "")), repr(event)]
+    for text in texts:
+        assert "tok-SECRET-1" not in text
+        assert "sk-SECRETSECRET" not in text
+    assert "[REDACTED]" in caplog.text
