@@ -16,6 +16,8 @@ Behaviours: ``ok``; ``burst`` (429 ``limit_burst_rate``); ``retry_after`` (429 w
 (503); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
 (answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and one
 event, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
+A request with an ``x-fake-wait: <key>`` header waits for :meth:`FakeProvider.release` of
+that key before it is answered at all.
 
 This is not a model of a provider's timing; :mod:`anygate.sim` is.
 """
@@ -30,7 +32,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import sniffio
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -111,6 +112,7 @@ class FakeProvider:
         self._changed = anyio.Event()
         self._unhang = anyio.Event()
         self._holding = False
+        self._waits: dict[str, anyio.Event] = {}
 
     # ------------------------------------------------------------------ test controls
 
@@ -129,6 +131,15 @@ class FakeProvider:
         far as the client lets it, and any excess over a gate's capacity would show.
         """
         self._holding = True
+
+    def release(self, key: str) -> None:
+        """Let requests carrying ``x-fake-wait: <key>`` answer (now and from now on)."""
+        self._wait_event(key).set()
+
+    def _wait_event(self, key: str) -> anyio.Event:
+        if key not in self._waits:
+            self._waits[key] = anyio.Event()
+        return self._waits[key]
 
     def unhang(self) -> None:
         """Let every hung request (and every later one) finish."""
@@ -174,6 +185,9 @@ class FakeProvider:
             async with anyio.create_task_group() as tg:
                 # A disconnect ends the request early, as it would on a real server.
                 tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+                wait = headers.get(b"x-fake-wait")
+                if wait is not None:
+                    await self._wait_event(wait.decode()).wait()
                 await self._answer(scope["path"], payload, behaviour, _Sender(send, count_out))
                 tg.cancel_scope.cancel()
         finally:
@@ -396,13 +410,37 @@ async def serve(app: ASGIApp) -> AsyncIterator[str]:
     # An upper bound, not a sleep: shutdown returns as soon as the connections are closed.
     config.graceful_timeout = 10
     shutdown = anyio.Event()
-    if sniffio.current_async_library() == "trio":
+    stopped = anyio.Event()
+    if _running_trio():
         from hypercorn.trio import serve as hypercorn_serve
     else:
         from hypercorn.asyncio import serve as hypercorn_serve  # type: ignore[assignment]
+
+    async def run() -> None:
+        try:
+            await hypercorn_serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+        finally:
+            stopped.set()
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: hypercorn_serve(app, config, shutdown_trigger=shutdown.wait))  # type: ignore[arg-type]
+        tg.start_soon(run)
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
+            # Shut down gracefully even when the test failed: a hypercorn cancelled while
+            # closing its connections logs confusing errors on top of the real failure.
             shutdown.set()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                await stopped.wait()
+
+
+def _running_trio() -> bool:
+    try:
+        import trio
+    except ImportError:
+        return False
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
