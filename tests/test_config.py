@@ -1,0 +1,361 @@
+"""Configuration: YAML/mapping loading, strict validation, every key wired end to end."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate import (
+    BreakerConfig,
+    CallFailed,
+    ConfigError,
+    Policy,
+    PolicyConfig,
+    Reason,
+    RetryConfig,
+    RetryScheduled,
+    load_config,
+)
+from tests.conftest import mock_clock
+from tests.policy_helpers import Script, StreamChunkTimeoutError, burst, transient
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.yaml"
+
+
+def test_defaults_are_the_documented_numbers() -> None:
+    """An empty config gives deer-flow's defaults."""
+    config = load_config({})
+    retry = config.retry
+    assert (retry.max_attempts, retry.base_delay_ms, retry.cap_delay_ms) == (3, 1000, 8000)
+    assert (retry.burst_base_delay_ms, retry.retry_after_max_s) == (5000, 120)
+    assert dict(retry.reason_budgets) == {"burst_rate": 2}
+    assert dict(retry.exception_budgets) == {"StreamChunkTimeoutError": 2}
+    assert (config.busy_wait_s, config.max_concurrent_calls, config.name) == (60, None, "llm")
+    assert config.circuit_breaker.enabled
+    assert config == PolicyConfig()
+
+
+def test_the_example_file_documents_every_key_and_loads() -> None:
+    """config.example.yaml names every key there is, and its values are the defaults."""
+    yaml = pytest.importorskip("yaml")
+    raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    effective = load_config(EXAMPLE).to_mapping()
+    for section, keys in effective.items():
+        assert set(raw[section]) == set(keys), section
+    policy = Policy.from_config(EXAMPLE)
+    assert policy.max_concurrent_calls == 0
+    assert policy.breaker is not None
+    assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (5, 60)
+    assert policy.config.retry == RetryConfig()
+
+
+def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
+    """A file with nothing in it is valid."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing here\n", encoding="utf-8")
+    assert load_config(path) == PolicyConfig()
+
+
+FULL = {
+    "llm_call": {
+        "name": "chat",
+        "gate_name": "shared-llm",
+        "max_concurrent_calls": 2,
+        "busy_wait_s": 7,
+        "attempt_timeout_s": 30,
+        "provider": "dashscope",
+        "retry_max_attempts": 4,
+        "retry_base_delay_ms": 200,
+        "retry_cap_delay_ms": 400,
+        "burst_retry_base_delay_ms": 300,
+        "retry_after_max_s": 10,
+        "reason_budgets": {"burst_rate": 3, "busy": 2},
+        "exception_budgets": {"StreamChunkTimeoutError": 1},
+        "control_flow_exceptions": ["GraphBubbleUp"],
+        "rules": [{"contains": "model is loading", "reason": "busy"}],
+    },
+    "circuit_breaker": {
+        "enabled": True,
+        "name": "chat-breaker",
+        "failure_threshold": 2,
+        "recovery_timeout_sec": 15,
+    },
+}
+
+
+def test_every_key_lands_in_the_policy() -> None:
+    """Each key of a full config reaches the object that uses it."""
+    policy = Policy.from_config(FULL)
+    config = policy.config
+    assert (policy.name, policy.gate.name, policy.gate.capacity) == ("chat", "shared-llm", 2)
+    assert (config.busy_wait_s, config.attempt_timeout_s, config.provider) == (7, 30, "dashscope")
+    assert config.retry == RetryConfig(
+        max_attempts=4,
+        base_delay_ms=200,
+        cap_delay_ms=400,
+        burst_base_delay_ms=300,
+        retry_after_max_s=10,
+        reason_budgets={"burst_rate": 3, "busy": 2},
+        exception_budgets={"StreamChunkTimeoutError": 1},
+    )
+    assert config.control_flow == ("GraphBubbleUp",)
+    assert config.rules == (anygate.Rule(contains="model is loading", reason="busy"),)
+    assert policy.breaker is not None
+    assert policy.breaker.name == "chat-breaker"
+    assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (2, 15)
+    assert config.to_mapping()["llm_call"]["retry_cap_delay_ms"] == 400
+    assert load_config(config.to_mapping()).to_mapping() == config.to_mapping()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_every_key_changes_behaviour_end_to_end() -> None:
+    """The config's numbers drive the calls: budgets, windows, ceiling, rules, control flow,
+    provider hint, busy wait and the breaker."""
+    events: list[Any] = []
+    policy = Policy.from_config(FULL, hooks=[events.append], rng=random.Random(5))
+
+    # retry_max_attempts 4, transient window [200, 400] ms (base 200, cap 400)
+    script = Script(*[transient() for _ in range(5)])
+    with pytest.raises(CallFailed):
+        await policy.call(script)
+    assert script.calls == 4
+    waits = [e.wait_ms for e in events if isinstance(e, RetryScheduled)]
+    assert len(waits) == 3
+    assert all(200 <= w <= 400 for w in waits)
+
+    # failure_threshold 2 / recovery 15 s: a second exhausted call opens the breaker
+    assert policy.breaker is not None
+    policy.breaker.reset()
+    events.clear()
+    # reason_budgets: burst_rate 3, burst base 300 ms (window [300, 400])
+    script = Script(*[burst() for _ in range(5)])
+    with pytest.raises(CallFailed):
+        await policy.call(script)
+    assert script.calls == 3
+    assert all(300 <= e.wait_ms <= 400 for e in events if isinstance(e, RetryScheduled))
+
+    # exception_budgets: StreamChunkTimeoutError 1 -> no retry at all
+    script = Script(StreamChunkTimeoutError(), StreamChunkTimeoutError())
+    with pytest.raises(CallFailed):
+        await policy.call(script)
+    assert script.calls == 1
+
+    # retry_after_max_s 10: a Retry-After of 11 s gives up at once
+    script = Script(transient(retry_after="11"))
+    with pytest.raises(CallFailed):
+        await policy.call(script)
+    assert script.calls == 1
+    assert policy.breaker.state == "open"  # the stream timeout and the Retry-After give-up
+
+    policy.breaker.reset()
+    # rules: "model is loading" is busy (retriable) -> retried and succeeds
+    assert await policy.call(Script(anygate.ResponseError(400, body="model is loading"))) == "ok"
+    # provider dashscope: 429 insufficient_quota is a transient window -> retried
+    dashscope = anygate.ResponseError(429, body={"code": "insufficient_quota"})
+    assert await policy.call(Script(dashscope)) == "ok"
+
+    # control_flow_exceptions: GraphBubbleUp passes through unchanged
+    class GraphBubbleUp(Exception):
+        pass
+
+    with pytest.raises(GraphBubbleUp):
+        await policy.call(Script(GraphBubbleUp()))
+
+    # busy_wait_s 7 with max_concurrent_calls 2
+    held = [policy.gate.acquire_nowait(), policy.gate.acquire_nowait()]
+    start = anyio.current_time()
+    with pytest.raises(anygate.Busy):
+        await policy.call(Script())
+    assert anyio.current_time() - start == 7
+    for token in held:
+        token.release()
+
+
+def test_breaker_can_be_disabled() -> None:
+    """circuit_breaker.enabled: false means no breaker at all."""
+    policy = Policy.from_config({"circuit_breaker": {"enabled": False}})
+    assert policy.breaker is None
+
+
+BAD: list[tuple[Any, str, str]] = [
+    ({"llm_calls": {}}, "llm_calls", "unknown key 'llm_calls'"),
+    (
+        {"llm_call": {"retry_max_attempt": 3}},
+        "llm_call.retry_max_attempt",
+        "did you mean 'retry_max_attempts'",
+    ),
+    ({"circuit_breaker": {"threshold": 5}}, "circuit_breaker.threshold", "unknown key"),
+    ({"llm_call": [1, 2]}, "llm_call", "must be a mapping"),
+    (
+        {"llm_call": {"max_concurrent_calls": -1}},
+        "llm_call.max_concurrent_calls",
+        "an integer >= 0 or null (got -1)",
+    ),
+    ({"llm_call": {"max_concurrent_calls": 2.5}}, "llm_call.max_concurrent_calls", "of type float"),
+    ({"llm_call": {"max_concurrent_calls": True}}, "llm_call.max_concurrent_calls", "of type bool"),
+    ({"llm_call": {"max_concurrent_calls": "4"}}, "llm_call.max_concurrent_calls", "of type str"),
+    ({"llm_call": {"busy_wait_s": -5}}, "llm_call.busy_wait_s", ">= 0 or null (got -5)"),
+    ({"llm_call": {"busy_wait_s": "60s"}}, "llm_call.busy_wait_s", "a finite number"),
+    ({"llm_call": {"attempt_timeout_s": 0}}, "llm_call.attempt_timeout_s", "> 0 or null (got 0)"),
+    (
+        {"llm_call": {"retry_max_attempts": 0}},
+        "llm_call.retry_max_attempts",
+        "an integer >= 1 (got 0)",
+    ),
+    ({"llm_call": {"retry_base_delay_ms": -1}}, "llm_call.retry_base_delay_ms", ">= 0 (got -1)"),
+    (
+        {"llm_call": {"retry_cap_delay_ms": float("nan")}},
+        "llm_call.retry_cap_delay_ms",
+        "(got nan)",
+    ),
+    (
+        {"llm_call": {"burst_retry_base_delay_ms": float("inf")}},
+        "llm_call.burst_retry_base_delay_ms",
+        "(got inf)",
+    ),
+    ({"llm_call": {"retry_after_max_s": None}}, "llm_call.retry_after_max_s", "a finite number"),
+    (
+        {"llm_call": {"reason_budgets": {"slow": 2}}},
+        "llm_call.reason_budgets.slow",
+        "one of quota, auth",
+    ),
+    (
+        {"llm_call": {"reason_budgets": {"burst_rate": 0}}},
+        "llm_call.reason_budgets.burst_rate",
+        ">= 1 (got 0)",
+    ),
+    ({"llm_call": {"reason_budgets": [2]}}, "llm_call.reason_budgets", "a mapping"),
+    (
+        {"llm_call": {"exception_budgets": {"Not A Name": 2}}},
+        "llm_call.exception_budgets.Not A Name",
+        "class name",
+    ),
+    (
+        {"llm_call": {"control_flow_exceptions": "GraphBubbleUp"}},
+        "llm_call.control_flow_exceptions",
+        "a list",
+    ),
+    ({"llm_call": {"rules": [{"contains": "x"}]}}, "llm_call.rules[0].reason", "is required"),
+    ({"llm_call": {"rules": [{"reason": "busy"}]}}, "llm_call.rules[0]", "at least one of"),
+    (
+        {"llm_call": {"rules": [{"reason": "nap", "status": 1}]}},
+        "llm_call.rules[0].reason",
+        "one of quota",
+    ),
+    (
+        {"llm_call": {"rules": [{"reason": "busy", "statuss": 429}]}},
+        "llm_call.rules[0].statuss",
+        "did you mean 'status'",
+    ),
+    (
+        {"llm_call": {"rules": [{"reason": "busy", "status": "429"}]}},
+        "llm_call.rules[0].status",
+        "an HTTP status",
+    ),
+    ({"llm_call": {"name": ""}}, "llm_call.name", "a non-empty string"),
+    ({"circuit_breaker": {"enabled": "yes"}}, "circuit_breaker.enabled", "true or false"),
+    (
+        {"circuit_breaker": {"failure_threshold": 0}},
+        "circuit_breaker.failure_threshold",
+        ">= 1 (got 0)",
+    ),
+    (
+        {"circuit_breaker": {"recovery_timeout_sec": -1}},
+        "circuit_breaker.recovery_timeout_sec",
+        ">= 0 (got -1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "path", "fragment"), BAD, ids=[b[1] for b in BAD])
+def test_bad_values_are_rejected_with_the_key_path(config: Any, path: str, fragment: str) -> None:
+    """Ported and extended: each bad value raises ConfigError naming the key path, the
+    value and what is allowed; nothing falls back to a default silently."""
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert info.value.path == path
+    message = str(info.value)
+    assert path in message
+    assert fragment in message
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_non_mapping_document_is_rejected(tmp_path: Path) -> None:
+    """A YAML list at the top level is not a config."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(path)
+
+
+def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
+    """Python object tags are refused: the loader is yaml.safe_load."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "evil.yaml"
+    path.write_text("llm_call: !!python/object/apply:os.system ['true']\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_broken_or_missing_files_name_the_file(tmp_path: Path) -> None:
+    """Syntax errors and missing files are ConfigErrors that name the path."""
+    pytest.importorskip("yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("llm_call: {busy_wait_s: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(str(broken))):
+        load_config(broken)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(TypeError, match="path or a mapping"):
+        load_config(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("factory", "error", "fragment"),
+    [
+        (lambda: RetryConfig(max_attempts="3"), TypeError, "max_attempts must be an integer"),
+        (lambda: RetryConfig(max_attempts=0), ConfigError, "max_attempts must be an integer >= 1"),
+        (lambda: RetryConfig(cap_delay_ms=-1), ConfigError, "cap_delay_ms must be a finite"),
+        (lambda: RetryConfig(reason_budgets={"nope": 1}), ConfigError, "reason_budgets.nope"),
+        (lambda: BreakerConfig(failure_threshold=0), ConfigError, "failure_threshold"),
+        (lambda: BreakerConfig(enabled=1), TypeError, "enabled must be true or false"),
+        (lambda: Policy(busy_wait_s=-1), ConfigError, "busy_wait_s"),
+        (lambda: Policy(max_concurrent_calls=1.5), TypeError, "max_concurrent_calls"),
+        (lambda: Policy(hooks=[3]), TypeError, "hooks must be callables"),
+        (lambda: Policy(rng=object()), TypeError, "uniform"),
+        (lambda: Policy(control_flow=[3]), TypeError, "control_flow"),
+        (lambda: Policy(rules=["busy"]), TypeError, "rules entries"),
+    ],
+)
+def test_the_python_api_validates_the_same_way(
+    factory: Any, error: type[Exception], fragment: str
+) -> None:
+    """Keyword arguments: wrong types raise TypeError, bad values ConfigError (a ValueError)."""
+    with pytest.raises(error, match=re.escape(fragment)):
+        factory()
+
+
+def test_config_objects_are_frozen_values() -> None:
+    """Equal settings compare and hash equal; the objects cannot be changed."""
+    a = RetryConfig(max_attempts=2, reason_budgets={"burst_rate": 2})
+    b = RetryConfig(max_attempts=2)
+    assert a == b
+    assert hash(a) == hash(b)
+    assert {a, b} == {a}
+    assert RetryConfig(max_attempts=5) != b
+    with pytest.raises(AttributeError):
+        a.max_attempts = 9  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        a.reason_budgets["busy"] = 1  # type: ignore[index]
+    assert "max_attempts=2" in repr(a)
+    assert BreakerConfig(failure_threshold=3) == BreakerConfig(failure_threshold=3)
+    assert Reason.BURST_RATE.value in a.reason_budgets
