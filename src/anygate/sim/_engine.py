@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 
@@ -43,7 +43,11 @@ __all__ = ["Invoker", "run_scenario", "run_strategy", "seeded_scheduler"]
 
 
 class Invoker(Protocol):
-    """A strategy, ready to run inside one simulation: makes one logical call at a time."""
+    """A strategy, ready to run inside one simulation: makes one logical call at a time.
+
+    It may also have a ``controller`` attribute: an async callable the engine runs as a
+    task beside the fleet and cancels when the fleet is done.
+    """
 
     @property
     def summary(self) -> str:
@@ -116,10 +120,17 @@ async def _run(
         raise RuntimeError(msg)
     else:
         invoke = policy_factory(strategy, provider, recorder, seed)
-    with anyio.move_on_after(scenario.time_limit_s):
-        async with anyio.create_task_group() as tg:
-            for agent in workload.agents:
-                tg.start_soon(_agent, agent, invoke)
+    # A strategy may bring a controller task (say, one that adapts the cap over time); it
+    # runs beside the fleet and is cancelled once every agent is done.
+    controller: Callable[[], Coroutine[Any, Any, None]] | None = getattr(invoke, "controller", None)
+    async with anyio.create_task_group() as outer:
+        if controller is not None:
+            outer.start_soon(controller)
+        with anyio.move_on_after(scenario.time_limit_s):
+            async with anyio.create_task_group() as tg:
+                for agent in workload.agents:
+                    tg.start_soon(_agent, agent, invoke)
+        outer.cancel_scope.cancel()
     return summarize(strategy.name, invoke.summary, recorder, provider.trace, bound)
 
 

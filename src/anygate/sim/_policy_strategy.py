@@ -19,7 +19,7 @@ import logging
 import math
 import random
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -63,15 +63,15 @@ def strategy_config(spec: StrategySpec) -> PolicyConfig:
 
 @contextmanager
 def quiet_policy_logs() -> Iterator[None]:
-    """Silence the ``anygate`` logger's retry warnings while simulating; restore after.
+    """Silence the ``anygate`` logger while simulating; restore its level after.
 
-    A storm produces thousands of "retrying in ...ms" warnings that are the *subject* of
-    the simulation, not news for its user; without a configured handler Python would print
-    every one of them to stderr.
+    A storm produces thousands of retry warnings and breaker errors that are the *subject*
+    of the simulation, not news for its user; without a configured handler Python would
+    print every one of them to stderr. The report counts them instead.
     """
     logger = logging.getLogger("anygate")
     level = logger.level
-    logger.setLevel(logging.ERROR)
+    logger.setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
@@ -99,12 +99,13 @@ class PolicyInvoker:
         breaker_cfg = config.circuit_breaker
         breaker = None
         if breaker_cfg.enabled:
-            breaker = CircuitBreaker(
-                f"sim-{spec.name}",
-                failure_threshold=breaker_cfg.failure_threshold,
-                recovery_timeout=breaker_cfg.recovery_timeout_sec,
-                clock=anyio.current_time,
-            )
+            # Unstated settings keep CircuitBreaker's defaults, as a fresh shared one would.
+            settings: dict[str, Any] = {}
+            if breaker_cfg.failure_threshold is not None:
+                settings["failure_threshold"] = breaker_cfg.failure_threshold
+            if breaker_cfg.recovery_timeout_sec is not None:
+                settings["recovery_timeout"] = breaker_cfg.recovery_timeout_sec
+            breaker = CircuitBreaker(f"sim-{spec.name}", clock=anyio.current_time, **settings)
         self._policy = Policy.from_config(
             config,
             gate=Gate(cap if cap else math.inf, name=f"sim-{spec.name}"),
@@ -117,12 +118,17 @@ class PolicyInvoker:
         self._recorder = recorder
 
     @property
+    def policy(self) -> Policy:
+        """The policy every call goes through (its gate and breaker are this run's own)."""
+        return self._policy
+
+    @property
     def summary(self) -> str:
         """One line describing the strategy's settings."""
         c = self._config
         r = c.retry
         cap = c.max_concurrent_calls
-        breaker = c.circuit_breaker
+        breaker = self._policy.breaker
         wait = "forever" if c.busy_wait_s is None else f"{c.busy_wait_s:g}s"
         budgets = ", ".join(f"{k} {v}" for k, v in r.reason_budgets.items())
         text = (
@@ -132,10 +138,9 @@ class PolicyInvoker:
         )
         if budgets:
             text += f", budgets: {budgets}"
-        if breaker.enabled:
+        if breaker is not None:
             text += (
-                f"; breaker {breaker.failure_threshold} failures / "
-                f"{breaker.recovery_timeout_sec:g}s"
+                f"; breaker {breaker.failure_threshold} failures / {breaker.recovery_timeout:g}s"
             )
         else:
             text += "; no breaker"

@@ -162,7 +162,7 @@ class NaiveSpec:
     base_delay_s: float = 1.0
     factor: float = 2.0
     max_delay_s: float = 60.0
-    max_attempts: int = 6
+    max_attempts: int = 10
 
 
 @dataclass(frozen=True, kw_only=True)
