@@ -182,12 +182,12 @@ _USER_MESSAGES = {
         "increased too quickly. Please wait a moment and try again."
     ),
     Reason.TRANSIENT: (
-        "The LLM provider is temporarily unavailable after several attempts. Please wait "
-        "a moment and continue."
+        "The LLM provider is temporarily unavailable and the request could not be completed. "
+        "Please wait a moment and continue."
     ),
     Reason.BUSY: (
-        "The LLM provider is overloaded right now and did not recover after several "
-        "attempts. Please wait a moment and continue."
+        "The LLM provider is overloaded right now and the request could not be completed. "
+        "Please wait a moment and continue."
     ),
 }
 _STREAM_MESSAGE = (
