@@ -110,7 +110,7 @@ class PolicyInvoker:
             config,
             gate=Gate(cap if cap else math.inf, name=f"sim-{spec.name}"),
             breaker=breaker,
-            rng=random.Random(f"anygate.sim:{seed}:policy:{spec.name}"),
+            rng=random.Random(f"anygate.sim:{seed}:policy"),
             hooks=[self._hook],
         )
         self._config = config
