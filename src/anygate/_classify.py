@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
+from . import _patterns as P
 from ._backoff import parse_retry_after
 from ._errors import ResponseError
 from ._redact import redact
@@ -205,161 +206,6 @@ class Rule:
         return True
 
 
-# --------------------------------------------------------------------------- patterns
-
-_QUOTA_CODES = frozenset(
-    {"insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "arrearage"}
-)
-_QUOTA_PATTERNS = (
-    "insufficient_quota",
-    "exceeded your current quota",
-    "quota",
-    "billing",
-    "credit balance",
-    "payment required",
-    "余额不足",
-    "超出限额",
-    "额度不足",
-    "欠费",
-)
-# "Quota" wording that describes a moving window (tokens per minute) is a rate limit that
-# clears by itself, not an empty account.
-_RATE_WINDOW_PATTERNS = (
-    "per minute",
-    "per second",
-    "tokens per",
-    "requests per",
-    "rate quota",
-    "ratequota",
-    " tpm",
-    " rpm",
-)
-_AUTH_CODES = frozenset(
-    {"invalid_api_key", "authentication_error", "permission_error", "invalid_authentication"}
-)
-_AUTH_PATTERNS = (
-    "authentication",
-    "unauthorized",
-    "invalid api key",
-    "invalid_api_key",
-    "incorrect api key",
-    "invalid x-api-key",
-    "permission denied",
-    "forbidden",
-    "access denied",
-    "无权",
-    "未授权",
-)
-_BURST_PATTERNS = (
-    "limit_burst_rate",
-    "burst rate",
-    "burst-rate",
-    "burst_rate",
-    "burstrate",
-    "request rate increased too quickly",
-    "slope limit",
-    "请求速率增长过快",
-    "请求频率增长过快",
-    "增长过快",
-    "突发限流",
-    "突增",
-)
-# Content-safety rejections sometimes say "please try again"; they must not be retried.
-_CONTENT_POLICY_PATTERNS = (
-    "data_inspection_failed",
-    "datainspectionfailed",
-    "content_filter",
-    "content_policy",
-    "inappropriate content",
-    "内容违规",
-    "违规内容",
-    "内容审核",
-)
-_BUSY_CODES = frozenset({"overloaded_error", "server_busy", "engine_overloaded"})
-_BUSY_PATTERNS = (
-    "overloaded",
-    "server busy",
-    "server is busy",
-    "temporarily unavailable",
-    "upstream request failed",
-    "try again later",
-    "please retry",
-    "please try again",
-    "high demand",
-    "rate limit",
-    "负载较高",
-    "服务繁忙",
-    "稍后重试",
-)
-_TRANSIENT_PATTERNS = (
-    "peer closed connection",
-    "incomplete chunked read",
-    "server disconnected",
-    "connection reset",
-    "connection aborted",
-    "connection dropped",
-    "connection refused",
-    "broken pipe",
-    "eof occurred",
-    "timed out",
-)
-_STREAM_PATTERNS = (
-    "incomplete chunked read",
-    "peer closed connection without sending complete message body",
-    "stream interrupted",
-    "chunk timeout",
-)
-# Exception class names that mean "the network or the stream failed, try again". Generic
-# names (ReadError, ConnectError) count only from HTTP/SDK modules, so an application's own
-# ReadError is not mistaken for a dropped connection.
-_TRANSIENT_NAMES_ANYWHERE = frozenset(
-    {"APITimeoutError", "APIConnectionError", "StreamChunkTimeoutError", "OverloadedError"}
-)
-_TRANSIENT_NAMES_HTTP = frozenset(
-    {
-        "ReadError",
-        "WriteError",
-        "RemoteProtocolError",
-        "ConnectError",
-        "ConnectTimeout",
-        "ReadTimeout",
-        "WriteTimeout",
-        "PoolTimeout",
-        "TimeoutException",
-        "NetworkError",
-        "ProtocolError",
-        "IncompleteRead",
-        "ChunkedEncodingError",
-        "ServerDisconnectedError",
-        "ClientConnectionError",
-        "ClientPayloadError",
-        "BrokenResourceError",
-        "EndOfStream",
-    }
-)
-_HTTP_MODULES = (
-    "httpx",
-    "httpx2",
-    "httpcore",
-    "h11",
-    "h2",
-    "openai",
-    "anthropic",
-    "urllib3",
-    "requests",
-    "aiohttp",
-    "anyio",
-    "langchain",
-    "http.",
-)
-_STREAM_NAMES = frozenset(
-    {"StreamChunkTimeoutError", "IncompleteRead", "ChunkedEncodingError", "ClientPayloadError"}
-)
-# 501 (not implemented), 505 (version) and 511 (network auth) will not change on retry.
-_NOT_RETRIED_5XX = frozenset({501, 505, 511})
-_TRANSIENT_4XX = frozenset({408, 409, 425, 429})
-
-
 def _matches(text: str, patterns: Iterable[str]) -> bool:
     return any(p in text for p in patterns)
 
@@ -486,47 +332,47 @@ def _detect_provider(facts: _Facts, provider: str | None) -> str:
 
 def _transient_class(exc: BaseException, facts: _Facts) -> bool:
     for name, module in zip(facts.class_names, facts.modules, strict=False):
-        if name in _TRANSIENT_NAMES_ANYWHERE:
+        if name in P.TRANSIENT_NAMES_ANYWHERE:
             return True
-        if name in _TRANSIENT_NAMES_HTTP and module.startswith(_HTTP_MODULES):
+        if name in P.TRANSIENT_NAMES_HTTP and module.startswith(P.HTTP_MODULES):
             return True
     return isinstance(exc, (TimeoutError, ConnectionError))
 
 
 def _builtin_reason(exc: BaseException, facts: _Facts, provider: str) -> Reason:
     text, codes, status = facts.text, facts.codes, facts.status
-    if _matches(text, _BURST_PATTERNS):
+    if _matches(text, P.BURST_PATTERNS):
         return Reason.BURST_RATE
-    quota_code = any(c in _QUOTA_CODES for c in codes)
-    if quota_code or status == 402 or _matches(text, _QUOTA_PATTERNS):
+    quota_code = any(c in P.QUOTA_CODES for c in codes)
+    if quota_code or status == 402 or _matches(text, P.QUOTA_PATTERNS):
         # DashScope answers a per-minute token limit with 429 + insufficient_quota: a
         # window that clears by itself. OpenAI uses the same code for an empty account.
-        if status == 429 and (provider == "dashscope" or _matches(text, _RATE_WINDOW_PATTERNS)):
+        if status == 429 and (provider == "dashscope" or _matches(text, P.RATE_WINDOW_PATTERNS)):
             return Reason.TRANSIENT
         return Reason.QUOTA
-    if status in (401, 403) or any(c in _AUTH_CODES for c in codes):
+    if status in (401, 403) or any(c in P.AUTH_CODES for c in codes):
         return Reason.AUTH
-    if _matches(text, _AUTH_PATTERNS):
+    if _matches(text, P.AUTH_PATTERNS):
         return Reason.AUTH
-    if _matches(text, _CONTENT_POLICY_PATTERNS):
+    if _matches(text, P.CONTENT_POLICY_PATTERNS):
         return Reason.GENERIC
-    if status == 529 or any(c in _BUSY_CODES for c in codes) or _matches(text, _BUSY_PATTERNS):
+    if status == 529 or any(c in P.BUSY_CODES for c in codes) or _matches(text, P.BUSY_PATTERNS):
         return Reason.BUSY
     if _transient_class(exc, facts):
         return Reason.TRANSIENT
     if status is not None and (
-        status in _TRANSIENT_4XX or (status >= 500 and status not in _NOT_RETRIED_5XX)
+        status in P.TRANSIENT_4XX or (status >= 500 and status not in P.NOT_RETRIED_5XX)
     ):
         return Reason.TRANSIENT
-    if status is None and _matches(text, _TRANSIENT_PATTERNS):
+    if status is None and _matches(text, P.TRANSIENT_PATTERNS):
         return Reason.TRANSIENT
     return Reason.GENERIC
 
 
 def _stream_interrupted(facts: _Facts) -> bool:
-    if any(name in _STREAM_NAMES for name in facts.class_names):
+    if any(name in P.STREAM_NAMES for name in facts.class_names):
         return True
-    return _matches(facts.text, _STREAM_PATTERNS)
+    return _matches(facts.text, P.STREAM_PATTERNS)
 
 
 def _apply_rule(

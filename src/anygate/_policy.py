@@ -13,86 +13,35 @@ scopes), so trio's ``MockClock`` drives it in tests and the simulator; the sync 
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 import random
 import time
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, final
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import anyio
 
 from . import _waiters
-from ._backoff import Uniform, decorrelated_jitter
-from ._breaker import CircuitBreaker, Permit
-from ._classify import Reason, Rule, RuleLike, Verdict, classify
+from ._classify import Rule, RuleLike
 from ._config import BreakerConfig, PolicyConfig, RetryConfig, load_config
-from ._errors import Busy, CallFailed, ConfigError
-from ._events import (
-    GaveUp,
-    Hook,
-    RetryScheduled,
-    SlotAdmitted,
-    SlotWaiting,
-    emit,
-    retry_message,
-    user_message,
-)
-from ._gate import Gate
-from ._redact import redact
-from ._registry import breakers, gates
+from ._events import Hook, SlotAdmitted, SlotWaiting, emit
+from ._retrying import NEUTRAL, SUCCESS, Retrier, Run, Stop, check_deadline
+from ._sharing import resolve_breaker, resolve_gate
 from ._testing import TestingState, testing_state
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from ._backoff import Uniform
+    from ._breaker import CircuitBreaker, Permit
+    from ._gate import Gate
+
 __all__ = ["Policy"]
 
 T = TypeVar("T")
-logger = logging.getLogger("anygate")
-
-_SUCCESS, _FAILURE, _NEUTRAL = "success", "failure", "neutral"
 
 
 class _NotAwaitable(TypeError):
-    """``call()`` was handed a function that does not return an awaitable."""
-
-
-class _Stop:
-    """Internal: the decision to give up, and why (a value, not an exception, so it never
-    shows up in the ``__context__`` of the CallFailed raised next)."""
-
-    __slots__ = ("max_attempts", "why")
-
-    def __init__(self, why: str, max_attempts: int) -> None:
-        self.why = why
-        self.max_attempts = max_attempts
-
-
-class _Run:
-    """Per-call state, owned by one task or thread."""
-
-    __slots__ = ("attempt", "exc", "outcome", "phase", "prev_ms", "slot_started", "verdict")
-
-    def __init__(self) -> None:
-        self.attempt = 0
-        self.prev_ms: float | None = None
-        self.verdict: Verdict | None = None
-        self.exc: BaseException | None = None
-        self.outcome = _NEUTRAL
-        self.phase = "slot"
-        self.slot_started = 0.0
-
-
-def _check_deadline(deadline: object) -> float | None:
-    if deadline is None:
-        return None
-    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
-        msg = f"deadline must be seconds >= 0 or None (got {deadline!r} of type {type(deadline).__name__})"
-        raise TypeError(msg)
-    if math.isnan(deadline) or deadline < 0:
-        msg = f"deadline must be >= 0 seconds or None (got {deadline!r})"
-        raise ValueError(msg)
-    return None if math.isinf(deadline) else float(deadline)
+    """``call()`` got a function that returns no awaitable (or ``call_sync()`` one that does)."""
 
 
 @final
@@ -142,17 +91,7 @@ class Policy:
             gate or breaker (without ``reconfigure=True``).
     """
 
-    __slots__ = (
-        "_breaker",
-        "_busy_wait",
-        "_config",
-        "_control_names",
-        "_control_types",
-        "_gate",
-        "_hooks",
-        "_rng",
-        "_rules",
-    )
+    __slots__ = ("_breaker", "_busy_wait", "_config", "_gate", "_hooks", "_retrier")
 
     def __init__(
         self,
@@ -190,7 +129,6 @@ class Policy:
             if not isinstance(rule, Rule) and not callable(rule):
                 msg = f"rules entries must be anygate.Rule objects or callables (got {rule!r})"
                 raise TypeError(msg)
-        # PolicyConfig keeps the declarative rules; callables live beside it in _rules.
         declarative = tuple(r for r in rules if isinstance(r, Rule))
         self._config = PolicyConfig(
             name=name,
@@ -206,9 +144,6 @@ class Policy:
             rules=declarative,
             control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
         )
-        self._rules: tuple[RuleLike, ...] = tuple(rules)
-        self._control_types = tuple(control_types)
-        self._control_names = frozenset(control_names)
         hook_list: Sequence[object] = hooks
         for hook in hook_list:
             if not callable(hook):
@@ -218,10 +153,18 @@ class Policy:
         if rng is not None and not callable(getattr(rng, "uniform", None)):
             msg = f"rng must have a uniform(a, b) method, like random.Random (got {rng!r})"
             raise TypeError(msg)
-        self._rng: Uniform = random.Random() if rng is None else rng
         self._busy_wait = self._config.busy_wait_s
-        self._gate = self._resolve_gate(gate, reconfigure)
-        self._breaker = self._resolve_breaker(breaker, clock, reconfigure)
+        self._gate = resolve_gate(self._config, gate, reconfigure)
+        self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
+        self._retrier = Retrier(
+            self._config,
+            gate=self._gate,
+            rules=tuple(rules),  # callables included; PolicyConfig keeps only Rule objects
+            rng=random.Random() if rng is None else rng,
+            hooks=self._hooks,
+            control_types=tuple(control_types),
+            control_names=frozenset(control_names),
+        )
 
     @classmethod
     def from_config(
@@ -250,82 +193,6 @@ class Policy:
         }
         kwargs.update(overrides)
         return cls(**kwargs)
-
-    def _resolve_gate(self, gate: Gate | None, reconfigure: bool) -> Gate:
-        given: object = gate
-        if gate is not None:
-            if not isinstance(given, Gate):
-                msg = f"gate must be an anygate.Gate (got {gate!r})"
-                raise TypeError(msg)
-            return gate
-        cfg = self._config
-        gname = cfg.gate_name or cfg.name
-        wanted = cfg.max_concurrent_calls
-        cap = wanted if wanted else math.inf
-        shared, created = gates.get_or_create(gname, lambda: Gate(cap, name=gname))
-        if created or wanted is None or shared.capacity == cap:
-            return shared
-        if not reconfigure:
-            have = 0 if math.isinf(shared.capacity) else int(shared.capacity)
-            msg = (
-                f"llm_call.max_concurrent_calls: the shared gate {gname!r} already has "
-                f"capacity {have} (0 = no cap) and this policy asks for {wanted}. Pass "
-                f"reconfigure=True to resize it live, set policy.max_concurrent_calls, or "
-                f"use another gate_name"
-            )
-            raise ConfigError(msg, path="llm_call.max_concurrent_calls", value=wanted)
-        logger.info("gate %r resized to %s by policy %r", gname, wanted or "no cap", cfg.name)
-        shared.capacity = cap
-        return shared
-
-    def _resolve_breaker(
-        self, breaker: CircuitBreaker | None, clock: Callable[[], float] | None, reconfigure: bool
-    ) -> CircuitBreaker | None:
-        given: object = breaker
-        if breaker is not None:
-            if not isinstance(given, CircuitBreaker):
-                msg = f"breaker must be an anygate.CircuitBreaker (got {breaker!r})"
-                raise TypeError(msg)
-            return breaker
-        bcfg = self._config.circuit_breaker
-        if not bcfg.enabled:
-            return None
-        bname = bcfg.name or self._config.name
-        shared, created = breakers.get_or_create(
-            bname,
-            lambda: CircuitBreaker(
-                bname,
-                failure_threshold=5 if bcfg.failure_threshold is None else bcfg.failure_threshold,
-                recovery_timeout=(
-                    60.0 if bcfg.recovery_timeout_sec is None else bcfg.recovery_timeout_sec
-                ),
-                clock=time.monotonic if clock is None else clock,
-            ),
-        )
-        if created:
-            return shared
-        if clock is not None and shared.clock is not clock:
-            msg = f"the shared breaker {bname!r} already uses clock {shared.clock!r}; pass breaker= to use another clock"
-            raise ValueError(msg)
-        # Only settings this policy states count; None means "whatever it has now".
-        same = bcfg.failure_threshold in (None, shared.failure_threshold) and (
-            bcfg.recovery_timeout_sec in (None, shared.recovery_timeout)
-        )
-        if not same:
-            if not reconfigure:
-                msg = (
-                    f"circuit_breaker: the shared breaker {bname!r} already has "
-                    f"failure_threshold={shared.failure_threshold}, recovery_timeout_sec="
-                    f"{shared.recovery_timeout:g}; this policy asks for "
-                    f"{bcfg.failure_threshold}, {bcfg.recovery_timeout_sec}. Pass "
-                    f"reconfigure=True to apply them live, or use another circuit_breaker.name"
-                )
-                raise ConfigError(msg, path="circuit_breaker", value=bcfg)
-            shared.configure(
-                failure_threshold=bcfg.failure_threshold,
-                recovery_timeout=bcfg.recovery_timeout_sec,
-            )
-        return shared
 
     # ------------------------------------------------------------------ introspection
 
@@ -385,172 +252,6 @@ class Policy:
             f"breaker {breaker}>"
         )
 
-    # ------------------------------------------------------------------ shared steps
-
-    def _admit(self) -> Permit | None:
-        if self._breaker is None:
-            return None
-        permit = self._breaker.acquire()  # CircuitOpen propagates as is
-        if self._hooks:
-            for change in permit.changes:
-                emit(self._hooks, change)
-        return permit
-
-    def _settle(self, permit: Permit | None, outcome: str) -> None:
-        if permit is None:
-            return
-        report = {_SUCCESS: permit.success, _FAILURE: permit.failure}.get(outcome, permit.neutral)
-        change = report()
-        if change is not None and self._hooks:
-            emit(self._hooks, change)
-
-    def _is_control_flow(self, exc: BaseException) -> bool:
-        if self._control_types and isinstance(exc, self._control_types):
-            return True
-        if self._control_names:
-            return any(c.__name__ in self._control_names for c in type(exc).__mro__)
-        return False
-
-    def _budget(self, verdict: Verdict, exc: BaseException, testing: TestingState) -> int:
-        retry = self._config.retry
-        budget = retry.max_attempts
-        per_reason = retry.reason_budgets.get(verdict.reason.value)
-        if per_reason is not None:
-            budget = min(budget, per_reason)
-        if retry.exception_budgets:
-            for cls in type(exc).__mro__:
-                per_class = retry.exception_budgets.get(cls.__name__)
-                if per_class is not None:
-                    budget = min(budget, per_class)
-        if testing.enabled and testing.attempts is not None:
-            budget = min(budget, testing.attempts)
-        return budget
-
-    def _plan_retry(
-        self,
-        run: _Run,
-        exc: Exception,
-        permit: Permit | None,
-        now: float,
-        deadline: float,
-        testing: TestingState,
-    ) -> float | _Stop:
-        """Classify ``exc``; return seconds to sleep before the next attempt, or a _Stop."""
-        verdict = classify(exc, rules=self._rules, provider=self._config.provider)
-        run.verdict, run.exc = verdict, exc
-        budget = self._budget(verdict, exc, testing)
-        if not verdict.retriable:
-            return _Stop("not_retriable", budget)
-        # From here on, giving up counts against the provider (burst-rate excepted).
-        run.outcome = _NEUTRAL if verdict.reason is Reason.BURST_RATE else _FAILURE
-        if run.attempt >= budget:
-            return _Stop("budget", budget)
-        if permit is not None and not permit.still_admitted():
-            return _Stop("circuit_open", budget)
-        retry = self._config.retry
-        from_header = verdict.retry_after is not None
-        if verdict.retry_after is not None:
-            if verdict.retry_after > retry.retry_after_max_s:
-                return _Stop("retry_after_ceiling", budget)
-            wait_ms = verdict.retry_after * 1000.0
-        else:
-            base = (
-                retry.burst_base_delay_ms
-                if verdict.reason is Reason.BURST_RATE
-                else retry.base_delay_ms
-            )
-            wait_ms = decorrelated_jitter(
-                run.prev_ms, base_ms=base, cap_ms=retry.cap_delay_ms, rng=self._rng
-            )
-        run.prev_ms = wait_ms
-        if testing.enabled:
-            wait_ms = 0.0
-        wait_s = wait_ms / 1000.0
-        # A sleep that would end at or past the deadline leaves no time for the attempt.
-        if now + wait_s >= deadline:
-            return _Stop("deadline", budget)
-        message = retry_message(run.attempt, budget, wait_ms, verdict.reason)
-        logger.warning(
-            "%s: attempt %d/%d failed (%s); retrying in %dms: %s",
-            self.name,
-            run.attempt,
-            budget,
-            verdict.reason.value,
-            round(wait_ms),
-            verdict.detail,
-        )
-        if self._hooks:
-            emit(
-                self._hooks,
-                RetryScheduled(
-                    policy=self.name,
-                    attempt=run.attempt,
-                    max_attempts=budget,
-                    wait_ms=round(wait_ms),
-                    reason=verdict.reason,
-                    from_retry_after=from_header,
-                    message=redact(message),
-                    verdict=verdict,
-                ),
-            )
-        return wait_s
-
-    def _fail(
-        self, run: _Run, why: str, max_attempts: int, cause: BaseException | None
-    ) -> NoReturn:
-        verdict = run.verdict
-        assert verdict is not None
-        text = user_message(verdict)
-        logger.warning(
-            "%s: giving up after %d attempt(s) (%s, %s): %s",
-            self.name,
-            run.attempt,
-            why,
-            verdict.reason.value,
-            verdict.detail,
-        )
-        if self._hooks:
-            emit(
-                self._hooks,
-                GaveUp(
-                    policy=self.name,
-                    attempts=run.attempt,
-                    max_attempts=max_attempts,
-                    reason=verdict.reason,
-                    why=why,
-                    message=text,
-                    verdict=verdict,
-                ),
-            )
-        message = redact(
-            f"{self.name}: call failed after {run.attempt} attempt(s) ({why}): "
-            f"{verdict.reason.value}: {verdict.detail}"
-        )
-        raise CallFailed(
-            message, verdict=verdict, attempts=run.attempt, user_message=text
-        ) from cause
-
-    def _deadline_failure(self, run: _Run, seconds: float, waited: float) -> NoReturn:
-        """Our own ``deadline=`` ran out; say what was going on at the time."""
-        if run.phase == "slot" and run.verdict is None:
-            gate = self._gate
-            raise Busy(
-                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=waited
-            )
-        if run.verdict is None:
-            # Cut off in the first attempt: no provider verdict. Neutral for the breaker,
-            # since a tight caller deadline says nothing about the provider's health.
-            run.verdict = Verdict(
-                reason=Reason.TRANSIENT,
-                retriable=True,
-                detail=f"deadline of {seconds:g}s exceeded",
-            )
-            run.outcome = _NEUTRAL
-            cause: BaseException = TimeoutError(f"deadline of {seconds:g}s exceeded")
-        else:
-            cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
-        self._fail(run, "deadline", self._config.retry.max_attempts, cause)
-
     # ------------------------------------------------------------------ async
 
     async def call(
@@ -576,30 +277,31 @@ class Policy:
             TypeError: ``fn`` did not return an awaitable.
             Cancellation and control-flow exceptions propagate unchanged.
         """
-        seconds = _check_deadline(deadline)
+        seconds = check_deadline(deadline)
         testing = testing_state()
-        permit = self._admit()  # before the first await: claims the probe atomically
-        run = _Run()
+        retrier = self._retrier
+        permit = retrier.admit(self._breaker)  # before the first await: claims the probe atomically
+        run = Run()
         try:
             start = anyio.current_time()
             scope = anyio.CancelScope(deadline=math.inf if seconds is None else start + seconds)
             with scope:
                 return await self._attempts(run, permit, testing, fn, args, kwargs)
             # Only our deadline lands here: the scope swallowed its own cancellation.
-            self._deadline_failure(run, seconds or 0.0, anyio.current_time() - run.slot_started)
+            retrier.deadline_failure(run, seconds or 0.0, anyio.current_time() - run.slot_started)
         finally:
-            self._settle(permit, run.outcome)
+            retrier.settle(permit, run.outcome)
 
     async def _attempts(
         self,
-        run: _Run,
+        run: Run,
         permit: Permit | None,
         testing: TestingState,
         fn: Callable[..., Awaitable[T]],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
-        gate, hooks = self._gate, self._hooks
+        gate, hooks, retrier = self._gate, self._hooks, self._retrier
         attempt_timeout = self._config.attempt_timeout_s
         while True:
             run.attempt += 1
@@ -637,10 +339,10 @@ class Policy:
             except _NotAwaitable:
                 raise
             except Exception as exc:
-                if self._is_control_flow(exc):
-                    run.outcome = _NEUTRAL
+                if retrier.is_control_flow(exc):
+                    run.outcome = NEUTRAL
                     raise
-                wait = self._plan_retry(
+                wait = retrier.plan(
                     run,
                     exc,
                     permit,
@@ -648,12 +350,12 @@ class Policy:
                     anyio.current_effective_deadline(),
                     testing,
                 )
-                if isinstance(wait, _Stop):
-                    self._fail(run, wait.why, wait.max_attempts, exc)
+                if isinstance(wait, Stop):
+                    retrier.fail(run, wait.why, wait.max_attempts, exc)
                 run.phase = "sleep"
                 await anyio.sleep(wait)
             else:
-                run.outcome = _SUCCESS
+                run.outcome = SUCCESS
                 return result
 
     # ------------------------------------------------------------------ sync
@@ -674,7 +376,7 @@ class Policy:
             RuntimeError: called on a thread running an event loop (use ``await call``).
             TypeError: ``fn`` returned an awaitable (use :meth:`call`).
         """
-        seconds = _check_deadline(deadline)
+        seconds = check_deadline(deadline)
         running = _waiters.event_loop_running()
         if running is not None:
             msg = (
@@ -683,16 +385,17 @@ class Policy:
             )
             raise RuntimeError(msg)
         testing = testing_state()
-        permit = self._admit()
-        run = _Run()
+        retrier = self._retrier
+        permit = retrier.admit(self._breaker)
+        run = Run()
         try:
             return self._attempts_sync(run, permit, testing, seconds, fn, args, kwargs)
         finally:
-            self._settle(permit, run.outcome)
+            retrier.settle(permit, run.outcome)
 
     def _attempts_sync(
         self,
-        run: _Run,
+        run: Run,
         permit: Permit | None,
         testing: TestingState,
         seconds: float | None,
@@ -700,14 +403,14 @@ class Policy:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
-        gate, hooks = self._gate, self._hooks
+        gate, hooks, retrier = self._gate, self._hooks, self._retrier
         deadline = math.inf if seconds is None else time.monotonic() + seconds
         while True:
             run.attempt += 1
             run.phase = "slot"
             now = run.slot_started = time.monotonic()
             if now >= deadline and run.verdict is not None:
-                self._fail(run, "deadline", self._config.retry.max_attempts, run.exc)
+                retrier.fail(run, "deadline", self._config.retry.max_attempts, run.exc)
             timeout = self._busy_wait
             if deadline != math.inf:
                 left = max(0.0, deadline - now)
@@ -742,17 +445,17 @@ class Policy:
             except _NotAwaitable:
                 raise
             except Exception as exc:
-                if self._is_control_flow(exc):
-                    run.outcome = _NEUTRAL
+                if retrier.is_control_flow(exc):
+                    run.outcome = NEUTRAL
                     raise
-                wait = self._plan_retry(run, exc, permit, time.monotonic(), deadline, testing)
-                if isinstance(wait, _Stop):
-                    self._fail(run, wait.why, wait.max_attempts, exc)
+                wait = retrier.plan(run, exc, permit, time.monotonic(), deadline, testing)
+                if isinstance(wait, Stop):
+                    retrier.fail(run, wait.why, wait.max_attempts, exc)
                 run.phase = "sleep"
                 if wait > 0:
                     time.sleep(wait)
             else:
-                run.outcome = _SUCCESS
+                run.outcome = SUCCESS
                 return result
 
 

@@ -1,0 +1,267 @@
+"""What happens after an attempt fails: classify, budget, wait or give up.
+
+Shared by :meth:`Policy.call` and :meth:`Policy.call_sync`, which differ only in how they
+wait. Everything here is synchronous and clock-agnostic: callers pass "now" and the
+deadline in their own time base (AnyIO's clock, or ``time.monotonic``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, NoReturn, final
+
+from ._backoff import Uniform, decorrelated_jitter
+from ._classify import Reason, RuleLike, Verdict, classify
+from ._errors import Busy, CallFailed
+from ._events import GaveUp, Hook, RetryScheduled, emit, retry_message, user_message
+from ._redact import redact
+
+if TYPE_CHECKING:
+    from ._breaker import CircuitBreaker, Permit
+    from ._config import PolicyConfig
+    from ._gate import Gate
+    from ._testing import TestingState
+
+__all__ = ["FAILURE", "NEUTRAL", "SUCCESS", "Retrier", "Run", "Stop", "check_deadline"]
+
+logger = logging.getLogger("anygate")
+
+SUCCESS, FAILURE, NEUTRAL = "success", "failure", "neutral"
+
+
+class Stop:
+    """The decision to give up, and why (a value, not an exception, so it never shows up in
+    the ``__context__`` of the CallFailed raised next)."""
+
+    __slots__ = ("max_attempts", "why")
+
+    def __init__(self, why: str, max_attempts: int) -> None:
+        self.why = why
+        self.max_attempts = max_attempts
+
+
+class Run:
+    """Per-call state, owned by one task or thread."""
+
+    __slots__ = ("attempt", "exc", "outcome", "phase", "prev_ms", "slot_started", "verdict")
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        self.prev_ms: float | None = None
+        self.verdict: Verdict | None = None
+        self.exc: BaseException | None = None
+        self.outcome = NEUTRAL  # what the breaker hears if the call ends now
+        self.phase = "slot"  # "slot", "attempt" or "sleep": what a deadline interrupted
+        self.slot_started = 0.0
+
+
+def check_deadline(deadline: object) -> float | None:
+    """Validate ``deadline=`` (seconds from now); ``None`` or infinity mean no deadline."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        msg = f"deadline must be seconds >= 0 or None (got {deadline!r} of type {type(deadline).__name__})"
+        raise TypeError(msg)
+    if math.isnan(deadline) or deadline < 0:
+        msg = f"deadline must be >= 0 seconds or None (got {deadline!r})"
+        raise ValueError(msg)
+    return None if math.isinf(deadline) else float(deadline)
+
+
+@final
+class Retrier:
+    """One policy's failure handling: its settings, random source, rules and hooks."""
+
+    __slots__ = (
+        "config",
+        "control_names",
+        "control_types",
+        "gate",
+        "hooks",
+        "name",
+        "rng",
+        "rules",
+    )
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        *,
+        gate: Gate,
+        rules: tuple[RuleLike, ...],
+        rng: Uniform,
+        hooks: tuple[Hook, ...],
+        control_types: tuple[type[BaseException], ...],
+        control_names: frozenset[str],
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.gate = gate
+        self.rules = rules
+        self.rng = rng
+        self.hooks = hooks
+        self.control_types = control_types
+        self.control_names = control_names
+
+    def admit(self, breaker: CircuitBreaker | None) -> Permit | None:
+        if breaker is None:
+            return None
+        permit = breaker.acquire()  # CircuitOpen propagates as is
+        if self.hooks:
+            for change in permit.changes:
+                emit(self.hooks, change)
+        return permit
+
+    def settle(self, permit: Permit | None, outcome: str) -> None:
+        if permit is None:
+            return
+        report = {SUCCESS: permit.success, FAILURE: permit.failure}.get(outcome, permit.neutral)
+        change = report()
+        if change is not None and self.hooks:
+            emit(self.hooks, change)
+
+    def is_control_flow(self, exc: BaseException) -> bool:
+        if self.control_types and isinstance(exc, self.control_types):
+            return True
+        if self.control_names:
+            return any(c.__name__ in self.control_names for c in type(exc).__mro__)
+        return False
+
+    def budget(self, verdict: Verdict, exc: BaseException, testing: TestingState) -> int:
+        retry = self.config.retry
+        budget = retry.max_attempts
+        per_reason = retry.reason_budgets.get(verdict.reason.value)
+        if per_reason is not None:
+            budget = min(budget, per_reason)
+        if retry.exception_budgets:
+            for cls in type(exc).__mro__:
+                per_class = retry.exception_budgets.get(cls.__name__)
+                if per_class is not None:
+                    budget = min(budget, per_class)
+        if testing.enabled and testing.attempts is not None:
+            budget = min(budget, testing.attempts)
+        return budget
+
+    def plan(
+        self,
+        run: Run,
+        exc: Exception,
+        permit: Permit | None,
+        now: float,
+        deadline: float,
+        testing: TestingState,
+    ) -> float | Stop:
+        """Classify ``exc``; return seconds to sleep before the next attempt, or a Stop."""
+        verdict = classify(exc, rules=self.rules, provider=self.config.provider)
+        run.verdict, run.exc = verdict, exc
+        budget = self.budget(verdict, exc, testing)
+        if not verdict.retriable:
+            return Stop("not_retriable", budget)
+        # From here on, giving up counts against the provider (burst-rate excepted).
+        run.outcome = NEUTRAL if verdict.reason is Reason.BURST_RATE else FAILURE
+        if run.attempt >= budget:
+            return Stop("budget", budget)
+        if permit is not None and not permit.still_admitted():
+            return Stop("circuit_open", budget)
+        retry = self.config.retry
+        from_header = verdict.retry_after is not None
+        if verdict.retry_after is not None:
+            if verdict.retry_after > retry.retry_after_max_s:
+                return Stop("retry_after_ceiling", budget)
+            wait_ms = verdict.retry_after * 1000.0
+        else:
+            base = (
+                retry.burst_base_delay_ms
+                if verdict.reason is Reason.BURST_RATE
+                else retry.base_delay_ms
+            )
+            wait_ms = decorrelated_jitter(
+                run.prev_ms, base_ms=base, cap_ms=retry.cap_delay_ms, rng=self.rng
+            )
+        run.prev_ms = wait_ms
+        if testing.enabled:
+            wait_ms = 0.0
+        wait_s = wait_ms / 1000.0
+        # A sleep that would end at or past the deadline leaves no time for the attempt.
+        if now + wait_s >= deadline:
+            return Stop("deadline", budget)
+        message = retry_message(run.attempt, budget, wait_ms, verdict.reason)
+        logger.warning(
+            "%s: attempt %d/%d failed (%s); retrying in %dms: %s",
+            self.name,
+            run.attempt,
+            budget,
+            verdict.reason.value,
+            round(wait_ms),
+            verdict.detail,
+        )
+        if self.hooks:
+            emit(
+                self.hooks,
+                RetryScheduled(
+                    policy=self.name,
+                    attempt=run.attempt,
+                    max_attempts=budget,
+                    wait_ms=round(wait_ms),
+                    reason=verdict.reason,
+                    from_retry_after=from_header,
+                    message=redact(message),
+                    verdict=verdict,
+                ),
+            )
+        return wait_s
+
+    def fail(self, run: Run, why: str, max_attempts: int, cause: BaseException | None) -> NoReturn:
+        verdict = run.verdict
+        assert verdict is not None
+        text = user_message(verdict)
+        logger.warning(
+            "%s: giving up after %d attempt(s) (%s, %s): %s",
+            self.name,
+            run.attempt,
+            why,
+            verdict.reason.value,
+            verdict.detail,
+        )
+        if self.hooks:
+            emit(
+                self.hooks,
+                GaveUp(
+                    policy=self.name,
+                    attempts=run.attempt,
+                    max_attempts=max_attempts,
+                    reason=verdict.reason,
+                    why=why,
+                    message=text,
+                    verdict=verdict,
+                ),
+            )
+        message = redact(
+            f"{self.name}: call failed after {run.attempt} attempt(s) ({why}): "
+            f"{verdict.reason.value}: {verdict.detail}"
+        )
+        raise CallFailed(
+            message, verdict=verdict, attempts=run.attempt, user_message=text
+        ) from cause
+
+    def deadline_failure(self, run: Run, seconds: float, waited: float) -> NoReturn:
+        """Our own ``deadline=`` ran out; say what was going on at the time."""
+        if run.phase == "slot" and run.verdict is None:
+            gate = self.gate
+            raise Busy(
+                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=waited
+            )
+        if run.verdict is None:
+            # Cut off in the first attempt: no provider verdict. Neutral for the breaker,
+            # since a tight caller deadline says nothing about the provider's health.
+            run.verdict = Verdict(
+                reason=Reason.TRANSIENT,
+                retriable=True,
+                detail=f"deadline of {seconds:g}s exceeded",
+            )
+            run.outcome = NEUTRAL
+            cause: BaseException = TimeoutError(f"deadline of {seconds:g}s exceeded")
+        else:
+            cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
+        self.fail(run, "deadline", self.config.retry.max_attempts, cause)
