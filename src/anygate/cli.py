@@ -1,19 +1,224 @@
-"""The ``anygate`` command line. Placeholder until the storm simulator lands (issue 4)."""
+"""The ``anygate`` command line: ``anygate simulate`` and ``anygate check-config``.
+
+Installed as the ``anygate`` console script (``pip install 'anygate[cli]'`` brings trio,
+PyYAML and rich). Everything heavy is imported inside the command that needs it, so
+``anygate --help`` is instant and ``import anygate`` never pulls any of it in.
+
+Exit codes: 0 success, 1 a missing optional dependency, 2 bad usage or an invalid config or
+scenario (the message names the key), 130 interrupted.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
-from collections.abc import Sequence
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rich.console import Console
+
+    from .sim import SimulationResult
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="anygate",
+        description="anygate: one admission gate and call policy for every LLM call.",
+    )
+    parser.add_argument("--version", action="version", version=f"anygate {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sim = commands.add_parser(
+        "simulate",
+        help="compare retry/cap strategies in a virtual-clock storm simulation",
+        description=(
+            "Simulate a fleet of agents calling a rate-limited provider on a virtual clock "
+            "and compare strategies side by side: naive (no cap, fixed backoff), seed "
+            "(deer-flow's fixed cap and jitter) and anygate (your --config or the built-in "
+            "default). Deterministic for a seed."
+        ),
+    )
+    sim.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        help="a built-in scenario name or a scenario .yaml file (default: morning-peak)",
+    )
+    sim.add_argument("--config", metavar="FILE", help="your policy config for 'anygate'")
+    sim.add_argument(
+        "--strategy",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="add a strategy from a policy config file (repeatable)",
+    )
+    sim.add_argument(
+        "--only", metavar="NAMES", help="comma-separated strategies to run, in this order"
+    )
+    sim.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    sim.add_argument("--plot", metavar="FILE", help="also write the chart as .png/.svg/.pdf")
+    sim.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write machine-readable results to FILE, or to stdout (then no table)",
+    )
+    sim.add_argument("--no-chart", action="store_true", help="omit the terminal chart")
+    sim.add_argument("--list", action="store_true", help="list built-in scenarios and exit")
+    sim.set_defaults(handler=_simulate)
+
+    check = commands.add_parser(
+        "check-config",
+        help="validate a policy config and print its effective values",
+        description=(
+            "Validate a policy config file (llm_call / circuit_breaker) and print every "
+            "effective value, defaults filled in. Errors name the offending key."
+        ),
+    )
+    check.add_argument("file", help="the YAML config file")
+    check.add_argument("--json", action="store_true", help="print the values as JSON")
+    check.set_defaults(handler=_check_config)
+    return parser
+
+
+def _console(*, stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from . import sim
+
+    if args.list:
+        for name in sim.builtin_scenarios():
+            scenario = sim.load_scenario(name)
+            print(f"{name:<16} {scenario.fleet.total_calls:>6} calls  {scenario.name}")
+        return 0
+    extra = []
+    for item in args.strategy:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            print(f"anygate: --strategy must be NAME=FILE (got {item!r})", file=sys.stderr)
+            return 2
+        extra.append((name, path))
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    scenario = sim.load_scenario(args.scenario or sim.DEFAULT_SCENARIO)
+    strategies = sim.resolve_strategies(scenario, config=args.config, extra=extra, only=only)
+    if args.plot:
+        from .sim._plot import SUFFIXES
+
+        if not args.plot.lower().endswith(SUFFIXES):
+            print(
+                f"anygate: --plot must end in {', '.join(SUFFIXES)} (got {args.plot!r})",
+                file=sys.stderr,
+            )
+            return 2
+    to_stdout = args.json == "-"
+    started = time.perf_counter()
+    result = _run_with_progress(sim, scenario, strategies, args.seed, quiet=to_stdout)
+    elapsed = time.perf_counter() - started
+    if args.json is not None:
+        text = json.dumps(result.to_dict(), indent=2)
+        if to_stdout:
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+    if not to_stdout:
+        from .sim._report import print_report
+
+        console = _console()
+        print_report(
+            result, console, description=scenario.description, show_chart=not args.no_chart
+        )
+        console.print(f"[dim]simulated in {elapsed:.1f}s of wall time[/]")
+    if args.plot:
+        from .sim._plot import write_plot
+
+        written = write_plot(result, args.plot)
+        if not to_stdout:
+            print(f"chart written to {written}")
+    return 0
+
+
+def _run_with_progress(
+    sim: Any, scenario: Any, strategies: Any, seed: int | None, *, quiet: bool
+) -> SimulationResult:
+    """Run the simulation with a progress bar per strategy on stderr (none if ``quiet``)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    if quiet:
+        result: SimulationResult = sim.simulate(scenario, seed=seed, strategies=strategies)
+        return result
+    columns = (
+        TextColumn("{task.description:>12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("calls"),
+    )
+    with Progress(*columns, console=_console(stderr=True), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done)
+
+        done: SimulationResult = sim.simulate(
+            scenario, seed=seed, strategies=strategies, progress=progress
+        )
+    return done
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from ._config import load_config
+
+    config = load_config(args.file)
+    effective = config.to_mapping()
+    if args.json:
+        print(json.dumps(effective, indent=2))
+        return 0
+    import yaml
+
+    print(f"# {args.file}: valid. Effective values, defaults filled in:")
+    print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``anygate`` console script."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["simulate"]:
-        print("anygate simulate: the storm simulator is not built yet (tracked in issue 4).")
-        return 0
-    print("usage: anygate simulate", file=sys.stderr)
-    return 2
+    """Entry point of the ``anygate`` console script; returns the exit code."""
+    from ._errors import ConfigError
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = args.handler(args)
+    except ConfigError as exc:
+        print(f"anygate: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(
+            f"anygate: {exc.name or exc} is needed for this command: pip install 'anygate[cli]'",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print("anygate: interrupted", file=sys.stderr)
+        return 130
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,200 @@
+"""The ``anygate`` command line: simulate (table, chart, JSON, plot) and check-config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from anygate.cli import main
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytest.importorskip("trio")
+pytest.importorskip("yaml")
+pytest.importorskip("rich")
+
+SCENARIO = """\
+name: tiny
+seed: 3
+provider:
+  slots: 3
+  burst: {window_s: 5, growth: 2, floor: 4}
+  latency: {median_s: 1.0, sigma: 0.4}
+fleet:
+  agents: 8
+  calls_per_agent: 2
+strategies:
+  seed:
+    policy:
+      llm_call: {max_concurrent_calls: 3}
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    """A small scenario file that simulates in a fraction of a second."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def test_simulate_prints_table_and_chart(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report names the scenario, every strategy, the bound, and draws the chart."""
+    assert main(["simulate", str(scenario)]) == 0
+    out = capsys.readouterr().out
+    for needle in ("tiny", "naive", "seed", "anygate", "lower bound", "in service", "429s ("):
+        assert needle in out, needle
+
+
+def test_simulate_json_to_stdout(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--json alone prints only JSON on stdout: the metrics of every strategy."""
+    assert main(["simulate", str(scenario), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scenario"] == "tiny"
+    assert data["seed"] == 3
+    assert [s["name"] for s in data["strategies"]] == ["naive", "seed", "anygate"]
+    for strategy in data["strategies"]:
+        assert strategy["ok"] + strategy["failed"] == data["calls"] == 16
+        assert {"makespan_s", "ratio", "rate_429", "latency", "slot_wait", "series"} <= set(
+            strategy
+        )
+
+
+def test_simulate_json_file_seed_only_and_extra_strategy(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json FILE keeps the table; --seed overrides; --strategy adds; --only selects and orders."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("llm_call: {max_concurrent_calls: 1}\n")
+    out_file = tmp_path / "out.json"
+    argv = ["simulate", str(scenario), "--seed", "9", "--json", str(out_file), "--no-chart"]
+    argv += ["--strategy", f"mine={mine}", "--only", "mine,naive"]
+    assert main(argv) == 0
+    data = json.loads(out_file.read_text())
+    assert data["seed"] == 9
+    assert [s["name"] for s in data["strategies"]] == ["mine", "naive"]
+    assert data["strategies"][0]["max_concurrency"] == 1
+    out = capsys.readouterr().out
+    assert "mine" in out
+    assert "in service" not in out  # --no-chart
+
+
+def test_simulate_with_user_config(scenario: Path, tmp_path: Path) -> None:
+    """--config replaces the anygate strategy's settings."""
+    config = tmp_path / "config.yaml"
+    config.write_text("llm_call: {max_concurrent_calls: 2}\n")
+    out_file = tmp_path / "out.json"
+    argv = ["simulate", str(scenario), "--config", str(config), "--json", str(out_file)]
+    assert main([*argv, "--only", "anygate", "--no-chart"]) == 0
+    (anygate,) = json.loads(out_file.read_text())["strategies"]
+    assert anygate["max_concurrency"] == 2
+    assert "cap 2" in anygate["summary"]
+
+
+def test_simulate_plot(scenario: Path, tmp_path: Path) -> None:
+    """--plot writes the chart as an image."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "storm.png"
+    assert main(["simulate", str(scenario), "--plot", str(target), "--no-chart"]) == 0
+    assert target.read_bytes().startswith(b"\x89PNG")
+
+
+def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    """--list names every built-in scenario with its size."""
+    assert main(["simulate", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("morning-peak", "steady", "outage", "local-1-slot"):
+        assert name in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["simulate", "nonesuch"], "scenario must be one of"),
+        (["simulate", "missing.yaml"], "cannot read"),
+        (["simulate", "--strategy", "no-equals-sign"], "NAME=FILE"),
+        (["simulate", "--plot", "chart.gif"], "--plot must end in"),
+        (["simulate", "--only", "naive,bogus"], "--only names must be among"),
+    ],
+)
+def test_simulate_usage_errors(
+    argv: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad arguments exit 2 with a message saying what is wrong."""
+    assert main(argv) == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_bad_scenario_value_names_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An invalid scenario exits 2 naming the key path."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("provider:\n  slots: -1\n")
+    assert main(["simulate", str(path)]) == 2
+    assert "provider.slots must be an integer >= 1 (got -1)" in capsys.readouterr().err
+
+
+def test_check_config_prints_effective_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-config validates and prints every effective value, defaults filled in."""
+    path = tmp_path / "config.yaml"
+    path.write_text("llm_call:\n  max_concurrent_calls: 8\n")
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out
+    assert "max_concurrent_calls: 8" in out
+    assert "retry_max_attempts: 3" in out  # a default, filled in
+    assert "failure_threshold" in out
+    assert main(["check-config", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["llm_call"]["max_concurrent_calls"] == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("llm_call:\n  retry_max_attempts: 0\n", "llm_call.retry_max_attempts"),
+        ("llm_call:\n  max_concurent_calls: 4\n", "llm_call.max_concurent_calls"),
+        ("circuit_breaker:\n  failure_threshold: many\n", "circuit_breaker.failure_threshold"),
+    ],
+)
+def test_check_config_errors_name_the_key(
+    tmp_path: Path, text: str, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-config exits 2 and the message names the offending key."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    assert main(["check-config", str(path)]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_no_command_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bare `anygate` shows the usage and exits 2."""
+    assert main([]) == 2
+    assert "simulate" in capsys.readouterr().err
+
+
+def test_default_simulate_runs_the_morning_peak() -> None:
+    """`anygate simulate` with no arguments, as a user runs it, succeeds on the morning peak."""
+    env = {**os.environ, "COLUMNS": "100"}
+    out = subprocess.run(
+        [sys.executable, "-m", "anygate.cli", "simulate"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert "morning peak" in out.stdout
+    for name in ("naive", "seed", "anygate"):
+        assert name in out.stdout
+    assert "Traceback" not in out.stderr
