@@ -277,3 +277,44 @@ async def test_secrets_never_reach_messages_events_or_logs(
         assert "tok-SECRET-1" not in text
         assert "sk-SECRETSECRET" not in text
     assert "[REDACTED]" in caplog.text
+
+
+@virtual_time
+async def test_cancellation_during_a_backoff_sleep_is_neutral() -> None:
+    """A call cancelled while sleeping between attempts is not a provider failure."""
+    scope = anyio.CancelScope()
+    policy = Policy(
+        circuit_breaker=BreakerConfig(failure_threshold=1),
+        retry=RetryConfig(base_delay_ms=5000, cap_delay_ms=5000),
+        hooks=[lambda e: scope.cancel() if isinstance(e, anygate.RetryScheduled) else None],
+    )
+    with scope:
+        await policy.call(Script(transient()))
+    assert scope.cancelled_caught
+    assert policy.breaker is not None
+    assert policy.breaker.statistics().failures == 0
+    assert policy.breaker.state == "closed"
+
+
+@virtual_time
+async def test_busy_on_a_later_slot_wait_is_neutral() -> None:
+    """No slot for the retry is local congestion, not the provider failing: Busy, neutral."""
+    holder: list[anygate.Token] = []
+    policy = Policy(
+        circuit_breaker=BreakerConfig(failure_threshold=1),
+        max_concurrent_calls=1,
+        busy_wait_s=2,
+        retry=RetryConfig(base_delay_ms=1000, cap_delay_ms=1000),
+        hooks=[
+            lambda e: (
+                holder.append(policy.gate.acquire_nowait())
+                if isinstance(e, anygate.RetryScheduled)
+                else None
+            )
+        ],
+    )
+    with pytest.raises(anygate.Busy):
+        await policy.call(Script(transient()))
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+    holder[0].release()

@@ -158,8 +158,6 @@ class Retrier:
         budget = self.budget(verdict, exc, testing)
         if not verdict.retriable:
             return Stop("not_retriable", budget)
-        # From here on, giving up counts against the provider (burst-rate excepted).
-        run.outcome = NEUTRAL if verdict.reason is Reason.BURST_RATE else FAILURE
         if run.attempt >= budget:
             return Stop("budget", budget)
         if permit is not None and not permit.still_admitted():
@@ -212,9 +210,25 @@ class Retrier:
             )
         return wait_s
 
-    def fail(self, run: Run, why: str, max_attempts: int, cause: BaseException | None) -> NoReturn:
+    def fail(
+        self,
+        run: Run,
+        why: str,
+        max_attempts: int,
+        cause: BaseException | None,
+        *,
+        charge: bool = True,
+    ) -> NoReturn:
+        """Give up: report GaveUp, decide what the breaker hears, raise CallFailed.
+
+        Only here does a call become a breaker *failure*: a retriable verdict other than
+        burst-rate that could not be retried. Anything that ends a call earlier (cancellation
+        during a backoff sleep, Busy on a later slot wait) leaves the outcome neutral.
+        """
         verdict = run.verdict
         assert verdict is not None
+        if charge and verdict.retriable and verdict.reason is not Reason.BURST_RATE:
+            run.outcome = FAILURE
         text = user_message(verdict)
         logger.warning(
             "%s: giving up after %d attempt(s) (%s, %s): %s",
@@ -260,8 +274,7 @@ class Retrier:
                 retriable=True,
                 detail=f"deadline of {seconds:g}s exceeded",
             )
-            run.outcome = NEUTRAL
             cause: BaseException = TimeoutError(f"deadline of {seconds:g}s exceeded")
-        else:
-            cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
+            self.fail(run, "deadline", self.config.retry.max_attempts, cause, charge=False)
+        cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
         self.fail(run, "deadline", self.config.retry.max_attempts, cause)
