@@ -54,23 +54,31 @@ def flavour(request: pytest.FixtureRequest) -> Flavour:
 
 
 class Arrivals:
-    """An outer async transport that counts requests on their way into the gated one.
+    """An outer async transport that counts requests going into the gated one, and answers.
 
-    A request counted here has entered ``GatedTransport.handle_async_request``; that method
-    queues on the gate without awaiting anything else first, so once the test task runs
-    again every counted request is either admitted or parked in the gate's queue.
+    A request counted in :attr:`entered` has entered ``GatedTransport.handle_async_request``;
+    that method queues on the gate without awaiting anything else first, so once the test
+    task runs again every counted request is either admitted or parked in the gate's queue.
+    :attr:`answered` counts responses whose headers came back (their bodies may not have).
     """
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.entered = 0
+        self.answered = 0
+        self._changed = anyio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
         self._changed = anyio.Event()
 
     async def handle_async_request(self, request: Any) -> Any:
         self.entered += 1
-        self._changed.set()
-        self._changed = anyio.Event()
-        return await self.inner.handle_async_request(request)
+        self._notify()
+        response = await self.inner.handle_async_request(request)
+        self.answered += 1
+        self._notify()
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -78,4 +86,9 @@ class Arrivals:
     async def wait_entered(self, count: int) -> None:
         """Wait until ``count`` requests have entered."""
         while self.entered < count:
+            await self._changed.wait()
+
+    async def wait_answered(self, count: int) -> None:
+        """Wait until ``count`` responses have come back (headers only)."""
+        while self.answered < count:
             await self._changed.wait()

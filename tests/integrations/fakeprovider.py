@@ -14,8 +14,8 @@ How a request is answered, first match wins:
 Behaviours: ``ok``; ``burst`` (429 ``limit_burst_rate``); ``retry_after`` (429 with
 ``Retry-After: 0``); ``retry_after_ms`` (429 with ``retry-after-ms: 1``); ``overloaded``
 (503); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
-(answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and one
-event, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
+(answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and the
+first chunk of the body, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
 A request with an ``x-fake-wait: <key>`` header waits for :meth:`FakeProvider.release` of
 that key before it is answered at all.
 
@@ -125,7 +125,7 @@ class FakeProvider:
         self._script.extend(behaviours)
 
     def hold(self) -> None:
-        """Hold every request before answering it, until :meth:`unhang`.
+        """Hold every successful response mid-body (after its first chunk) until :meth:`unhang`.
 
         Held requests stay counted in :attr:`active`, so a burst piles up at the server as
         far as the client lets it, and any excess over a gate's capacity would show.
@@ -197,7 +197,7 @@ class FakeProvider:
         self, path: str, payload: dict[str, Any], behaviour: str, send: _Sender
     ) -> None:
         anthropic = path.endswith("/messages")
-        if self._holding or behaviour == "hang_headers":
+        if behaviour == "hang_headers":
             await self._unhang.wait()
         if behaviour in _ERRORS:
             status, extra, error = _ERRORS[behaviour]
@@ -210,19 +210,22 @@ class FakeProvider:
                 doc = {"error": error}
             await self._respond(send, status, "application/json", [json.dumps(doc).encode()], extra)
             return
-        if not payload.get("stream"):
+        if payload.get("stream"):
+            content_type, chunks = (
+                "text/event-stream",
+                (_anthropic_events(payload) if anthropic else _openai_events(payload)),
+            )
+        else:
             doc = _anthropic_message(payload) if anthropic else _openai_completion(payload)
-            await self._respond(send, 200, "application/json", [json.dumps(doc).encode()])
-            return
-        events = _anthropic_events(payload) if anthropic else _openai_events(payload)
-        if behaviour == "hang_stream":
-            await send(_start(200, "text/event-stream"))
-            await send({"type": "http.response.body", "body": events[0], "more_body": True})
+            body = json.dumps(doc).encode()
+            content_type, chunks = "application/json", [body[:20], body[20:]]
+        await send(_start(200, content_type))
+        await send({"type": "http.response.body", "body": chunks[0], "more_body": True})
+        # Held responses stop mid-body: a client that gave its slot back once the headers
+        # arrived, rather than when the body was done, would show up as excess concurrency.
+        if self._holding or behaviour == "hang_stream":
             await self._unhang.wait()
-            await self._finish(send, events[1:])
-            return
-        await send(_start(200, "text/event-stream"))
-        await self._finish(send, events)
+        await self._finish(send, chunks[1:])
 
     async def _respond(
         self,
