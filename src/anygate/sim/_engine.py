@@ -25,6 +25,7 @@ The test suite proves it, including across processes with different hash seeds.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import random
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -52,9 +53,11 @@ class Invoker(Protocol):
     @property
     def summary(self) -> str:
         """One line describing the strategy."""
+        ...
 
     async def __call__(self, call: CallPlan) -> None:
         """Make ``call``, retrying as the strategy does, and record the outcome."""
+        ...
 
 
 #: Builds the invoker for a policy strategy; set by ``_policy_strategy`` (kept apart so the
@@ -176,6 +179,10 @@ def run_strategy(
         )
 
 
+def _forward(progress: Callable[[str, int, int], None], name: str, total: int, done: int) -> None:
+    progress(name, done, total)
+
+
 def run_scenario(
     scenario: Scenario,
     strategies: Sequence[StrategySpec],
@@ -198,13 +205,10 @@ def run_scenario(
     total = len(workload.calls)
     results = []
     for strategy in strategies:
-        report = None
+        report: Callable[[int], None] | None = None
         if progress is not None:
-            name = strategy.name
-            progress(name, 0, total)
-
-            def report(done: int, name: str = name) -> None:
-                progress(name, done, total)
+            progress(strategy.name, 0, total)
+            report = functools.partial(_forward, progress, strategy.name, total)
 
         results.append(
             run_strategy(
