@@ -109,6 +109,7 @@ def test_chart_shares_scales_and_axis() -> None:
 
 def test_print_report_shows_every_strategy_and_metric() -> None:
     """The table lists each strategy, the ratio, failures and the bound; the chart follows."""
+    pytest.importorskip("rich")
     from rich.console import Console
 
     console = Console(record=True, width=140, color_system=None)
