@@ -198,3 +198,19 @@ def test_default_simulate_runs_the_morning_peak() -> None:
     for name in ("naive", "seed", "anygate"):
         assert name in out.stdout
     assert "Traceback" not in out.stderr
+
+
+def test_plot_without_matplotlib_says_which_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--plot without matplotlib exits 1 at once, naming the extra to install."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name == "matplotlib" else real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert main(["simulate", "--plot", "storm.png"]) == 1
+    assert "anygate[plot]" in capsys.readouterr().err

@@ -115,8 +115,13 @@ def _simulate(args: argparse.Namespace) -> int:
     scenario = sim.load_scenario(args.scenario or sim.DEFAULT_SCENARIO)
     strategies = sim.resolve_strategies(scenario, config=args.config, extra=extra, only=only)
     if args.plot:
+        import importlib.util
+
         from .sim._plot import SUFFIXES
 
+        if importlib.util.find_spec("matplotlib") is None:  # say so before simulating
+            print("anygate: --plot needs matplotlib: pip install 'anygate[plot]'", file=sys.stderr)
+            return 1
         if not args.plot.lower().endswith(SUFFIXES):
             print(
                 f"anygate: --plot must end in {', '.join(SUFFIXES)} (got {args.plot!r})",
@@ -210,10 +215,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"anygate: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(
-            f"anygate: {exc.name or exc} is needed for this command: pip install 'anygate[cli]'",
-            file=sys.stderr,
-        )
+        if "pip install" in str(exc):
+            print(f"anygate: {exc}", file=sys.stderr)
+        else:
+            print(
+                f"anygate: {exc.name or exc} is needed for this command: "
+                "pip install 'anygate[cli]'",
+                file=sys.stderr,
+            )
         return 1
     except KeyboardInterrupt:
         print("anygate: interrupted", file=sys.stderr)

@@ -22,7 +22,8 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
     """Draw ``result`` into ``path``; the suffix picks the format.
 
     Raises:
-        ConfigError: the suffix is not one of :data:`SUFFIXES`, or matplotlib is missing.
+        ConfigError: the suffix is not one of :data:`SUFFIXES`.
+        ImportError: matplotlib is not installed (the ``plot`` extra).
     """
     target = Path(path)
     if target.suffix.lower() not in SUFFIXES:
@@ -31,8 +32,8 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        msg = "--plot needs matplotlib: pip install 'anygate[plot]'"
-        raise ConfigError(msg, path="--plot", value=str(target)) from exc
+        msg = "plotting needs matplotlib: pip install 'anygate[plot]'"
+        raise ImportError(msg, name="matplotlib") from exc
 
     strategies = result.strategies
     horizon = result.horizon
