@@ -154,10 +154,14 @@ def test_check_config_prints_effective_values(
     assert "valid" in out
     assert "max_concurrent_calls: 8" in out
     assert "retry_max_attempts: 3" in out  # a default, filled in
-    assert "failure_threshold" in out
+    # Unset breaker values show the defaults a new breaker gets, with a note, not null.
+    assert "failure_threshold: 5\n" in out
+    assert "recovery_timeout_sec: 60.0\n" in out
+    assert "not set in the file: circuit_breaker.failure_threshold" in out
     assert main(["check-config", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["llm_call"]["max_concurrent_calls"] == 8
+    assert data["circuit_breaker"]["failure_threshold"] == 5
 
 
 @pytest.mark.parametrize(

@@ -186,10 +186,25 @@ def _run_with_progress(
 
 
 def _check_config(args: argparse.Namespace) -> int:
+    import inspect
+
+    from ._breaker import CircuitBreaker
     from ._config import load_config
 
     config = load_config(args.file)
     effective = config.to_mapping()
+    # Unset breaker settings mean "keep the shared breaker's, or the defaults when this
+    # policy creates it": show the defaults, and say so, rather than a bare null.
+    breaker = effective["circuit_breaker"]
+    defaults = inspect.signature(CircuitBreaker).parameters
+    inherited = []
+    for key, parameter in (
+        ("failure_threshold", "failure_threshold"),
+        ("recovery_timeout_sec", "recovery_timeout"),
+    ):
+        if breaker.get(key) is None:
+            breaker[key] = defaults[parameter].default
+            inherited.append(f"circuit_breaker.{key}")
     if args.json:
         print(json.dumps(effective, indent=2))
         return 0
@@ -197,6 +212,12 @@ def _check_config(args: argparse.Namespace) -> int:
 
     print(f"# {args.file}: valid. Effective values, defaults filled in:")
     print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
+    if inherited:
+        print(
+            f"# not set in the file: {', '.join(inherited)}; the defaults above apply when "
+            "this policy creates its breaker, while a breaker already shared under the same "
+            "name keeps its own values."
+        )
     return 0
 
 
