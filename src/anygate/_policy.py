@@ -283,12 +283,14 @@ class Policy:
         permit = retrier.admit(self._breaker)  # before the first await: claims the probe atomically
         run = Run()
         try:
-            start = anyio.current_time()
-            scope = anyio.CancelScope(deadline=math.inf if seconds is None else start + seconds)
-            with scope:
-                return await self._attempts(run, permit, testing, fn, args, kwargs)
+            if seconds is None:
+                # No scope of our own: an enclosing one still bounds everything, and
+                # skipping it keeps the uncontended call cheap (AnyIO clock reads cost).
+                return await self._attempts(run, permit, testing, fn, args, kwargs, timed=False)
+            with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+                return await self._attempts(run, permit, testing, fn, args, kwargs, timed=True)
             # Only our deadline lands here: the scope swallowed its own cancellation.
-            retrier.deadline_failure(run, seconds or 0.0, anyio.current_time() - run.slot_started)
+            retrier.deadline_failure(run, seconds, anyio.current_time() - run.slot_started)
         finally:
             retrier.settle(permit, run.outcome)
 
@@ -300,13 +302,17 @@ class Policy:
         fn: Callable[..., Awaitable[T]],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        *,
+        timed: bool,
     ) -> T:
         gate, hooks, retrier = self._gate, self._hooks, self._retrier
         attempt_timeout = self._config.attempt_timeout_s
+        timed = timed or bool(hooks)  # the slot wait is measured only when someone reads it
         while True:
             run.attempt += 1
             run.phase = "slot"
-            run.slot_started = anyio.current_time()
+            if timed:
+                run.slot_started = anyio.current_time()
             if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
                 emit(
                     hooks,
