@@ -119,15 +119,15 @@ def _simulate(args: argparse.Namespace) -> int:
 
         from .sim._plot import SUFFIXES
 
-        if importlib.util.find_spec("matplotlib") is None:  # say so before simulating
-            print("anygate: --plot needs matplotlib: pip install 'anygate[plot]'", file=sys.stderr)
-            return 1
         if not args.plot.lower().endswith(SUFFIXES):
             print(
                 f"anygate: --plot must end in {', '.join(SUFFIXES)} (got {args.plot!r})",
                 file=sys.stderr,
             )
             return 2
+        if importlib.util.find_spec("matplotlib") is None:  # say so before simulating
+            print("anygate: --plot needs matplotlib: pip install 'anygate[plot]'", file=sys.stderr)
+            return 1
     to_stdout = args.json == "-"
     started = time.perf_counter()
     result = _run_with_progress(sim, scenario, strategies, args.seed, quiet=to_stdout)
