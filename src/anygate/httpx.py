@@ -24,6 +24,7 @@ from .integrations import _transport
 
 if TYPE_CHECKING:
     from ._gate import Gate
+    from ._policy import Policy
 
 __all__ = ["GatedTransport", "SyncGatedTransport"]
 
@@ -62,39 +63,56 @@ class GatedTransport(httpx.AsyncBaseTransport):
     and any task may finish or close it. A response dropped unclosed gets its slot back
     when it is garbage-collected, with a :class:`ResourceWarning`.
 
-    This is not a retry layer: the SDK's own retries (``max_retries``) still run, and each
-    attempt takes its own slot; the SDKs close a failed response before their backoff sleep,
-    so no slot is held while they wait.
+    Without a policy this is not a retry layer: an SDK's own retries (``max_retries``) run,
+    each attempt takes its own slot, and since the SDKs close a failed response before
+    their backoff sleep, no slot is held while they wait. With a ``policy``, anygate
+    retries instead: responses with status 408, 409, 425, 429 or 5xx (and connection
+    errors) are classified by the policy (headers and JSON ``error.code``/``error.type``
+    included, so ``limit_burst_rate`` is recognised), feed its breaker and events, and are
+    retried with its backoff, without a slot between attempts. When it gives up, the last
+    response is returned marked ``x-should-retry: false`` so the SDK raises its usual error
+    without retrying again; set the SDK's ``max_retries=0`` so that connection errors are
+    not retried twice either. Requests whose body is a stream (not bytes) are sent once.
 
     Args:
         inner: the transport that really sends requests; ``None`` for
             ``httpx.AsyncHTTPTransport()``.
-        gate: the gate every request takes its slot from.
-        timeout: longest wait for a slot, in seconds; ``None`` (the default) waits as long
-            as it takes (an enclosing cancel scope or client cancellation still ends it).
+        gate: the gate every request takes its slot from; default ``policy.gate``.
+        policy: classify, retry and circuit-break failed requests under this policy.
+        timeout: longest wait for a slot, in seconds. ``None`` (the default): the policy's
+            ``busy_wait_s``, or as long as it takes without a policy (an enclosing cancel
+            scope or the caller's cancellation still ends the wait).
 
     Raises:
-        TypeError: ``gate`` is not a Gate, or ``inner`` is not an async transport (a plain
-            ``httpx`` transport is refused with a pointer to :mod:`anygate.httpx`).
+        TypeError: neither ``gate`` nor ``policy`` given, or one of them of the wrong type;
+            ``inner`` is not an async transport (a plain ``httpx`` transport is refused
+            with a pointer to :mod:`anygate.httpx`).
         ValueError: ``timeout`` is negative or NaN.
         anygate.Busy: from a request, when no slot came within ``timeout``.
+        anygate.CircuitOpen: from a request, while the policy's breaker is open.
     """
 
     def __init__(
         self,
         inner: httpx.AsyncBaseTransport | None = None,
         *,
-        gate: Gate,
+        gate: Gate | None = None,
+        policy: Policy | None = None,
         timeout: float | None = None,
     ) -> None:
         self._core = _transport.TransportCore(
-            _FLAVOUR, inner, gate=gate, timeout=timeout, is_async=True
+            _FLAVOUR, inner, gate=gate, policy=policy, timeout=timeout, is_async=True
         )
 
     @property
     def gate(self) -> Gate:
         """The gate requests take their slots from."""
         return self._core.gate
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy failed requests are retried under, if any."""
+        return self._core.policy
 
     @property
     def inner(self) -> httpx.AsyncBaseTransport:
@@ -119,19 +137,25 @@ class GatedTransport(httpx.AsyncBaseTransport):
 class SyncGatedTransport(httpx.BaseTransport):
     """The blocking twin of :class:`GatedTransport`, for ``httpx.Client``.
 
-    Waits for a slot with :meth:`anygate.Gate.acquire_sync`, so use it from plain threads,
-    never from a thread running an event loop.
+    Waits for a slot with :meth:`anygate.Gate.acquire_sync` and between retries with
+    ``time.sleep``, so use it from plain threads, never from a thread running an event loop.
+    Same slot lifetime and policy behaviour as :class:`GatedTransport` (the policy's
+    ``attempt_timeout_s`` does not apply: a blocking attempt cannot be interrupted).
 
     Args:
         inner: the transport that really sends requests; ``None`` for
             ``httpx.HTTPTransport()``.
-        gate: the gate every request takes its slot from.
-        timeout: longest wait for a slot, in seconds; ``None`` waits as long as it takes.
+        gate: the gate every request takes its slot from; default ``policy.gate``.
+        policy: classify, retry and circuit-break failed requests under this policy.
+        timeout: longest wait for a slot, in seconds; ``None``: the policy's
+            ``busy_wait_s``, or as long as it takes without a policy.
 
     Raises:
-        TypeError: ``gate`` is not a Gate, or ``inner`` is not a sync transport.
+        TypeError: neither ``gate`` nor ``policy`` given, one of them of the wrong type, or
+            ``inner`` is not a sync transport.
         ValueError: ``timeout`` is negative or NaN.
         anygate.Busy: from a request, when no slot came within ``timeout``.
+        anygate.CircuitOpen: from a request, while the policy's breaker is open.
         RuntimeError: from a request made on a thread that runs an event loop.
     """
 
@@ -139,17 +163,23 @@ class SyncGatedTransport(httpx.BaseTransport):
         self,
         inner: httpx.BaseTransport | None = None,
         *,
-        gate: Gate,
+        gate: Gate | None = None,
+        policy: Policy | None = None,
         timeout: float | None = None,
     ) -> None:
         self._core = _transport.TransportCore(
-            _FLAVOUR, inner, gate=gate, timeout=timeout, is_async=False
+            _FLAVOUR, inner, gate=gate, policy=policy, timeout=timeout, is_async=False
         )
 
     @property
     def gate(self) -> Gate:
         """The gate requests take their slots from."""
         return self._core.gate
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy failed requests are retried under, if any."""
+        return self._core.policy
 
     @property
     def inner(self) -> httpx.BaseTransport:

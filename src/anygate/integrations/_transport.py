@@ -16,10 +16,24 @@ response is garbage-collected unclosed (then the gate's leak reclaim returns it,
 
 from __future__ import annotations
 
+import time
 import warnings
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
+import anyio
+
+from .._events import SlotAdmitted, SlotWaiting, emit
 from .._gate import Gate
+from .._policy import Policy
+from ._retries import (
+    ErrorResponse,
+    decode_body,
+    final_response,
+    is_classified,
+    retry_async,
+    retry_sync,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -45,7 +59,7 @@ class Flavour(NamedTuple):
     name: str
     async_body: type[AsyncBody]
     sync_body: type[SyncBody]
-    byte_stream: Callable[[bytes], Any]
+    byte_stream: type
     response: Callable[..., Any]
     async_transport: Callable[[], Any]
     sync_transport: Callable[[], Any]
@@ -79,22 +93,26 @@ class TransportCore:
         flavour: the HTTP library's classes.
         inner: the transport that really sends the requests; ``None`` for the library's
             default (``AsyncHTTPTransport()`` or ``HTTPTransport()``).
-        gate: where each request takes its slot.
-        timeout: longest wait for a slot, in seconds; ``None`` waits as long as it takes.
+        gate: where each request takes its slot; default ``policy.gate``.
+        policy: classify failed responses and retry them under this policy.
+        timeout: longest wait for a slot, in seconds; ``None``: the policy's
+            ``busy_wait_s``, or no limit without a policy.
         is_async: whether ``inner`` must be an async transport (else a sync one).
 
     Raises:
-        TypeError: ``gate`` is not a :class:`~anygate.Gate`, ``inner`` is not a transport
-            of the right kind, or belongs to the other HTTP library.
+        TypeError: neither ``gate`` nor ``policy`` given, one of them of the wrong type,
+            ``inner`` not a transport of the right kind or of the other HTTP library.
         ValueError: ``timeout`` is negative or NaN.
     """
 
-    __slots__ = ("flavour", "gate", "inner", "timeout")
+    __slots__ = ("attempt_timeout", "flavour", "gate", "inner", "policy", "timeout")
 
     flavour: Flavour
     inner: Any
     gate: Gate
+    policy: Policy | None
     timeout: float | None
+    attempt_timeout: float | None
 
     def __init__(
         self,
@@ -102,9 +120,20 @@ class TransportCore:
         inner: Any,
         *,
         gate: object,
+        policy: object,
         timeout: object,
         is_async: bool,
     ) -> None:
+        if policy is not None and not isinstance(policy, Policy):
+            msg = (
+                f"policy must be an anygate.Policy (got {policy!r} of type {type(policy).__name__})"
+            )
+            raise TypeError(msg)
+        if gate is None:
+            if policy is None:
+                msg = "a gated transport needs gate= (an anygate.Gate) or policy= (whose gate it uses)"
+                raise TypeError(msg)
+            gate = policy.gate
         if not isinstance(gate, Gate):
             msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
             raise TypeError(msg)
@@ -115,6 +144,8 @@ class TransportCore:
             if not timeout >= 0:  # also rejects NaN
                 msg = f"timeout must be >= 0 seconds or None (got {timeout!r})"
                 raise ValueError(msg)
+        elif policy is not None:
+            timeout = policy.config.busy_wait_s
         if inner is None:
             # Built only after the arguments passed: it loads the CA bundle.
             inner = flavour.async_transport() if is_async else flavour.sync_transport()
@@ -133,29 +164,144 @@ class TransportCore:
         self.flavour = flavour
         self.inner = inner
         self.gate = gate
+        self.policy = policy
         self.timeout = None if timeout is None else float(timeout)
+        self.attempt_timeout = None if policy is None else policy.config.attempt_timeout_s
+
+    def _retriable(self, request: Any) -> bool:
+        # Only a body held in memory can be sent again; a streamed upload is sent once.
+        return self.policy is not None and isinstance(request.stream, self.flavour.byte_stream)
+
+    # ------------------------------------------------------------------ async
 
     async def send_async(self, request: Any) -> Any:
-        """Send ``request`` through the inner async transport while holding one slot."""
-        token = await self.gate.acquire(timeout=self.timeout)
+        """Send ``request`` through the inner async transport while holding one slot.
+
+        With a policy, failed responses are classified and retried under it (see
+        :mod:`._retries`); the slot of a successful response is held until it is closed.
+        """
+        if not self._retriable(request):
+            return await self._attempt_async(request, 1, guarded=False)
+        assert self.policy is not None
         try:
-            response = await self.inner.handle_async_request(request)
+            return await retry_async(self.policy, partial(self._attempt_async, request))
+        except ErrorResponse as exc:
+            return final_response(exc)
+
+    async def _attempt_async(self, request: Any, attempt: int, *, guarded: bool = True) -> Any:
+        """One attempt: take a slot, send, and either tie the slot to the response or
+        (``guarded``, classified status) buffer the body, free the slot and raise."""
+        token = await self._acquire_async(attempt)
+        try:
+            if guarded and self.attempt_timeout is not None:
+                with anyio.move_on_after(self.attempt_timeout) as scope:
+                    response = await self._send_async(request, guarded=True)
+                if scope.cancelled_caught:
+                    msg = f"attempt {attempt} timed out after {self.attempt_timeout:g}s"
+                    raise TimeoutError(msg)
+            else:
+                response = await self._send_async(request, guarded=guarded)
         except BaseException:
             token.release()
             raise
         response.stream = self.flavour.async_body(response.stream, token, request, self)
         return response
 
+    async def _acquire_async(self, attempt: int) -> Token:
+        policy, gate = self.policy, self.gate
+        if policy is None or not policy.hooks:
+            return await gate.acquire(timeout=self.timeout)
+        if gate.waiting or gate.in_flight >= gate.capacity:
+            emit(
+                policy.hooks,
+                SlotWaiting(
+                    policy.name, gate.name, attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        started = anyio.current_time()
+        token = await gate.acquire(timeout=self.timeout)
+        waited = anyio.current_time() - started
+        emit(policy.hooks, SlotAdmitted(policy.name, gate.name, attempt, waited))
+        return token
+
+    async def _send_async(self, request: Any, *, guarded: bool) -> Any:
+        response = await self.inner.handle_async_request(request)
+        if guarded and is_classified(response.status_code):
+            stream = response.stream
+            try:
+                raw = b"".join([chunk async for chunk in stream])
+            finally:
+                await stream.aclose()
+            raise self._error_response(request, response, raw)
+        return response
+
+    # ------------------------------------------------------------------ sync
+
     def send_sync(self, request: Any) -> Any:
         """Send ``request`` through the inner sync transport while holding one slot."""
-        token = self.gate.acquire_sync(timeout=self.timeout)
+        if not self._retriable(request):
+            return self._attempt_sync(request, 1, guarded=False)
+        assert self.policy is not None
+        try:
+            return retry_sync(self.policy, partial(self._attempt_sync, request))
+        except ErrorResponse as exc:
+            return final_response(exc)
+
+    def _attempt_sync(self, request: Any, attempt: int, *, guarded: bool = True) -> Any:
+        token = self._acquire_sync(attempt)
         try:
             response = self.inner.handle_request(request)
+            if guarded and is_classified(response.status_code):
+                stream = response.stream
+                try:
+                    raw = b"".join(list(stream))
+                finally:
+                    stream.close()
+                raise self._error_response(request, response, raw)
         except BaseException:
             token.release()
             raise
         response.stream = self.flavour.sync_body(response.stream, token, request, self)
         return response
+
+    def _acquire_sync(self, attempt: int) -> Token:
+        policy, gate = self.policy, self.gate
+        if policy is None or not policy.hooks:
+            return gate.acquire_sync(timeout=self.timeout)
+        if gate.waiting or gate.in_flight >= gate.capacity:
+            emit(
+                policy.hooks,
+                SlotWaiting(
+                    policy.name, gate.name, attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        started = time.monotonic()
+        token = gate.acquire_sync(timeout=self.timeout)
+        emit(
+            policy.hooks, SlotAdmitted(policy.name, gate.name, attempt, time.monotonic() - started)
+        )
+        return token
+
+    # ------------------------------------------------------------------ shared
+
+    def _error_response(self, request: Any, response: Any, raw: bytes) -> ErrorResponse:
+        """Wrap a failed response (body read in full) for the policy to classify."""
+        # Replay the body as it came (still content-encoded) if this becomes the answer.
+        response.stream = self.flavour.byte_stream(raw)
+        # The client sets this later; classification wants the host now (provider hints).
+        response.request = request
+        try:
+            content = self.flavour.response(
+                response.status_code, headers=response.headers, content=raw
+            ).content
+        except Exception:  # a body that fails to decode is still worth classifying raw
+            content = raw
+        return ErrorResponse(
+            response.status_code,
+            headers=response.headers,
+            body=decode_body(content),
+            response=response,
+        )
 
 
 class _Body:
