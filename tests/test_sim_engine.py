@@ -77,12 +77,16 @@ def test_trio_scheduler_order_does_not_leak_into_results() -> None:
 
     scenario = sim.load_scenario(SMALL)
     shuffler = trio_run._r
-    shuffler.seed(123)
-    first = sim.simulate(scenario)
-    shuffler.seed(456)
-    for _ in range(17):
-        shuffler.random()
-    assert sim.simulate(scenario) == first
+    saved = shuffler.getstate()
+    try:
+        shuffler.seed(123)
+        first = sim.simulate(scenario)
+        shuffler.seed(456)
+        for _ in range(17):
+            shuffler.random()
+        assert sim.simulate(scenario) == first
+    finally:
+        shuffler.setstate(saved)
 
 
 def test_seeded_scheduler_restores_trio_state() -> None:
