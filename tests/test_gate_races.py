@@ -2,9 +2,8 @@
 
 Every test here pins a single interleaving with events, thread joins, lock hooks or
 ``anyio.wait_all_tasks_blocked()``, never with sleeps, so it either always passes or always
-fails. Tests marked ``xfail(strict=True)`` expose a bug that is still open; the reason names
-the broken invariant and the interleaving, and the marker must go when the fix lands (strict
-mode turns an unexpected pass into a failure, so it cannot be forgotten).
+fails. Each of the nine bugs these tests found was first committed here as a strict xfail
+and then fixed; the docstrings keep the interleaving each one pins.
 
 Some tests reach below the public API on purpose: they replace ``Gate._lock`` with an
 instrumented lock (to detect a same-thread re-acquire instead of deadlocking, or to hold two
@@ -307,9 +306,7 @@ async def test_timeout_and_grant_in_the_same_tick_lose_no_slot(
         assert log[0] == "first"  # a grant that landed first is never turned into Busy
 
 
-async def test_contended_acquire_in_an_already_cancelled_scope_raises(
-    anyio_backend: Any, request: pytest.FixtureRequest
-) -> None:
+async def test_contended_acquire_in_an_already_cancelled_scope_raises(anyio_backend: Any) -> None:
     """``acquire()`` in a scope cancelled before the call raises, even if a grant lands first.
 
     Another task that releases is made runnable, then the scope is cancelled, then
@@ -318,21 +315,6 @@ async def test_contended_acquire_in_an_already_cancelled_scope_raises(
     awaited future is already done; the releaser runs first and resolves it. Only an
     explicit cancellation check before queueing makes the call raise as a checkpoint must.
     """
-    backend = anyio_backend if isinstance(anyio_backend, str) else anyio_backend[0]
-    if backend == "asyncio":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "working-tree change: _Acquire.__await__ skips checkpoint_if_cancelled() "
-                    "when the gate looks full, relying on the park as the cancellation point. "
-                    "On asyncio that park completes normally when a same-tick grant resolves "
-                    "the future before anyio's deferred delivery, so acquire() returns a token "
-                    "and the whole body of the cancelled scope runs. Fix: keep the "
-                    "checkpoint_if_cancelled() before _wait() (HEAD did)."
-                ),
-            )
-        )
     gate = Gate(1)
     holder = gate.acquire_nowait()
     go = anyio.Event()
@@ -447,17 +429,6 @@ def test_simultaneous_double_release_from_two_threads_frees_one_slot() -> None:
     assert (stats.in_flight, stats.waiting, stats.admitted) == (1, 1, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Token.__del__ reclaims the slot but leaves token._gate set. When gc finalizes a token "
-        "before the object that owns it (PEP 442 finalizes a garbage set in list order, and a "
-        "token created before its owner comes first), the owner's __del__/finally then calls "
-        "token.release(), which is not a no-op: the slot is freed twice, in_flight goes to -1 "
-        "and the gate admits capacity + 1. Fix: Token.__del__ sets self._gate = None before "
-        "calling gate._reclaim_leaked()."
-    ),
-)
 def test_token_finalized_before_its_owner_releases_it_is_freed_once() -> None:
     """A token collected in the same gc pass as the owner whose ``__del__`` releases it frees one slot."""
     gate = Gate(1)
@@ -515,16 +486,6 @@ class _WithdrawTrap(_waiters.ThreadWaiter):
         return False  # the wait timed out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Gate._withdraw (also _busy, _wake's dead-waiter section and _release's "
-        "already-released return) unlocks without draining _pending_leaks. A token leaked on "
-        "another thread while one of them holds the lock is appended, its try-lock fails, and "
-        "nobody drains it: the queued waiter is stranded until some unrelated gate call. Fix: "
-        "one unlock helper that every locked section uses, which drains after releasing."
-    ),
-)
 def test_leak_reclaimed_while_a_timed_out_waiter_withdraws_reaches_the_queue(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -553,18 +514,6 @@ def test_leak_reclaimed_while_a_timed_out_waiter_withdraws_reaches_the_queue(
 # ------------------------------------------------------------- closed and stopped loops
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "AsyncioWaiter.wake on the loop's own thread calls future.set_result() on a closed "
-        "loop: set_result detaches the task's wake-up callback before loop.call_soon raises, "
-        "so the pending task is freed on the spot and its coroutine's GeneratorExit runs "
-        "Gate._abandon, which sees GRANTED and frees the slot; wake then returns False and "
-        "Gate._wake marks the waiter DEAD and frees it again. in_flight ends at -1. Fix: in "
-        "_wake's failure path hand over only if the waiter is still GRANTED under the lock, "
-        "and check loop.is_closed() before touching the future."
-    ),
-)
 @pytest.mark.parametrize("new_loop", LOOP_FACTORIES)
 def test_same_thread_wake_of_a_waiter_on_a_closed_loop_frees_its_slot_once(
     new_loop: Callable[[], asyncio.AbstractEventLoop],
@@ -621,18 +570,6 @@ def test_grant_stranded_by_a_loop_closed_before_its_callback_ran_comes_back_at_g
     assert (stats.in_flight, stats.waiting, stats.cancelled) == (0, 0, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "A coroutine parked in Gate._wait whose loop closed (granted after the wake-up was "
-        "queued, or marked DEAD) is freed only by gc, and its GeneratorExit runs "
-        "Gate._abandon, which takes the gate's plain Lock with a blocking acquire. gc runs at "
-        "any allocation, including inside a locked section on the same thread (here: inside "
-        "statistics()), so that thread deadlocks on its own lock - the Token.__del__ trap "
-        "again, on another path. Fix: _abandon must not block: try-lock, else push the "
-        "waiter onto a lock-free pending list drained like _pending_leaks."
-    ),
-)
 @pytest.mark.parametrize("closed", ["after-grant", "before-grant"])
 @pytest.mark.parametrize("new_loop", LOOP_FACTORIES)
 def test_parked_coroutine_collected_under_the_gate_lock_does_not_deadlock(
@@ -737,17 +674,6 @@ def test_capacity_lowered_while_a_dead_grant_is_passed_on_drops_the_slot() -> No
 # ------------------------------------------------------------- KeyboardInterrupt (trio)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Gate._wait (and _Acquire.__await__) are not KI-protected. Under trio a Ctrl-C is "
-        "raised at any bytecode of an unprotected frame, including after the park returned "
-        "with a grant and before make_token(): the reserved slot then has no token and no "
-        "waiter and is lost for good (and between _enqueue() and the try, a WAITING ghost "
-        "stays queued). Fix: apply ki_protected to _wait and _Acquire.__await__ so KI is "
-        "delivered at the park, where _abandon handles it."
-    ),
-)
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_grant_to_token_step_is_ki_protected(
     anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
@@ -814,18 +740,6 @@ _LATE_TRIO_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "KI protection is applied by ensure_trio_protection(), called from Gate.__init__ and "
-        "the contended path only. A gate created before trio was imported, used under trio "
-        "only uncontended (acquire fast path, acquire_nowait, release, capacity), runs its "
-        "locked counter updates unprotected: a Ctrl-C between in_flight += 1 and make_token, "
-        "or between token._gate = None and in_flight -= 1, loses a slot. Fix: also call it "
-        "when _find_trio() first sees trio, and from the sync entry points while "
-        "_protection_done is False (one global read)."
-    ),
-)
 def test_gate_created_before_trio_was_imported_is_ki_protected_under_trio() -> None:
     """A gate built before ``import trio`` still has KI-safe locked steps under trio (subprocess)."""
     result = subprocess.run(
@@ -844,16 +758,6 @@ def test_gate_created_before_trio_was_imported_is_ki_protected_under_trio() -> N
 # ------------------------------------------------------------- other runtimes and inputs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "threading.Lock.acquire(timeout=) rejects values above threading.TIMEOUT_MAX "
-        "(~292 years) with OverflowError. acquire_sync validates only >= 0, enqueues, then "
-        "ThreadWaiter.block raises: the caller gets OverflowError instead of waiting (counted "
-        "as cancelled). Fix: treat timeouts > threading.TIMEOUT_MAX as None in "
-        "ThreadWaiter.block (or in _check_timeout for the sync path)."
-    ),
-)
 def test_acquire_sync_waits_with_a_timeout_beyond_timeout_max(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -872,20 +776,6 @@ def test_acquire_sync_waits_with_a_timeout_beyond_timeout_max(
     token.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "In trio guest mode on an asyncio host, asyncio._get_running_loop() returns the host "
-        "loop inside trio tasks, so async_waiter() builds an AsyncioWaiter and the trio task "
-        "awaits an asyncio Future: trio throws TypeError ('unrecognized yield message') into "
-        "acquire(). (checkpoint_if_cancelled makes the same choice.) No slot leaks - _abandon "
-        "runs - but every contended acquire fails. Fix: recognise a trio run first when the "
-        "current thread is inside a trio tick (trio sets sniffio.thread_local.name = 'trio' "
-        "there, guest ticks included), and wake a trio waiter with run_sync_soon, not "
-        "reschedule(), from host code on the same thread (reschedule would not wake the "
-        "guest's I/O wait)."
-    ),
-)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_trio_guest_run_on_an_asyncio_host_can_wait_for_a_slot(anyio_backend: Any) -> None:
     """A trio task in guest mode queues, is woken by a release in the host loop, and gets the slot."""

@@ -143,13 +143,13 @@ class Gate:
         "_admitted",
         "_cancelled",
         "_capacity",
+        "_deferred",
         "_in_flight",
         "_leaked",
         "_limit",
         "_live",
         "_lock",
         "_name",
-        "_pending_leaks",
         "_queue",
         "_rejected",
         "_timed_out",
@@ -173,10 +173,10 @@ class Gate:
         self._queue: deque[Waiter] = deque()
         self._live = 0  # queued waiters still WAITING; the rest of _queue are GONE
         self._lock = threading.Lock()
-        # Leaked tokens found by Token.__del__, which may run while this thread holds
-        # _lock: appending is atomic and lock-free; whoever holds or next takes the lock
-        # drains it (see _reclaim_leaked).
-        self._pending_leaks: list[str] = []
+        # Work that must not wait for the lock: leaked slots (None) found by Token.__del__
+        # and waiters abandoned by an exception, possibly from a finalizer running while
+        # this thread holds _lock. Appending is atomic; see _drain for who processes it.
+        self._deferred: list[Waiter | None] = []
         self._admitted = 0
         self._rejected = 0
         self._timed_out = 0
@@ -217,6 +217,8 @@ class Gate:
 
     def statistics(self) -> GateStatistics:
         """A consistent snapshot of the gate's state and cumulative counters."""
+        if self._deferred:  # count leaks found since the last gate operation
+            self._drain()
         with self._lock:
             stats = GateStatistics(
                 name=self._name,
@@ -229,8 +231,8 @@ class Gate:
                 cancelled=self._cancelled,
                 leaked=self._leaked,
             )
-        if self._pending_leaks:
-            self._drain_leaks()
+        if self._deferred:
+            self._drain()
         return stats
 
     def __repr__(self) -> str:
@@ -266,6 +268,8 @@ class Gate:
         Raises:
             Busy: the gate is full, or other callers are already waiting.
         """
+        if not _waiters.trio_protection_done:  # a sync-only path may be trio's first use
+            _waiters.ensure_trio_protection()
         frame = _getframe(1)
         if self._admit():
             return make_token(self, frame.f_code, frame.f_lasti)
@@ -335,30 +339,31 @@ class Gate:
                 self._admitted += 1
         finally:
             lock.release()
-        if self._pending_leaks:
-            self._drain_leaks()
+            if self._deferred:
+                self._drain()
         return make_token(self, code, lasti) if admitted else None
 
+    @ki_protected
     async def _wait(self, wait_s: float | None, code: CodeType, lasti: int) -> Token:
         if wait_s == 0:
             raise self._busy(0.0, rejected=True)
-        _waiters.ensure_trio_protection()
         waiter = _waiters.async_waiter()
-        if self._enqueue(waiter):
+        if self._enqueue(waiter):  # a slot freed up since the fast path looked
             return make_token(self, code, lasti)
         try:
             if wait_s is None:
+                # Returning normally means woken, and only a grant wakes (I2).
                 await waiter.park(self._withdraw)
-            else:
-                with anyio.move_on_after(wait_s):
-                    await waiter.park(self._withdraw)
+                return make_token(self, code, lasti)
+            with anyio.move_on_after(wait_s) as scope:
+                await waiter.park(self._withdraw)
         except BaseException:
             self._abandon(waiter)
             raise
-        # A grant can race the deadline; if it won, the slot is ours and the timeout's own
-        # cancellation was absorbed by the scope above, so nothing is swallowed.
-        if self._withdraw(waiter):
-            raise self._busy(wait_s or 0.0, timed_out=True)
+        # The timeout fired; a grant can still have won the race. Then the slot is ours and
+        # the timeout's own cancellation was absorbed by the scope, so nothing is swallowed.
+        if scope.cancelled_caught and self._withdraw(waiter):
+            raise self._busy(wait_s, timed_out=True)
         return make_token(self, code, lasti)
 
     # ------------------------------------------------------------------ locked steps
@@ -375,31 +380,40 @@ class Gate:
                 self._admitted += 1
         finally:
             lock.release()
-        if self._pending_leaks:
-            self._drain_leaks()
+            if self._deferred:
+                self._drain()
         return admitted
 
     @ki_protected
     def _enqueue(self, waiter: Waiter) -> bool:
         """Queue ``waiter``, unless a slot freed up since the fast path failed (then take it)."""
-        with self._lock:
-            if not self._live and self._in_flight < self._limit:
+        lock = self._lock
+        lock.acquire()
+        try:
+            admitted = not self._live and self._in_flight < self._limit
+            if admitted:
                 self._in_flight += 1
                 self._admitted += 1
-                admitted = True
             else:
                 self._queue.append(waiter)
                 self._live += 1
-                admitted = False
-        if self._pending_leaks:
-            self._drain_leaks()
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
         return admitted
 
     @ki_protected
     def _withdraw(self, waiter: Waiter) -> bool:
         """Take ``waiter`` out of the queue unless granted; ``True`` if it holds no slot."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             granted = self._withdraw_locked(waiter)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
         return not granted
 
     def _withdraw_locked(self, waiter: Waiter) -> bool:
@@ -414,42 +428,35 @@ class Gate:
                 self._queue = deque(w for w in queue if w.state == WAITING)
         return state == GRANTED
 
-    @ki_protected
     def _abandon(self, waiter: Waiter) -> None:
-        """A waiter left by an exception (cancellation, loop teardown, KeyboardInterrupt)."""
-        successor = None
-        with self._lock:
-            if waiter.state != DEAD:  # a dead waiter was already counted by _wake
-                self._cancelled += 1
-            if self._withdraw_locked(waiter):
-                # I4: the slot was reserved for us; pass it on rather than lose it.
-                waiter.state = GONE
-                successor = self._handoff_locked()
-        if successor is not None:
-            self._wake(successor)
-        if self._pending_leaks:
-            self._drain_leaks()
+        """A waiter left by an exception (cancellation, loop teardown, KeyboardInterrupt).
+
+        Deferred like a leak rather than taking the lock: a parked coroutine whose loop
+        died is closed by the garbage collector (GeneratorExit), which may run inside a
+        locked section on this very thread.
+        """
+        self._deferred.append(waiter)
+        self._drain()
 
     @ki_protected
     def _release(self, token: Token) -> None:
         """Give ``token``'s slot back (I5): hand it to the head waiter or free it."""
+        successor = None
         lock = self._lock
         lock.acquire()
         try:
-            if token._gate is None:  # lost a race with another releaser: no-op
-                return
-            token._gate = None
-            if self._live:
-                successor = self._handoff_locked()
-            else:
-                self._in_flight -= 1
-                successor = None
+            if token._gate is not None:  # else another releaser won the race: no-op
+                token._gate = None
+                if self._live:
+                    successor = self._handoff_locked()
+                else:
+                    self._in_flight -= 1
         finally:
             lock.release()
+            if self._deferred:
+                self._drain()
         if successor is not None:
             self._wake(successor)
-        if self._pending_leaks:
-            self._drain_leaks()
 
     def _handoff_locked(self) -> Waiter | None:
         """One slot is being given up: grant it to the head waiter, or free it."""
@@ -465,17 +472,19 @@ class Gate:
 
     def _pop_head_locked(self) -> Waiter:
         queue = self._queue
-        while True:
+        waiter = queue.popleft()
+        while waiter.state != WAITING:  # skip entries withdrawn earlier (lazy deletion)
             waiter = queue.popleft()
-            if waiter.state == WAITING:
-                self._live -= 1
-                return waiter
+        self._live -= 1
+        return waiter
 
     @ki_protected
     def _set_capacity(self, value: object) -> None:
         cap = _check_capacity(value)
         granted: list[Waiter] = []
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             self._capacity = cap
             self._limit = _UNLIMITED if cap == math.inf else int(cap)
             while self._live and self._in_flight < self._limit:
@@ -484,62 +493,94 @@ class Gate:
                 self._in_flight += 1
                 self._admitted += 1
                 granted.append(waiter)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
         for waiter in granted:
             self._wake(waiter)
-        if self._pending_leaks:
-            self._drain_leaks()
 
+    @ki_protected
     def _wake(self, waiter: Waiter) -> None:
         """Wake a granted waiter outside the lock; if it can never run, pass its slot on."""
         successor: Waiter | None = waiter
         while successor is not None and not successor.wake():
-            with self._lock:
-                successor.state = DEAD
-                self._cancelled += 1
-                successor = self._handoff_locked()
+            lock = self._lock
+            lock.acquire()
+            try:
+                # Still GRANTED unless its own cleanup already passed the slot on (a task
+                # freed on the spot by a failed wake-up runs its GeneratorExit first).
+                if successor.state == GRANTED:
+                    successor.state = DEAD
+                    self._cancelled += 1
+                    successor = self._handoff_locked()
+                else:
+                    successor = None
+            finally:
+                lock.release()
+                if self._deferred:
+                    self._drain()
 
-    # ------------------------------------------------------------------ leaks
+    # ------------------------------------------------------------------ deferred work
 
     def _reclaim_leaked(self, code: CodeType, lasti: int) -> None:
         """Called from ``Token.__del__``; may run inside this thread's own locked section."""
-        site = code_site(code, lasti)
-        self._pending_leaks.append(site)  # atomic; drained by whoever holds the lock
-        self._drain_leaks()
+        self._deferred.append(None)  # None stands for one leaked slot
+        self._drain()
         warnings.warn(
-            f"an anygate token of gate {self._name!r} acquired at {site} was garbage-collected "
-            "without release(); its slot has been reclaimed",
+            f"an anygate token of gate {self._name!r} acquired at {code_site(code, lasti)} "
+            "was garbage-collected without release(); its slot has been reclaimed",
             ResourceWarning,
             stacklevel=2,
         )
 
     @ki_protected
-    def _drain_leaks(self) -> None:
-        # Never block here: this thread may already hold the lock (a __del__ triggered by an
-        # allocation inside a locked section). If the lock is taken, its holder drains the
-        # list after releasing it, because every locked method checks _pending_leaks after
-        # its ``with`` block; the append happened before our failed try, so they see it.
-        pending = self._pending_leaks
-        while pending and self._lock.acquire(blocking=False):
+    def _drain(self) -> None:
+        """Process deferred leaks and abandonments, if the lock can be had without waiting.
+
+        Never blocks: this may run from a finalizer on a thread that already holds the lock
+        (gc triggered by an allocation inside a locked section). If the lock is taken, its
+        holder drains after releasing it: every locked section checks ``_deferred`` right
+        after ``release()``, and our append happened before our failed try, so it is seen.
+        """
+        deferred = self._deferred
+        lock = self._lock
+        while deferred and lock.acquire(blocking=False):
             granted: list[Waiter] = []
             try:
-                while pending:
-                    pending.pop()
-                    self._leaked += 1
-                    waiter = self._handoff_locked()
-                    if waiter is not None:
-                        granted.append(waiter)
+                while deferred:
+                    item = deferred.pop()
+                    if item is None:  # a leaked token's slot
+                        self._leaked += 1
+                        successor = self._handoff_locked()
+                    else:  # an abandoned waiter
+                        if item.state != DEAD:  # a dead waiter was counted by _wake
+                            self._cancelled += 1
+                        successor = None
+                        if self._withdraw_locked(item):
+                            # I4: the slot was reserved for it; pass it on, never lose it.
+                            item.state = GONE
+                            successor = self._handoff_locked()
+                    if successor is not None:
+                        granted.append(successor)
             finally:
-                self._lock.release()
+                lock.release()
             for waiter in granted:
                 self._wake(waiter)
 
     def _busy(self, waited: float, *, rejected: bool = False, timed_out: bool = False) -> Busy:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if rejected:
                 self._rejected += 1
             if timed_out:
                 self._timed_out += 1
             in_flight = self._in_flight
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
         return Busy(gate=self._name, capacity=self._capacity, in_flight=in_flight, waited=waited)
 
 
@@ -556,15 +597,21 @@ class _Acquire:
         self._lasti = lasti
         self._token: Token | None = None
 
+    @ki_protected
     def __await__(self) -> Generator[Any, None, Token]:
-        # A generator rather than delegating to a coroutine: one frame fewer on the
-        # uncontended path, which is measured against anyio.Semaphore(fast_acquire=True).
+        # A generator rather than a coroutine: one frame fewer on the uncontended path,
+        # which is measured against anyio.Semaphore(fast_acquire=True).
         gate = self._gate
+        # Checked even when we are about to queue: a grant can complete the wait before
+        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
         yield from _waiters.checkpoint_if_cancelled().__await__()
-        token = gate._try_fast(self._code, self._lasti)
-        if token is None:
-            token = yield from gate._wait(self._timeout, self._code, self._lasti).__await__()
-        return token
+        # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
+        # skips the fast path's lock round trip.
+        if not gate._live and gate._in_flight < gate._limit:
+            token = gate._try_fast(self._code, self._lasti)
+            if token is not None:
+                return token
+        return (yield from gate._wait(self._timeout, self._code, self._lasti).__await__())
 
     async def __aenter__(self) -> Token:
         self._token = await self

@@ -104,8 +104,12 @@ class Token:
         # __del__ rather than weakref.finalize: a finalizer per token costs 1-3 us at
         # creation, __del__ costs nothing until collection. The gate defers the actual
         # release because this may run while this very thread holds the gate's lock.
+        # Cleared first: in a garbage cycle this token may be finalized before the object
+        # that owns it, whose own cleanup may then still call release(); that must be a
+        # no-op, not a second give-back of the same slot.
         gate = self._gate
         if gate is not None:
+            self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
 
     def __repr__(self) -> str:

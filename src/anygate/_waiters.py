@@ -40,48 +40,60 @@ _get_ident = threading.get_ident
 _get_running_loop = asyncio._get_running_loop
 
 _asyncio_checkpoint: Callable[[], Awaitable[None]] | None = None
+_trio_lowlevel: Any = None
+_trio_run_finished: Any = None
+_sniffio_local: Any = None
+
+
+def _find_trio() -> bool:
+    """Cache trio's pieces once something else has imported trio (we never import it)."""
+    global _trio_lowlevel, _trio_run_finished, _sniffio_local
+    if "trio" in sys.modules:
+        import sniffio  # a dependency of trio
+        import trio.lowlevel
+
+        _trio_run_finished = trio.RunFinishedError
+        _trio_lowlevel = trio.lowlevel
+        _sniffio_local = sniffio.thread_local
+        ensure_trio_protection()
+        return True
+    return False
+
+
+def _in_trio() -> bool:
+    """Is this thread inside a trio run right now (guest-mode ticks included)?
+
+    Trio sets ``sniffio.thread_local.name`` to ``"trio"`` for exactly the time it runs
+    tasks on this thread: a thread-local read, far cheaper than ``in_trio_run()`` (which
+    raises and swallows an AttributeError outside a run). In trio's guest mode on an
+    asyncio host, ``asyncio._get_running_loop()`` also answers inside trio tasks, so trio
+    must be asked first.
+    """
+    if _sniffio_local is None and not _find_trio():
+        return False
+    return bool(_sniffio_local.name == "trio")
 
 
 def checkpoint_if_cancelled() -> Awaitable[None]:
     """The running backend's ``checkpoint_if_cancelled``, minus anyio's per-call lookup.
 
     ``anyio.lowlevel.checkpoint_if_cancelled`` asks sniffio which library runs on every
-    call, and on CPython 3.11 ``asyncio._get_running_loop()`` alone costs ~0.2 us: together
-    a third of the uncontended acquire budget. Trio answers "am I in a run?" with one
-    thread-local read, so trio is asked first (only if something imported it); otherwise
-    the caller is on asyncio, whose check (which understands anyio cancel scopes) is
+    call. Here trio is recognised by a thread-local read (see :func:`_in_trio`) and asyncio
+    by ``_get_running_loop()``; the asyncio check, which understands anyio cancel scopes, is
     resolved once through the public ``current_token().backend_class``.
     """
-    if _trio_lowlevel is not None or _find_trio():
-        assert _trio_lowlevel is not None
-        if _trio_lowlevel.in_trio_run():
-            checkpoint: Awaitable[None] = _trio_lowlevel.checkpoint_if_cancelled()
-            return checkpoint
-    check = _asyncio_checkpoint or _resolve_asyncio_checkpoint()
-    return check()
-
-
-_trio_lowlevel: Any = None
-
-
-def _find_trio() -> bool:
-    """Cache ``trio.lowlevel`` once something else has imported trio (we never import it)."""
-    global _trio_lowlevel
-    if "trio" in sys.modules:
-        import trio.lowlevel
-
-        _trio_lowlevel = trio.lowlevel
-        return True
-    return False
+    if _in_trio():
+        checkpoint: Awaitable[None] = _trio_lowlevel.checkpoint_if_cancelled()
+        return checkpoint
+    if _get_running_loop() is not None:
+        check = _asyncio_checkpoint or _resolve_asyncio_checkpoint()
+        return check()
+    return anyio.lowlevel.checkpoint_if_cancelled()  # no loop: anyio raises its usual error
 
 
 def _resolve_asyncio_checkpoint() -> Callable[[], Awaitable[None]]:
     global _asyncio_checkpoint
-    # Raises anyio's NoEventLoopError when no loop runs at all, which is the right error.
-    backend = anyio.lowlevel.current_token().backend_class
-    if _get_running_loop() is None:  # some other anyio backend: do not cache it
-        return backend.checkpoint_if_cancelled
-    _asyncio_checkpoint = backend.checkpoint_if_cancelled
+    _asyncio_checkpoint = anyio.lowlevel.current_token().backend_class.checkpoint_if_cancelled
     return _asyncio_checkpoint
 
 
@@ -112,11 +124,16 @@ class AsyncioWaiter(Waiter):
     __slots__ = ("future", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
+        self.state = WAITING
+        self.thread_id = _get_ident()
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
 
     def wake(self) -> bool:
+        if self.loop.is_closed():
+            # Do not touch the future: resolving it would detach the task, which is then
+            # freed on the spot and its cleanup would race ours for the same slot.
+            return False
         try:
             if _get_ident() == self.thread_id:
                 _resolve(self.future)
@@ -127,50 +144,55 @@ class AsyncioWaiter(Waiter):
             return False
         return True
 
-    async def park(self, leave: Callable[[Waiter], bool]) -> None:
-        # Cancellation arrives as CancelledError out of the await; the gate settles the
-        # waiter under its lock in its own except clause, so ``leave`` is unused here.
-        await self.future
+    def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
+        """Wait for :meth:`wake`; cancellation arrives as ``CancelledError``.
+
+        The gate settles the waiter under its lock in its own ``except`` clause, so
+        ``leave`` is not needed here. The bare future is returned (not wrapped in a
+        coroutine) to keep one frame off the contended path.
+        """
+        return self.future
 
 
 class TrioWaiter(Waiter):
     """A trio task parked with ``wait_task_rescheduled``."""
 
-    __slots__ = ("task", "trio_token")
+    __slots__ = ("leave", "task", "trio_token")
 
-    def __init__(self, trio_token: Any) -> None:
-        super().__init__()
-        import trio.lowlevel
-
-        self.trio_token = trio_token
-        self.task = trio.lowlevel.current_task()
+    def __init__(self) -> None:
+        self.state = WAITING
+        self.thread_id = _get_ident()
+        self.trio_token = _trio_lowlevel.current_trio_token()
+        self.task = _trio_lowlevel.current_task()
 
     def wake(self) -> bool:
-        import trio
-        import trio.lowlevel
-
-        if _get_ident() == self.thread_id:
-            trio.lowlevel.reschedule(self.task)
+        # Direct reschedule only from inside the run itself. From host code on the same
+        # thread (trio guest mode) or from another thread, go through run_sync_soon, which
+        # also wakes the run out of its I/O wait.
+        if _get_ident() == self.thread_id and _sniffio_local.name == "trio":
+            _trio_lowlevel.reschedule(self.task)
             return True
         try:
-            self.trio_token.run_sync_soon(trio.lowlevel.reschedule, self.task)
-        except trio.RunFinishedError:
+            self.trio_token.run_sync_soon(_trio_lowlevel.reschedule, self.task)
+        except _trio_run_finished:
             return False
         return True
 
-    async def park(self, leave: Callable[[Waiter], bool]) -> None:
-        import trio.lowlevel
+    def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
+        """Wait for :meth:`wake`; a cancel scope firing first calls ``leave`` to unqueue."""
+        self.leave = leave
+        # A bound method rather than a closure: two fewer objects per parked task.
+        wait: Awaitable[None] = _trio_lowlevel.wait_task_rescheduled(self._abort)
+        return wait
 
-        def abort(_: object) -> trio.lowlevel.Abort:
-            # Runs on the trio thread when a cancel scope fires. Not yet granted: we leave
-            # the queue and let the Cancelled through. Already granted: the reschedule is
-            # on its way (maybe from another thread), so the wait completes with the slot
-            # and the cancellation is delivered at the caller's next checkpoint.
-            if leave(self):
-                return trio.lowlevel.Abort.SUCCEEDED
-            return trio.lowlevel.Abort.FAILED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    def _abort(self, _: object) -> Any:
+        # Runs on the trio thread when a cancel scope fires. Not yet granted: we leave the
+        # queue and let the Cancelled through. Already granted: the reschedule is on its
+        # way (maybe from another thread), so the wait completes with the slot and the
+        # cancellation is delivered at the caller's next checkpoint.
+        if self.leave(self):
+            return _trio_lowlevel.Abort.SUCCEEDED
+        return _trio_lowlevel.Abort.FAILED
 
 
 class ThreadWaiter(Waiter):
@@ -179,7 +201,8 @@ class ThreadWaiter(Waiter):
     __slots__ = ("_lock",)
 
     def __init__(self) -> None:
-        super().__init__()
+        self.state = WAITING
+        self.thread_id = _get_ident()
         self._lock = threading.Lock()
         self._lock.acquire()
 
@@ -189,30 +212,36 @@ class ThreadWaiter(Waiter):
 
     def block(self, timeout: float | None) -> bool:
         """Block until woken or ``timeout`` seconds pass; ``True`` if woken."""
-        return self._lock.acquire(timeout=-1 if timeout is None else timeout)
+        # Lock.acquire rejects timeouts above TIMEOUT_MAX (~292 years): that is forever.
+        if timeout is None or timeout > threading.TIMEOUT_MAX:
+            return self._lock.acquire()
+        return self._lock.acquire(timeout=timeout)
 
 
 def async_waiter() -> AsyncioWaiter | TrioWaiter:
     """A waiter for the task that is running now, on whichever backend runs it."""
+    if _in_trio():
+        ensure_trio_protection()
+        return TrioWaiter()
     loop = _get_running_loop()
     if loop is not None:
         return AsyncioWaiter(loop)
-    native = anyio.lowlevel.current_token().native_token
-    return TrioWaiter(native)
+    anyio.lowlevel.current_token()  # raises anyio's NoEventLoopError, naming backends
+    msg = "anygate supports asyncio and trio event loops only"
+    raise RuntimeError(msg)
 
 
 def event_loop_running() -> str | None:
     """Name of the event loop running in this thread, or ``None`` for a plain thread."""
+    if _in_trio():
+        return "trio"
     if _get_running_loop() is not None:
         return "asyncio"
-    trio = sys.modules.get("trio")
-    if trio is not None and trio.lowlevel.in_trio_run():
-        return "trio"
     return None
 
 
 _protected: list[Callable[..., Any]] = []
-_protection_done = False
+trio_protection_done = False
 
 
 def ki_protected(fn: _F) -> _F:
@@ -230,12 +259,12 @@ def ki_protected(fn: _F) -> _F:
 
 def ensure_trio_protection() -> None:
     """Apply trio's KI protection to every ``@ki_protected`` function, once."""
-    global _protection_done
-    if _protection_done:
+    global trio_protection_done
+    if trio_protection_done:
         return
     trio = sys.modules.get("trio")
     if trio is None:
         return
     for fn in _protected:
         trio.lowlevel.enable_ki_protection(fn)
-    _protection_done = True
+    trio_protection_done = True

@@ -237,7 +237,7 @@ assert_type(config.rules, tuple[Rule, ...])
 assert_type(config.to_mapping(), dict[str, dict[str, Any]])
 assert_type(RetryConfig().max_attempts, int)
 assert_type(RetryConfig().base_delay_ms, float)
-assert_type(BreakerConfig(failure_threshold=5).recovery_timeout_sec, float)
+assert_type(BreakerConfig(failure_threshold=5).recovery_timeout_sec, float | None)
 
 # ---------------------------------------------------------------- classification
 
