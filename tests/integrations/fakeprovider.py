@@ -393,46 +393,67 @@ def _anthropic_events(payload: dict[str, Any]) -> list[bytes]:
 
 
 @asynccontextmanager
-async def serve(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` with hypercorn on 127.0.0.1 (a free port) in this event loop.
+async def serve(app: ASGIApp, *, server: str = "hypercorn") -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 (a free port) in this event loop; yields the base URL.
 
-    Yields the base URL. The listening socket is bound and listening before hypercorn starts,
-    so clients may connect at once (the kernel queues them until the first accept).
+    ``server`` is ``"hypercorn"`` (asyncio and trio) or ``"uvicorn"`` (asyncio only). The
+    listening socket is bound and listening before the server starts, so clients may
+    connect at once (the kernel queues them until the first accept).
     """
-    from hypercorn.config import Config
-
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the descriptor from here on
-    config.accesslog = None
-    config.errorlog = None
-    # An upper bound, not a sleep: shutdown returns as soon as the connections are closed.
-    config.graceful_timeout = 10
-    shutdown = anyio.Event()
     stopped = anyio.Event()
-    if _running_trio():
-        from hypercorn.trio import serve as hypercorn_serve
-    else:
-        from hypercorn.asyncio import serve as hypercorn_serve  # type: ignore[assignment]
+    if server == "uvicorn":
+        import uvicorn
 
-    async def run() -> None:
-        try:
-            await hypercorn_serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
-        finally:
-            stopped.set()
+        userver = uvicorn.Server(
+            uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+        )
+
+        async def run() -> None:
+            try:
+                await userver.serve(sockets=[sock])
+            finally:
+                sock.close()
+                stopped.set()
+
+        def stop() -> None:
+            userver.should_exit = True
+
+    else:
+        from hypercorn.config import Config
+
+        config = Config()
+        config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the descriptor from here on
+        config.accesslog = None
+        config.errorlog = None
+        # An upper bound, not a sleep: shutdown returns as soon as the connections are closed.
+        config.graceful_timeout = 10
+        shutdown = anyio.Event()
+        if _running_trio():
+            from hypercorn.trio import serve as hypercorn_serve
+        else:
+            from hypercorn.asyncio import serve as hypercorn_serve  # type: ignore[assignment]
+
+        async def run() -> None:
+            try:
+                await hypercorn_serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+            finally:
+                stopped.set()
+
+        stop = shutdown.set
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
-            # Shut down gracefully even when the test failed: a hypercorn cancelled while
+            # Shut down gracefully even when the test failed: a server cancelled while
             # closing its connections logs confusing errors on top of the real failure.
-            shutdown.set()
+            stop()
             with anyio.CancelScope(shield=True), anyio.move_on_after(15):
                 await stopped.wait()
 
