@@ -327,3 +327,28 @@ def test_flavour_modules_differ_only_in_the_library_name() -> None:
         return text[text.index("from __future__") :]
 
     assert code("httpx2.py").replace("httpx2", "httpx") == code("httpx.py")
+
+
+async def test_a_response_read_in_advance_frees_its_slot_at_once(flavour: Flavour) -> None:
+    """Transports that hand back a response already in memory (MockTransport, caches) free
+    the slot before the client sees it: nobody would ever close that stream."""
+    lib = flavour.lib
+    gate = anygate.Gate(1, name="llm")
+    inner = lib.MockTransport(lambda request: lib.Response(200, json={"ok": True}))
+    async with lib.AsyncClient(transport=flavour.gated.GatedTransport(inner, gate=gate)) as client:
+        for _ in range(3):  # capacity 1: a held slot would block the second request forever
+            response = await client.get("https://llm.example/")
+            assert response.json() == {"ok": True}
+            assert gate.in_flight == 0
+    assert gate.statistics().admitted == 3
+
+
+def test_sync_response_read_in_advance_frees_its_slot_at_once(flavour: Flavour) -> None:
+    """The same for the blocking twin."""
+    lib = flavour.lib
+    gate = anygate.Gate(1, name="llm")
+    inner = lib.MockTransport(lambda request: lib.Response(204))
+    with lib.Client(transport=flavour.gated.SyncGatedTransport(inner, gate=gate)) as client:
+        for _ in range(3):
+            assert client.get("https://llm.example/").status_code == 204
+            assert gate.in_flight == 0

@@ -204,8 +204,7 @@ class TransportCore:
         except BaseException:
             token.release()
             raise
-        response.stream = self.flavour.async_body(response.stream, token, request, self)
-        return response
+        return self._tie(response, token, request, self.flavour.async_body)
 
     async def _acquire_async(self, attempt: int) -> Token:
         policy, gate = self.policy, self.gate
@@ -261,8 +260,7 @@ class TransportCore:
         except BaseException:
             token.release()
             raise
-        response.stream = self.flavour.sync_body(response.stream, token, request, self)
-        return response
+        return self._tie(response, token, request, self.flavour.sync_body)
 
     def _acquire_sync(self, attempt: int) -> Token:
         policy, gate = self.policy, self.gate
@@ -283,6 +281,18 @@ class TransportCore:
         return token
 
     # ------------------------------------------------------------------ shared
+
+    def _tie(
+        self, response: Any, token: Token, request: Any, body: type[AsyncBody] | type[SyncBody]
+    ) -> Any:
+        """Make ``response`` give ``token`` back when its body ends or it is closed."""
+        if response.is_closed:
+            # Already read into memory (httpx.MockTransport, caching transports): the client
+            # will never iterate or close its stream, and there is nothing left to wait for.
+            token.release()
+            return response
+        response.stream = body(response.stream, token, request, self)
+        return response
 
     def _error_response(self, request: Any, response: Any, raw: bytes) -> ErrorResponse:
         """Wrap a failed response (body read in full) for the policy to classify."""
