@@ -323,12 +323,19 @@ class _Body:
     _request: Any
     _core: TransportCore
 
+    _done: bool
+
+    def _finish(self) -> None:
+        """Nothing more will be read: give the slot back (idempotent)."""
+        self._done = True
+        self._token.release()
+
     def __del__(self) -> None:
         # Releasing here could deadlock: a cyclic collection may run inside the gate's own
-        # locked section on this thread. So we only report; dropping our reference right
-        # after lets the token's own reclaim return the slot on a reentrancy-safe path.
-        token = getattr(self, "_token", None)
-        if token is not None and not token.released:
+        # locked section on this thread. So we only report; the token, collected with us,
+        # returns the slot through the gate's reentrancy-safe leak reclaim. (Our own flag,
+        # not token.released: in a reference cycle the token may be finalised first.)
+        if not getattr(self, "_done", True):
             core = self._core
             warnings.warn(
                 f"an unclosed {core.flavour.name} response ({_where(self._request)}) held a "
@@ -352,6 +359,7 @@ class AsyncBody(_Body):
         self._token = token
         self._request = request
         self._core = core
+        self._done = False
         self._iterator: AsyncIterator[bytes] | None = None
 
     def __aiter__(self) -> AsyncIterator[bytes]:
@@ -368,7 +376,7 @@ class AsyncBody(_Body):
         except BaseException:
             # The body ended (StopAsyncIteration), broke, or the reader was cancelled: in
             # every case nothing more will be read, so the provider is done with us.
-            self._token.release()
+            self._finish()
             raise
 
     async def aclose(self) -> None:
@@ -383,7 +391,7 @@ class AsyncBody(_Body):
             try:
                 await self._inner.aclose()
             finally:
-                self._token.release()
+                self._finish()
 
 
 class SyncBody(_Body):
@@ -394,6 +402,7 @@ class SyncBody(_Body):
         self._token = token
         self._request = request
         self._core = core
+        self._done = False
         self._iterator: Iterator[bytes] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
@@ -408,7 +417,7 @@ class SyncBody(_Body):
         try:
             return next(iterator)
         except BaseException:
-            self._token.release()
+            self._finish()
             raise
 
     def close(self) -> None:
@@ -420,4 +429,4 @@ class SyncBody(_Body):
             try:
                 self._inner.close()
             finally:
-                self._token.release()
+                self._finish()
