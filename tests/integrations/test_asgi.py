@@ -1,7 +1,7 @@
 """GateMiddleware in a real ASGI server (hypercorn; uvicorn on asyncio), driven over HTTP.
 
 The app is a Starlette app (plus one raw ASGI app) behind the middleware, served on
-127.0.0.1 in the test's event loop and called with a real httpx2 client. Whether a slot came
+127.0.0.1 in the test's event loop and called with a real httpx client. Whether a slot came
 back is checked by taking it: with capacity 1, ``gate.acquire()`` succeeds only once the
 request's slot has been returned.
 """
@@ -22,7 +22,7 @@ from tests.integrations.fakeprovider import serve
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-httpx2 = pytest.importorskip("httpx2")
+httpx = pytest.importorskip("httpx")
 starlette = pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
@@ -142,7 +142,7 @@ async def test_full_gate_answers_429_with_retry_after(server: str) -> None:
     controls = Controls()
     gate = anygate.Gate(1, name="chat")
     async with serve(_stack(controls, gate, timeout=0, retry_after=2.5), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             async with client.stream("GET", "/v1/chat/stream") as first:
                 lines = first.aiter_lines()
                 assert await anext(lines) == "first"
@@ -170,7 +170,7 @@ async def test_queued_request_gets_the_slot_in_turn(server: str) -> None:
     controls = Controls()
     gate = anygate.Gate(1, name="chat")
     async with serve(_stack(controls, gate, timeout=None), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             replies: list[int] = []
 
             async def second() -> None:
@@ -197,7 +197,7 @@ async def test_slot_returns_when_the_response_is_sent_not_when_the_app_ends(serv
     controls = Controls()
     gate = anygate.Gate(1, name="chat")
     async with serve(_stack(controls, gate), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             assert (await client.get("/v1/chat/after")).text == "sent"
             await _slot_comes_back(gate)
             assert controls.finished == 0  # the app is still in its background task
@@ -214,7 +214,7 @@ async def test_client_disconnect_mid_stream_returns_the_slot(server: str) -> Non
     controls = Controls()
     gate = anygate.Gate(1, name="chat")
     async with serve(_stack(controls, gate), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             async with client.stream("GET", "/v1/chat/stream") as response:
                 lines = response.aiter_lines()
                 assert await anext(lines) == "first"
@@ -232,7 +232,7 @@ async def test_app_that_raises_returns_the_slot(server: str) -> None:
     controls = Controls()
     gate = anygate.Gate(1, name="chat")
     async with serve(_stack(controls, gate), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             assert (await client.get("/v1/chat/boom")).status_code == 500
             await _slot_comes_back(gate)
             assert (await client.get("/v1/chat/after")).status_code == 200
@@ -257,7 +257,7 @@ async def test_disconnect_returns_the_slot_before_the_app_ends(server: str) -> N
         await controls.proceed.wait()  # slow clean-up after the client left
 
     async with serve(_stack(controls, gate, inner=app), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(client.get, "/v1/chat/x")
                 await controls.wait_until(lambda c: c.entered == 1)
@@ -285,7 +285,7 @@ async def test_body_that_never_starts_returns_the_slot(server: str) -> None:
         # ...but the route sees no reason to start: it returns without sending a byte.
 
     async with serve(_stack(controls, gate, inner=app), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(client.get, "/v1/chat/x")
                 await controls.wait_until(lambda c: c.entered == 1)
@@ -313,7 +313,7 @@ async def test_app_raising_before_any_response_returns_the_slot(server: str) -> 
         raise RuntimeError(msg)
 
     async with serve(_stack(controls, gate, inner=app), server=server) as url:
-        async with httpx2.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url) as client:
             assert (await client.get("/v1/chat/x")).status_code == 500
         await controls.wait_until(lambda c: c.finished == 1)
         await _slot_comes_back(gate)
@@ -337,7 +337,7 @@ async def test_starlette_add_middleware_and_paths(server: str) -> None:
     gate = anygate.Gate(0, name="paused")
     app = _starlette(Controls())
     app.add_middleware(GateMiddleware, gate=gate, timeout=0, paths=["/v1/chat"])
-    async with serve(app, server=server) as url, httpx2.AsyncClient(base_url=url) as client:
+    async with serve(app, server=server) as url, httpx.AsyncClient(base_url=url) as client:
         rejected = await client.get("/v1/chat/stream")
         assert (await client.get("/v1/chatter")).status_code == 404  # not gated: no such route
         assert (await client.get("/health")).status_code == 200
