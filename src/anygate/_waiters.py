@@ -45,19 +45,22 @@ _trio_run_finished: Any = None
 _sniffio_local: Any = None
 
 
-def _find_trio() -> bool:
-    """Cache trio's pieces once something else has imported trio (we never import it)."""
-    global _trio_lowlevel, _trio_run_finished, _sniffio_local
-    if "trio" in sys.modules:
-        import sniffio  # a dependency of trio
-        import trio.lowlevel
+def _find_trio() -> Any:
+    """Cache trio's pieces once something else has imported trio (we never import it).
 
-        _trio_run_finished = trio.RunFinishedError
-        _trio_lowlevel = trio.lowlevel
-        _sniffio_local = sniffio.thread_local
-        ensure_trio_protection()
-        return True
-    return False
+    Returns sniffio's thread-local (``None`` while trio is not imported).
+    """
+    global _trio_lowlevel, _trio_run_finished, _sniffio_local
+    if "trio" not in sys.modules:
+        return None
+    import sniffio  # a dependency of trio
+    import trio.lowlevel
+
+    _trio_run_finished = trio.RunFinishedError
+    _trio_lowlevel = trio.lowlevel
+    _sniffio_local = sniffio.thread_local
+    ensure_trio_protection()
+    return _sniffio_local
 
 
 def _in_trio() -> bool:
@@ -69,9 +72,8 @@ def _in_trio() -> bool:
     asyncio host, ``asyncio._get_running_loop()`` also answers inside trio tasks, so trio
     must be asked first.
     """
-    if _sniffio_local is None and not _find_trio():
-        return False
-    return bool(_sniffio_local.name == "trio")
+    local = _sniffio_local or _find_trio()
+    return local is not None and local.name == "trio"
 
 
 def checkpoint_if_cancelled() -> Awaitable[None]:
