@@ -194,9 +194,10 @@ class TransportCore:
         token = await self._acquire_async(attempt)
         try:
             if guarded and self.attempt_timeout is not None:
-                with anyio.move_on_after(self.attempt_timeout) as scope:
+                response = None
+                with anyio.move_on_after(self.attempt_timeout):
                     response = await self._send_async(request, guarded=True)
-                if scope.cancelled_caught:
+                if response is None:  # the scope ran out: a hung attempt is a transient failure
                     msg = f"attempt {attempt} timed out after {self.attempt_timeout:g}s"
                     raise TimeoutError(msg)
             else:
