@@ -90,21 +90,58 @@ def test_trio_scheduler_order_does_not_leak_into_results() -> None:
 
 
 def test_seeded_scheduler_restores_trio_state() -> None:
-    """The seeding is scoped: trio's own RNG continues where it was after the run."""
+    """The pinning is scoped: trio's RNG and ordering mode are what they were after the run."""
     import trio._core._run as trio_run
 
     shuffler: random.Random = trio_run._r
     before = shuffler.getstate()
+    # Read through a plain bool: trio declares the flag Final, so a type checker takes it
+    # for a constant.
+    mode: bool = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
     with seeded_scheduler("x"):
         assert shuffler.getstate() != before
+        pinned: bool = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
+        assert pinned is True
         shuffler.random()
     assert shuffler.getstate() == before
+    after: bool = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
+    assert after is mode
 
 
-def test_deterministic_across_processes_and_hash_seeds() -> None:
-    """Fresh interpreters with different PYTHONHASHSEED print the digest this process gets."""
+def test_trio_ordering_mode_does_not_leak_into_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results are the same whichever batch-ordering mode trio was in before the run.
+
+    Importing Hypothesis switches trio into its sort-and-shuffle mode for the rest of the
+    process; the simulator must not care (this was the cross-test determinism bug).
+    """
+    import trio._core._run as trio_run
+
+    scenario = sim.load_scenario(SMALL)
+    monkeypatch.setattr(trio_run, "_ALLOW_DETERMINISTIC_SCHEDULING", False)
+    reversing = sim.simulate(scenario)
+    monkeypatch.setattr(trio_run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)
+    assert sim.simulate(scenario) == reversing
+
+
+#: Run in fresh interpreters: the same digest must come out whatever the process did first.
+_PRELUDES = {
+    "plain": "",
+    # Importing Hypothesis loads trio's Hypothesis plugin, which changes how trio orders
+    # each scheduling batch for the rest of the process.
+    "hypothesis imported": "import hypothesis",
+    # Shift every later allocation, so id()-based orders (deadline ties, sets) change.
+    "allocation history": "junk = [object() for _ in range(54321)]; del junk[::3]",
+}
+
+
+@pytest.mark.parametrize("prelude", list(_PRELUDES))
+def test_deterministic_across_processes_and_hash_seeds(prelude: str) -> None:
+    """Fresh interpreters with different PYTHONHASHSEED, and with Hypothesis imported or the
+    allocation history shifted first, print the digest this process gets (whatever this
+    test session imported before)."""
     code = textwrap.dedent(
         f"""
+        {_PRELUDES[prelude]}
         import hashlib, json
         from anygate import sim
         result = sim.simulate(sim.load_scenario({SMALL!r}))
@@ -117,7 +154,7 @@ def test_deterministic_across_processes_and_hash_seeds() -> None:
         out = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
-        assert out.stdout.strip() == expected
+        assert out.stdout.strip() == expected, (prelude, hash_seed)
 
 
 @pytest.mark.parametrize("name", sim.builtin_scenarios())

@@ -6,17 +6,29 @@ storm takes a second of CPU. All timing in the simulated code goes through AnyIO
 (``anyio.sleep``, cancel scopes, ``anyio.current_time``), as it does in the library, so the
 library's real :class:`~anygate.Gate` and :class:`~anygate.Policy` run unchanged.
 
-Determinism. With the same seed, two runs must produce identical results. Three things
-could break that, and each is handled:
+Determinism. With the same seed, two runs must produce identical results, in any process,
+whatever ran before. Three things could break that, and each is handled:
 
-* trio shuffles the order in which it runs the tasks of one scheduling batch (half the
-  time it reverses the batch, using the module-level ``random.Random`` instance
-  ``trio._core._run._r``), to keep users from relying on an order. We seed that instance
-  for the duration of each run and restore its state afterwards (:func:`seeded_scheduler`).
-* trio breaks ties between *equal* deadlines by ``id()`` of the cancel scope, which differs
-  between processes. The model avoids exact ties instead: agents start at distinct instants
-  (``start_jitter_s``), and every provider answer, success or rejection, takes a randomly
-  drawn time, so no two sleeps end at the same float instant except by a vanishing chance.
+* Scheduling order. trio runs the tasks of one scheduling batch in an order it perturbs on
+  purpose, and it has two ways of doing so, chosen per *process*: normally it reverses
+  the batch half the time; once Hypothesis has been imported (trio registers a Hypothesis
+  plugin that flips ``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING``), it sorts the
+  batch by task creation order and shuffles it. Both draw from the module-level
+  ``random.Random`` instance ``trio._core._run._r``. A run inside a test session that
+  imported Hypothesis therefore took other turns than the same run in a fresh
+  interpreter, which is how this bug showed up. :func:`seeded_scheduler` pins *both*: the
+  sorted-and-shuffled mode and the seed, for the duration of each run, restoring the
+  previous values afterwards. The sorted mode is chosen because it is canonical: tasks
+  woken in the same batch run in an order that depends only on when they were created and
+  on the seed, never on the order they were woken in. That also neutralises trio's
+  ``id()``-based orders (ties between equal cancel-scope deadlines, iteration over sets of
+  tasks when a scope cancels several), which depend on memory addresses and so on
+  everything the process allocated before.
+* Equal deadlines. Even so, the model avoids exact ties where it can: agents start at
+  distinct instants (``start_jitter_s``) and every provider answer, success or rejection,
+  takes a randomly drawn time. Where the library creates ties on purpose (every attempt
+  admitted during an adaptive pause resumes at the pause's end), the canonical batch order
+  makes them harmless.
 * Every random draw comes from a ``random.Random`` seeded from the run's seed and a purpose
   string (workload, provider, policy), never from the global generator.
 
@@ -64,24 +76,37 @@ class Invoker(Protocol):
 #: naive baseline and the engine import nothing of the policy).
 PolicyFactory = Callable[[StrategySpec, ProviderModel, Recorder, int], Invoker]
 
+#: trio's switch between its two batch-ordering modes (see :func:`seeded_scheduler`).
+_MODE = "_ALLOW_DETERMINISTIC_SCHEDULING"
+
 
 @contextmanager
 def seeded_scheduler(seed: str) -> Iterator[None]:
-    """Seed trio's batch-order shuffle for one run; restore its previous state on exit.
+    """Pin trio's batch ordering for one run: canonical mode, seeded; restore both on exit.
 
-    ``trio._core._run._r`` is private. If a future trio drops or renames it, runs stay
+    Sets ``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING`` (sort each batch by task
+    creation order, then shuffle it) and seeds ``trio._core._run._r``, the generator both
+    of trio's ordering modes draw from. Without the first, results depended on whether the
+    process had imported Hypothesis (see the module docstring).
+
+    Both names are private to trio. If a future trio drops or renames them, runs stay
     correct but may stop being bit-for-bit repeatable; the determinism tests catch that.
+    Not thread-safe: two simulations must not run at the same time in one process (trio's
+    scheduler state is process-wide).
     """
     module = importlib.import_module("trio._core._run")
     shuffler = getattr(module, "_r", None)
-    if not isinstance(shuffler, random.Random):  # pragma: no cover - depends on trio
-        yield
+    mode = getattr(module, _MODE, None)
+    if not isinstance(shuffler, random.Random) or not isinstance(mode, bool):
+        yield  # pragma: no cover - depends on trio
         return
     state = shuffler.getstate()
     shuffler.seed(seed)
+    setattr(module, _MODE, True)
     try:
         yield
     finally:
+        setattr(module, _MODE, mode)
         shuffler.setstate(state)
 
 
