@@ -340,8 +340,12 @@ class CircuitBreaker:
 
 
 def _log_change(change: BreakerStateChanged) -> None:
+    # An open breaker is WARNING, not ERROR: the library is handling a provider outage as
+    # designed (callers get CircuitOpen), nothing in the program is broken, and ERROR
+    # lines from a dependency page people. It is still above INFO because calls are now
+    # being refused, which an operator wants to see without turning on verbose logging.
     if change.new == "open":
-        logger.error(
+        logger.warning(
             "circuit %r opened after %d failure(s); next probe in %.3gs",
             change.breaker,
             change.failures,

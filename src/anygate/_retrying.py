@@ -185,7 +185,10 @@ class Retrier:
         if now + wait_s >= deadline:
             return Stop("deadline", budget)
         message = retry_message(run.attempt, budget, wait_ms, verdict.reason)
-        logger.warning(
+        # INFO, not WARNING: a scheduled retry is the policy doing its job, and in a storm
+        # there is one per failed attempt. Python prints WARNING and above to stderr when
+        # the application configured no logging, which flooded users' terminals.
+        logger.info(
             "%s: attempt %d/%d failed (%s); retrying in %dms: %s",
             self.name,
             run.attempt,
@@ -230,6 +233,8 @@ class Retrier:
         if charge and verdict.retriable and verdict.reason is not Reason.BURST_RATE:
             run.outcome = FAILURE
         text = user_message(verdict)
+        # WARNING: the caller's call failed for good, which someone may need to act on
+        # (and it is one line per failed call, not one per attempt).
         logger.warning(
             "%s: giving up after %d attempt(s) (%s, %s): %s",
             self.name,
