@@ -83,6 +83,13 @@ class Arrivals:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    async def __aenter__(self) -> Arrivals:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.inner.__aexit__(*exc_info)
+
     async def wait_entered(self, count: int) -> None:
         """Wait until ``count`` requests have entered."""
         while self.entered < count:

@@ -399,6 +399,11 @@ async def serve(app: ASGIApp, *, server: str = "hypercorn") -> AsyncIterator[str
     ``server`` is ``"hypercorn"`` (asyncio and trio) or ``"uvicorn"`` (asyncio only). The
     listening socket is bound and listening before the server starts, so clients may
     connect at once (the kernel queues them until the first accept).
+
+    Tests that run a server do not use ``anyio.wait_all_tasks_blocked``: uvicorn's 0.1 s
+    housekeeping tick can phase-lock with anyio's 0.1 s polling on asyncio, and on Python
+    3.10 hypercorn's ``taskgroup`` backport parks tasks on objects anyio cannot inspect.
+    They wait on events instead.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -139,14 +139,15 @@ async def test_cancelled_caller_returns_the_slot(sdk: Sdk) -> None:
         assert gate.in_flight == 0
 
         stream = await sdk.create(client, stream=True, extra_headers={"x-fake": "hang_stream"})
+        first_event = anyio.Event()
         async with anyio.create_task_group() as tg:
 
             async def consume() -> None:
                 async for _ in stream:
-                    pass
+                    first_event.set()  # then on to the next, which never comes
 
             tg.start_soon(consume)
-            await anyio.wait_all_tasks_blocked()
+            await first_event.wait()
             assert gate.in_flight == 1
             tg.cancel_scope.cancel()
         assert gate.in_flight == 0

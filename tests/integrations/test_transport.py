@@ -19,6 +19,7 @@ import pytest
 
 import anygate
 from tests.conftest import mock_clock
+from tests.integrations.conftest import Arrivals
 from tests.integrations.fakeprovider import FakeProvider, serve
 
 if TYPE_CHECKING:
@@ -58,7 +59,8 @@ async def test_another_task_closes_the_response_and_admits_the_next_caller(
     provider = FakeProvider()
     gate = anygate.Gate(1, name="llm")
     url_path = "/v1/chat/completions"
-    async with serve(provider) as url, _client(flavour, gate) as client:
+    arrivals = Arrivals(flavour.gated.GatedTransport(gate=gate))
+    async with serve(provider) as url, flavour.lib.AsyncClient(transport=arrivals) as client:
         opened: list[Any] = []
         second_done = anyio.Event()
 
@@ -68,7 +70,7 @@ async def test_another_task_closes_the_response_and_admits_the_next_caller(
 
         async def closer() -> None:
             (response,) = opened
-            await anyio.wait_all_tasks_blocked()
+            await arrivals.wait_entered(2)
             assert gate.waiting == 1  # the second caller queued behind our open stream
             await response.aclose()
 
@@ -144,12 +146,13 @@ async def test_cancelled_while_queued_for_a_slot(flavour: Flavour) -> None:
     """A request cancelled in the gate's queue leaves no trace: nothing sent, nothing held."""
     provider = FakeProvider()
     gate = anygate.Gate(1, name="llm")
-    async with serve(provider) as url, _client(flavour, gate) as client:
+    arrivals = Arrivals(flavour.gated.GatedTransport(gate=gate))
+    async with serve(provider) as url, flavour.lib.AsyncClient(transport=arrivals) as client:
         holder = await gate.acquire()
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lambda: client.post(f"{url}/v1/chat/completions", json={}))
-                await anyio.wait_all_tasks_blocked()
+                await arrivals.wait_entered(1)
                 assert gate.waiting == 1
                 scope.cancel()
         assert (gate.waiting, gate.in_flight) == (0, 1)
@@ -189,15 +192,17 @@ async def test_cancelled_while_reading_a_stream(flavour: Flavour) -> None:
         )
         response = await client.send(request, stream=True)
         try:
+            first_chunk = anyio.Event()
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
 
                     async def read() -> None:
                         async for _ in response.aiter_raw():
-                            pass
+                            first_chunk.set()  # then on to the next, which never comes
 
                     tg.start_soon(read)
-                    await anyio.wait_all_tasks_blocked()
+                    await first_chunk.wait()
+                    assert gate.in_flight == 1
                     scope.cancel()
             assert gate.in_flight == 0
         finally:
