@@ -357,3 +357,37 @@ def test_sync_response_read_in_advance_frees_its_slot_at_once(flavour: Flavour) 
         for _ in range(3):
             assert client.get("https://llm.example/").status_code == 204
             assert gate.in_flight == 0
+
+
+async def test_closed_by_another_task_while_being_read(flavour: Flavour) -> None:
+    """Closing a response while another task is blocked reading it frees the slot at once;
+    the closer sees no error, the reader sees the stream end or fail."""
+    provider = FakeProvider()
+    gate = anygate.Gate(1, name="llm")
+    async with serve(provider) as url, _client(flavour, gate) as client:
+        request = client.build_request(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json={"stream": True},
+            headers={"x-fake": "hang_stream"},
+        )
+        response = await client.send(request, stream=True)
+        first_chunk = anyio.Event()
+        outcome: list[str] = []
+
+        async def read() -> None:
+            try:
+                async for _ in response.aiter_raw():
+                    first_chunk.set()
+            except Exception as exc:  # the library's "stream closed" flavour of error
+                outcome.append(type(exc).__name__)
+            else:
+                outcome.append("ended")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await first_chunk.wait()
+            await response.aclose()
+            assert gate.in_flight == 0
+        assert len(outcome) == 1
+    assert gate.statistics().admitted == 1

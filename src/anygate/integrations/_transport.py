@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
@@ -384,10 +385,13 @@ class AsyncBody(_Body):
         try:
             iterator = self._iterator
             # Close a half-read inner generator now rather than leaving it to the garbage
-            # collector (trio warns about each one it has to finalise).
+            # collector (trio warns about each one it has to finalise), unless another task
+            # is inside it right now: then it raises "already running", and closing the
+            # stream below is what makes that reader stop.
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
-                await aclose()
+                with suppress(RuntimeError):
+                    await aclose()
         finally:
             try:
                 await self._inner.aclose()
@@ -425,7 +429,8 @@ class SyncBody(_Body):
         try:
             close = getattr(self._iterator, "close", None)
             if close is not None:
-                close()
+                with suppress(ValueError):  # "generator already executing" (another thread)
+                    close()
         finally:
             try:
                 self._inner.close()
