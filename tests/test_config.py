@@ -12,9 +12,11 @@ import pytest
 
 import anygate
 from anygate import (
+    AdaptiveConfig,
     BreakerConfig,
     CallFailed,
     ConfigError,
+    LimitChanged,
     Policy,
     PolicyConfig,
     Reason,
@@ -80,6 +82,12 @@ FULL = {
         "exception_budgets": {"StreamChunkTimeoutError": 1},
         "control_flow_exceptions": ["GraphBubbleUp"],
         "rules": [{"contains": "model is loading", "reason": "busy"}],
+        "adaptive_concurrency": {
+            "enabled": True,
+            "min_concurrent_calls": 1,
+            "decrease_factor": 0.5,
+            "pause_ms": 250,
+        },
     },
     "circuit_breaker": {
         "enabled": True,
@@ -110,6 +118,10 @@ def test_every_key_lands_in_the_policy() -> None:
     assert policy.breaker is not None
     assert policy.breaker.name == "chat-breaker"
     assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (2, 15)
+    assert policy.adaptive_limit.settings() == (True, 1, 0.5, 0.25)
+    assert config.adaptive_concurrency == anygate.AdaptiveConfig(
+        enabled=True, min_concurrent_calls=1, decrease_factor=0.5, pause_ms=250
+    )
     assert config.to_mapping()["llm_call"]["retry_cap_delay_ms"] == 400
     assert load_config(config.to_mapping()).to_mapping() == config.to_mapping()
 
@@ -118,9 +130,11 @@ def test_every_key_lands_in_the_policy() -> None:
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
 async def test_every_key_changes_behaviour_end_to_end() -> None:
     """The config's numbers drive the calls: budgets, windows, ceiling, rules, control flow,
-    provider hint, busy wait and the breaker."""
+    provider hint, busy wait, the adaptive limit and the breaker."""
     events: list[Any] = []
-    policy = Policy.from_config(FULL, hooks=[events.append], rng=random.Random(5))
+    policy = Policy.from_config(
+        FULL, hooks=[events.append], rng=random.Random(5), clock=anyio.current_time
+    )
 
     # retry_max_attempts 4, transient window [200, 400] ms (base 200, cap 400)
     script = Script(*[transient() for _ in range(5)])
@@ -141,6 +155,12 @@ async def test_every_key_changes_behaviour_end_to_end() -> None:
         await policy.call(script)
     assert script.calls == 3
     assert all(300 <= e.wait_ms <= 400 for e in events if isinstance(e, RetryScheduled))
+    # adaptive_concurrency: 2 x 0.5 -> 1 slot, a 250 ms pause, floor 1 (each retry was
+    # admitted after the previous cut, so each throttle counts; at the floor it lowers
+    # nothing but pauses again)
+    cuts = [(e.old, e.new, e.pause_s) for e in events if isinstance(e, LimitChanged)]
+    assert cuts == [(2, 1, 0.25), (1, 1, 0.25), (1, 1, 0.25)]
+    assert policy.gate.capacity == 1
 
     # exception_budgets: StreamChunkTimeoutError 1 -> no retry at all
     script = Script(StreamChunkTimeoutError(), StreamChunkTimeoutError())
@@ -161,6 +181,7 @@ async def test_every_key_changes_behaviour_end_to_end() -> None:
     # provider dashscope: 429 insufficient_quota is a transient window -> retried
     dashscope = anygate.ResponseError(429, body={"code": "insufficient_quota"})
     assert await policy.call(Script(dashscope)) == "ok"
+    assert policy.gate.capacity == 2  # the successes grew the adaptive limit back
 
     # control_flow_exceptions: GraphBubbleUp passes through unchanged
     class GraphBubbleUp(Exception):
@@ -272,6 +293,71 @@ BAD: list[tuple[Any, str, str]] = [
         "circuit_breaker.recovery_timeout_sec",
         ">= 0 (got -1)",
     ),
+    (
+        {"llm_call": {"adaptive_concurrency": "on"}},
+        "llm_call.adaptive_concurrency",
+        "a mapping, true or false (got 'on' of type str)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"enabled": "yes"}}},
+        "llm_call.adaptive_concurrency.enabled",
+        "true or false (got 'yes' of type str)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"decrease": 0.5}}},
+        "llm_call.adaptive_concurrency.decrease",
+        "did you mean 'decrease_factor'",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"min_concurrent_calls": 0}}},
+        "llm_call.adaptive_concurrency.min_concurrent_calls",
+        "an integer >= 1 or null (got 0)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"min_concurrent_calls": 2.5}}},
+        "llm_call.adaptive_concurrency.min_concurrent_calls",
+        "of type float",
+    ),
+    (
+        {
+            "llm_call": {
+                "max_concurrent_calls": 4,
+                "adaptive_concurrency": {"min_concurrent_calls": 8},
+            }
+        },
+        "llm_call.adaptive_concurrency.min_concurrent_calls",
+        "must be <= llm_call.max_concurrent_calls (4) (got 8)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"decrease_factor": 1}}},
+        "llm_call.adaptive_concurrency.decrease_factor",
+        "a number > 0 and < 1 or null (got 1)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"decrease_factor": 0}}},
+        "llm_call.adaptive_concurrency.decrease_factor",
+        "(got 0)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"decrease_factor": float("nan")}}},
+        "llm_call.adaptive_concurrency.decrease_factor",
+        "(got nan)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"decrease_factor": "0.7"}}},
+        "llm_call.adaptive_concurrency.decrease_factor",
+        "of type str",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"pause_ms": -1}}},
+        "llm_call.adaptive_concurrency.pause_ms",
+        "a finite number >= 0 or null (got -1)",
+    ),
+    (
+        {"llm_call": {"adaptive_concurrency": {"pause_ms": float("inf")}}},
+        "llm_call.adaptive_concurrency.pause_ms",
+        "(got inf)",
+    ),
 ]
 
 
@@ -334,6 +420,27 @@ def test_broken_or_missing_files_name_the_file(tmp_path: Path) -> None:
         (lambda: Policy(rng=object()), TypeError, "uniform"),
         (lambda: Policy(control_flow=[3]), TypeError, "control_flow"),
         (lambda: Policy(rules=["busy"]), TypeError, "rules entries"),
+        (
+            lambda: AdaptiveConfig(decrease_factor=1.5),
+            ConfigError,
+            "decrease_factor must be a number > 0 and < 1 or null (got 1.5)",
+        ),
+        (
+            lambda: AdaptiveConfig(min_concurrent_calls="2"),
+            TypeError,
+            "min_concurrent_calls must be an integer >= 1 or null (got '2' of type str)",
+        ),
+        (lambda: AdaptiveConfig(enabled="yes"), TypeError, "enabled must be true or false"),
+        (lambda: AdaptiveConfig(pause_ms=-5), ConfigError, "pause_ms must be a finite number"),
+        (
+            lambda: Policy(
+                max_concurrent_calls=2,
+                adaptive_concurrency=AdaptiveConfig(min_concurrent_calls=3),
+            ),
+            ConfigError,
+            "adaptive_concurrency.min_concurrent_calls must be <= max_concurrent_calls (2) (got 3)",
+        ),
+        (lambda: Policy(adaptive_concurrency="on"), TypeError, "adaptive_concurrency must be"),
     ],
 )
 def test_the_python_api_validates_the_same_way(

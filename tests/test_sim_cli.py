@@ -158,10 +158,19 @@ def test_check_config_prints_effective_values(
     assert "failure_threshold: 5\n" in out
     assert "recovery_timeout_sec: 60.0\n" in out
     assert "not set in the file: circuit_breaker.failure_threshold" in out
+    # The same for the gate's adaptive limit.
+    assert "decrease_factor: 0.7\n" in out
+    assert "llm_call.adaptive_concurrency.pause_ms" in out
     assert main(["check-config", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["llm_call"]["max_concurrent_calls"] == 8
     assert data["circuit_breaker"]["failure_threshold"] == 5
+    assert data["llm_call"]["adaptive_concurrency"] == {
+        "enabled": True,
+        "min_concurrent_calls": 1,
+        "decrease_factor": 0.7,
+        "pause_ms": 5000.0,
+    }
 
 
 @pytest.mark.parametrize(
@@ -170,6 +179,10 @@ def test_check_config_prints_effective_values(
         ("llm_call:\n  retry_max_attempts: 0\n", "llm_call.retry_max_attempts"),
         ("llm_call:\n  max_concurent_calls: 4\n", "llm_call.max_concurent_calls"),
         ("circuit_breaker:\n  failure_threshold: many\n", "circuit_breaker.failure_threshold"),
+        (
+            "llm_call:\n  adaptive_concurrency:\n    decrease_factor: 1.5\n",
+            "llm_call.adaptive_concurrency.decrease_factor",
+        ),
     ],
 )
 def test_check_config_errors_name_the_key(

@@ -8,6 +8,8 @@ that hold no slot, ``Retry-After``, deadlines and a shared circuit breaker.
 
 from __future__ import annotations
 
+from ._adaptive import AdaptiveLimit as AdaptiveLimit
+from ._adaptive import AdaptiveStatistics as AdaptiveStatistics
 from ._breaker import BreakerState as BreakerState
 from ._breaker import BreakerStatistics as BreakerStatistics
 from ._breaker import CircuitBreaker as CircuitBreaker
@@ -18,10 +20,10 @@ from ._classify import Rule as Rule
 from ._classify import Verdict as Verdict
 from ._classify import classify as classify
 from ._classify import classify_response as classify_response
+from ._config import AdaptiveConfig as AdaptiveConfig
 from ._config import BreakerConfig as BreakerConfig
 from ._config import PolicyConfig as PolicyConfig
 from ._config import RetryConfig as RetryConfig
-from ._config import load_config as load_config
 from ._errors import AnygateError as AnygateError
 from ._errors import Busy as Busy
 from ._errors import CallFailed as CallFailed
@@ -32,11 +34,13 @@ from ._events import BreakerStateChanged as BreakerStateChanged
 from ._events import Event as Event
 from ._events import GaveUp as GaveUp
 from ._events import Hook as Hook
+from ._events import LimitChanged as LimitChanged
 from ._events import RetryScheduled as RetryScheduled
 from ._events import SlotAdmitted as SlotAdmitted
 from ._events import SlotWaiting as SlotWaiting
 from ._gate import Gate as Gate
 from ._gate import GateStatistics as GateStatistics
+from ._loader import load_config as load_config
 from ._policy import Policy as Policy
 from ._redact import redact as redact
 from ._registry import shared_gate as shared_gate
@@ -45,6 +49,9 @@ from ._testing import set_testing as set_testing
 from ._token import Token as Token
 
 __all__ = [
+    "AdaptiveConfig",
+    "AdaptiveLimit",
+    "AdaptiveStatistics",
     "AnygateError",
     "BreakerConfig",
     "BreakerState",
@@ -60,6 +67,7 @@ __all__ = [
     "GateStatistics",
     "GaveUp",
     "Hook",
+    "LimitChanged",
     "Permit",
     "Policy",
     "PolicyConfig",

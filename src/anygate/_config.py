@@ -1,143 +1,32 @@
-"""YAML / mapping -> validated, frozen configuration objects.
+"""Frozen configuration objects: what a policy is built from.
 
-The YAML shape generalises deer-flow's ``llm_call`` and ``circuit_breaker`` sections; every
-key is optional. Validation is strict: an unknown key, a wrong type, a negative or
-non-finite number raises :class:`anygate.ConfigError` naming the dotted key path, the value
-and what is allowed, so a typo never silently falls back to a default.
-
-The same frozen objects (:class:`RetryConfig`, :class:`BreakerConfig`,
-:class:`PolicyConfig`) are what the Python API takes; there, a value of the wrong *type*
-raises ``TypeError`` (house rule for Python arguments) and a bad value ``ConfigError``.
+The same objects (:class:`RetryConfig`, :class:`BreakerConfig`, :class:`AdaptiveConfig`,
+:class:`PolicyConfig`) come out of :func:`anygate.load_config` (YAML or a mapping, see
+``_loader``) and are what the Python API takes. Each validates itself on construction: a
+value of the wrong *type* raises ``TypeError`` (house rule for Python arguments) and a bad
+value :class:`anygate.ConfigError`, each naming the setting, the value and what is allowed.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
-import os
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._classify import Reason, Rule
+from ._adaptive import (
+    DEFAULT_DECREASE_FACTOR,
+    DEFAULT_ENABLED,
+    DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PAUSE_MS,
+)
+from ._classify import Rule
 from ._errors import ConfigError
+from ._validation import PY as _PY
 
-__all__ = ["BreakerConfig", "PolicyConfig", "RetryConfig", "load_config"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-
-# --------------------------------------------------------------------------- checks
-
-
-class _Check:
-    """Validation helpers; ``typed`` picks TypeError (Python API) or ConfigError (files)."""
-
-    def __init__(self, *, typed: bool) -> None:
-        self.typed = typed
-
-    def bad_type(self, path: str, value: object, allowed: str) -> Exception:
-        msg = f"{path} must be {allowed} (got {value!r} of type {type(value).__name__})"
-        if self.typed:
-            return TypeError(msg)
-        return ConfigError(msg, path=path, value=value)
-
-    @staticmethod
-    def bad_value(path: str, value: object, allowed: str) -> ConfigError:
-        return ConfigError(f"{path} must be {allowed} (got {value!r})", path=path, value=value)
-
-    def integer(self, path: str, value: object, *, minimum: int, none: bool = False) -> int | None:
-        if value is None and none:
-            return None
-        allowed = f"an integer >= {minimum}" + (" or null" if none else "")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.bad_type(path, value, allowed)
-        if value < minimum:
-            raise self.bad_value(path, value, allowed)
-        return value
-
-    def number(
-        self,
-        path: str,
-        value: object,
-        *,
-        minimum: float = 0.0,
-        strict: bool = False,
-        none: bool = False,
-    ) -> float | None:
-        if value is None and none:
-            return None
-        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        allowed = f"a finite number {bound}" + (" or null" if none else "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.bad_type(path, value, allowed)
-        if math.isnan(value) or math.isinf(value):
-            raise self.bad_value(path, value, allowed)
-        if value < minimum or (strict and value == minimum):
-            raise self.bad_value(path, value, allowed)
-        return float(value)
-
-    def name(self, path: str, value: object, *, none: bool = False) -> str | None:
-        if value is None and none:
-            return None
-        allowed = "a non-empty string" + (" or null" if none else "")
-        if not isinstance(value, str):
-            raise self.bad_type(path, value, allowed)
-        if not value.strip():
-            raise self.bad_value(path, value, allowed)
-        return value
-
-    def boolean(self, path: str, value: object) -> bool:
-        if not isinstance(value, bool):
-            raise self.bad_type(path, value, "true or false")
-        return value
-
-    def mapping(self, path: str, value: object) -> Mapping[Any, Any]:
-        if not isinstance(value, Mapping):
-            raise self.bad_type(path, value, "a mapping")
-        return value
-
-    def budgets(
-        self, path: str, value: object, *, key_check: Callable[[str, object], str]
-    ) -> Mapping[str, int]:
-        items = self.mapping(path, value)
-        out: dict[str, int] = {}
-        for key, budget in items.items():
-            name = key_check(f"{path}.{key}", key)
-            parsed = self.integer(f"{path}.{name}", budget, minimum=1)
-            assert parsed is not None
-            out[name] = parsed
-        return MappingProxyType(out)
-
-    def reason_key(self, path: str, key: object) -> str:
-        allowed = ", ".join(r.value for r in Reason)
-        if not isinstance(key, str):
-            raise self.bad_type(path, key, f"a reason ({allowed})")
-        try:
-            return Reason(key).value
-        except ValueError:
-            raise self.bad_value(path, key, f"a reason: one of {allowed}") from None
-
-    def class_name(self, path: str, key: object) -> str:
-        if not isinstance(key, str):
-            raise self.bad_type(path, key, "an exception class name")
-        if not key.isidentifier():
-            raise self.bad_value(path, key, "an exception class name such as 'ReadTimeout'")
-        return key
-
-    def names(self, path: str, value: object) -> tuple[str, ...]:
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            raise self.bad_type(path, value, "a list of exception class names")
-        return tuple(self.class_name(f"{path}[{i}]", v) for i, v in enumerate(value))
-
-
-_PY = _Check(typed=True)
-
-
-def _frozen_budgets(value: Mapping[str, int]) -> Mapping[str, int]:
-    return MappingProxyType(dict(value))
-
-
-# --------------------------------------------------------------------------- objects
+__all__ = ["AdaptiveConfig", "BreakerConfig", "PolicyConfig", "RetryConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,6 +162,71 @@ class BreakerConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AdaptiveConfig:
+    """Adaptive concurrency for burst-rate throttling. Immutable; compare and hash by value.
+
+    After a provider answers ``limit_burst_rate``, the gate pauses new provider calls for
+    ``pause_ms`` (or the provider's ``Retry-After``), lowers its capacity to
+    ``decrease_factor`` times the current limit (never below ``min_concurrent_calls``), and
+    grows it back by about one slot per limit's worth of successful calls, up to
+    ``max_concurrent_calls`` (see :class:`anygate.AdaptiveLimit`). Inactive without a cap.
+
+    The limit belongs to the *gate*: every policy on one gate follows it. ``None`` (the
+    default for each field) keeps the value of the gate's existing adaptive limit, or the
+    default shown when this policy creates it.
+
+    Args:
+        enabled: ``False`` turns it off. YAML ``llm_call.adaptive_concurrency.enabled``
+            (or ``adaptive_concurrency: false``). Default on.
+        min_concurrent_calls: the floor, >= 1. YAML ``...min_concurrent_calls``. Default 1.
+        decrease_factor: the multiplier on a throttle, > 0 and < 1. YAML
+            ``...decrease_factor``. Default 0.7.
+        pause_ms: how long admitted attempts wait after a throttle without
+            ``Retry-After``, >= 0. YAML ``...pause_ms``. Default 5000.
+
+    Raises:
+        TypeError: a value of the wrong type.
+        ConfigError: a value out of range.
+    """
+
+    enabled: bool | None = None
+    min_concurrent_calls: int | None = None
+    decrease_factor: float | None = None
+    pause_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.enabled is not None:
+            _PY.boolean("enabled", self.enabled)
+        set_(
+            self,
+            "min_concurrent_calls",
+            _PY.integer("min_concurrent_calls", self.min_concurrent_calls, minimum=1, none=True),
+        )
+        set_(
+            self,
+            "decrease_factor",
+            _PY.fraction("decrease_factor", self.decrease_factor, none=True),
+        )
+        set_(self, "pause_ms", _PY.number("pause_ms", self.pause_ms, none=True))
+
+    def effective(self) -> dict[str, Any]:
+        """Every setting, with the defaults filled in where this config leaves one unset."""
+        return {
+            "enabled": DEFAULT_ENABLED if self.enabled is None else self.enabled,
+            "min_concurrent_calls": (
+                DEFAULT_MIN_CONCURRENT_CALLS
+                if self.min_concurrent_calls is None
+                else self.min_concurrent_calls
+            ),
+            "decrease_factor": (
+                DEFAULT_DECREASE_FACTOR if self.decrease_factor is None else self.decrease_factor
+            ),
+            "pause_ms": DEFAULT_PAUSE_MS if self.pause_ms is None else self.pause_ms,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     """A whole policy's settings, as loaded from YAML or a mapping by :func:`load_config`.
 
@@ -290,6 +244,7 @@ class PolicyConfig:
         provider: provider hint for classification (``"dashscope"``...), or ``None``.
         retry: the :class:`RetryConfig`.
         circuit_breaker: the :class:`BreakerConfig`.
+        adaptive_concurrency: the :class:`AdaptiveConfig`.
         rules: classification rules tried before the built-in ones.
         control_flow: exception class names that are control flow, not failures: they
             propagate unchanged and leave the breaker alone.
@@ -303,6 +258,7 @@ class PolicyConfig:
     provider: str | None = None
     retry: RetryConfig = field(default_factory=RetryConfig)
     circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    adaptive_concurrency: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     rules: tuple[Rule, ...] = ()
     control_flow: tuple[str, ...] = ()
 
@@ -317,6 +273,15 @@ class PolicyConfig:
             raise _PY.bad_type("retry", self.retry, "a RetryConfig")
         if not isinstance(self.circuit_breaker, BreakerConfig):
             raise _PY.bad_type("circuit_breaker", self.circuit_breaker, "a BreakerConfig")
+        adaptive = self.adaptive_concurrency
+        if not isinstance(adaptive, AdaptiveConfig):
+            raise _PY.bad_type("adaptive_concurrency", adaptive, "an AdaptiveConfig")
+        check_floor(
+            "adaptive_concurrency.min_concurrent_calls",
+            adaptive.min_concurrent_calls,
+            "max_concurrent_calls",
+            self.max_concurrent_calls,
+        )
         object.__setattr__(self, "rules", tuple(self.rules))
         for i, rule in enumerate(self.rules):
             if not isinstance(rule, Rule):
@@ -325,7 +290,7 @@ class PolicyConfig:
 
     def to_mapping(self) -> dict[str, dict[str, Any]]:
         """The effective settings in the YAML shape, every default filled in."""
-        r, b = self.retry, self.circuit_breaker
+        r, b, a = self.retry, self.circuit_breaker, self.adaptive_concurrency
         return {
             "llm_call": {
                 "name": self.name,
@@ -343,6 +308,14 @@ class PolicyConfig:
                 "exception_budgets": dict(r.exception_budgets),
                 "control_flow_exceptions": list(self.control_flow),
                 "rules": [_rule_to_mapping(rule) for rule in self.rules],
+                # None below means "the gate's existing adaptive limit's value" (defaults
+                # when this policy creates it).
+                "adaptive_concurrency": {
+                    "enabled": a.enabled,
+                    "min_concurrent_calls": a.min_concurrent_calls,
+                    "decrease_factor": a.decrease_factor,
+                    "pause_ms": a.pause_ms,
+                },
             },
             "circuit_breaker": {
                 "enabled": b.enabled,
@@ -367,204 +340,12 @@ def _rule_to_mapping(rule: Rule) -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------- loading
-
-_FILE = _Check(typed=False)
-
-_LLM_KEYS = (
-    "name",
-    "gate_name",
-    "provider",
-    "max_concurrent_calls",
-    "busy_wait_s",
-    "attempt_timeout_s",
-    "retry_max_attempts",
-    "retry_base_delay_ms",
-    "retry_cap_delay_ms",
-    "burst_retry_base_delay_ms",
-    "retry_after_max_s",
-    "reason_budgets",
-    "exception_budgets",
-    "control_flow_exceptions",
-    "rules",
-)
-_BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec")
-_SECTIONS = ("llm_call", "circuit_breaker")
-_RULE_KEYS = ("reason", "retriable", "contains", "status", "code", "exception")
-
-
-def _reject_unknown(path: str, mapping: Mapping[Any, Any], known: Sequence[str]) -> None:
-    for key in mapping:
-        if key in known:
-            continue
-        where = f"{path}.{key}" if path else str(key)
-        hint = ""
-        if isinstance(key, str):
-            close = difflib.get_close_matches(key, known, n=1)
-            if close:
-                hint = f"; did you mean {close[0]!r}?"
-        allowed = ", ".join(known)
-        msg = f"unknown key {where!r} (allowed{' in ' + path if path else ''}: {allowed}){hint}"
-        raise ConfigError(msg, path=where, value=mapping[key])
-
-
-def _str_list(path: str, value: object, item_type: type, what: str) -> list[Any]:
-    items = [value] if isinstance(value, item_type) else value
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise _FILE.bad_type(path, value, f"{what} or a list of them")
-    for i, item in enumerate(items):
-        if isinstance(item, bool) or not isinstance(item, item_type):
-            raise _FILE.bad_type(f"{path}[{i}]", item, what)
-    return list(items)
-
-
-def _load_rule(path: str, raw: object) -> Rule:
-    entry = _FILE.mapping(path, raw)
-    _reject_unknown(path, entry, _RULE_KEYS)
-    if "reason" not in entry:
-        msg = f"{path}.reason is required (one of {', '.join(r.value for r in Reason)})"
-        raise ConfigError(msg, path=f"{path}.reason", value=None)
-    reason = _FILE.reason_key(f"{path}.reason", entry["reason"])
-    retriable = entry.get("retriable")
-    if retriable is not None:
-        _FILE.boolean(f"{path}.retriable", retriable)
-    kwargs: dict[str, Any] = {}
-    if "contains" in entry:
-        kwargs["contains"] = _str_list(f"{path}.contains", entry["contains"], str, "a string")
-    if "status" in entry:
-        kwargs["status"] = _str_list(f"{path}.status", entry["status"], int, "an HTTP status")
-    if "code" in entry:
-        kwargs["code"] = _str_list(f"{path}.code", entry["code"], str, "a string")
-    if "exception" in entry:
-        names = _str_list(f"{path}.exception", entry["exception"], str, "a class name")
-        kwargs["exception"] = [_FILE.class_name(f"{path}.exception", n) for n in names]
-    if not kwargs:
-        msg = f"{path} needs at least one of contains, status, code or exception"
-        raise ConfigError(msg, path=path, value=raw)
-    return Rule(reason=reason, retriable=retriable, **kwargs)
-
-
-def _read_source(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[object, str]:
-    if isinstance(source, Mapping):
-        return source, "<mapping>"
-    given: object = source
-    if not isinstance(given, (str, os.PathLike)):
-        msg = f"config source must be a path or a mapping (got {source!r} of type {type(source).__name__})"
-        raise TypeError(msg)
-    path = os.fspath(source)
-    try:
-        import yaml
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        msg = "reading YAML needs PyYAML: pip install 'anygate[yaml]'"
-        raise ConfigError(msg, path="", value=path) from exc
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        msg = f"cannot read config file {path!r}: {exc.strerror or exc}"
-        raise ConfigError(msg, path="", value=path) from exc
-    try:
-        # safe_load only: a config file must never construct arbitrary Python objects.
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        msg = f"config file {path!r} is not valid YAML: {exc}"
-        raise ConfigError(msg, path="", value=path) from exc
-    return ({} if data is None else data), path
-
-
-def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyConfig:
-    """Read and validate a policy configuration.
-
-    Args:
-        source: a YAML file path (read with ``yaml.safe_load``; needs the ``yaml`` extra)
-            or a mapping of the same shape: top-level ``llm_call`` and ``circuit_breaker``
-            sections, every key optional. An empty file gives the defaults.
+def check_floor(path: str, floor: int | None, cap_path: str, cap: int | None) -> None:
+    """The adaptive floor may not exceed a stated cap (``0``, no cap, has no ceiling).
 
     Raises:
-        ConfigError: unreadable file, invalid YAML, unknown key, wrong type, or a value out
-            of range; the message names the key path (``llm_call.busy_wait_s``), the value
-            and what is allowed.
-        TypeError: ``source`` is neither a path nor a mapping.
+        ConfigError: naming ``path``, the floor and the cap.
     """
-    data, origin = _read_source(source)
-    if not isinstance(data, Mapping):
-        msg = (
-            f"config {origin} must be a mapping with sections {', '.join(_SECTIONS)} "
-            f"(got {type(data).__name__})"
-        )
-        raise ConfigError(msg, path="", value=data)
-    _reject_unknown("", data, _SECTIONS)
-    llm = _FILE.mapping("llm_call", data.get("llm_call") or {})
-    brk = _FILE.mapping("circuit_breaker", data.get("circuit_breaker") or {})
-    _reject_unknown("llm_call", llm, _LLM_KEYS)
-    _reject_unknown("circuit_breaker", brk, _BREAKER_KEYS)
-
-    def p(key: str) -> str:
-        return f"llm_call.{key}"
-
-    policy: dict[str, Any] = {}
-    retry: dict[str, Any] = {}
-    breaker: dict[str, Any] = {}
-    if "name" in llm:
-        policy["name"] = _FILE.name(p("name"), llm["name"])
-    if "gate_name" in llm:
-        policy["gate_name"] = _FILE.name(p("gate_name"), llm["gate_name"], none=True)
-    if "provider" in llm:
-        policy["provider"] = _FILE.name(p("provider"), llm["provider"], none=True)
-    if "max_concurrent_calls" in llm:
-        policy["max_concurrent_calls"] = _FILE.integer(
-            p("max_concurrent_calls"), llm["max_concurrent_calls"], minimum=0, none=True
-        )
-    if "busy_wait_s" in llm:
-        policy["busy_wait_s"] = _FILE.number(p("busy_wait_s"), llm["busy_wait_s"], none=True)
-    if "attempt_timeout_s" in llm:
-        policy["attempt_timeout_s"] = _FILE.number(
-            p("attempt_timeout_s"), llm["attempt_timeout_s"], strict=True, none=True
-        )
-    if "retry_max_attempts" in llm:
-        retry["max_attempts"] = _FILE.integer(
-            p("retry_max_attempts"), llm["retry_max_attempts"], minimum=1
-        )
-    for key, target in (
-        ("retry_base_delay_ms", "base_delay_ms"),
-        ("retry_cap_delay_ms", "cap_delay_ms"),
-        ("burst_retry_base_delay_ms", "burst_base_delay_ms"),
-        ("retry_after_max_s", "retry_after_max_s"),
-    ):
-        if key in llm:
-            retry[target] = _FILE.number(p(key), llm[key])
-    if "reason_budgets" in llm:
-        retry["reason_budgets"] = _FILE.budgets(
-            p("reason_budgets"), llm["reason_budgets"], key_check=_FILE.reason_key
-        )
-    if "exception_budgets" in llm:
-        retry["exception_budgets"] = _FILE.budgets(
-            p("exception_budgets"), llm["exception_budgets"], key_check=_FILE.class_name
-        )
-    if "control_flow_exceptions" in llm:
-        policy["control_flow"] = _FILE.names(
-            p("control_flow_exceptions"), llm["control_flow_exceptions"]
-        )
-    if "rules" in llm:
-        raw_rules = llm["rules"]
-        if isinstance(raw_rules, (str, bytes)) or not isinstance(raw_rules, Sequence):
-            raise _FILE.bad_type(p("rules"), raw_rules, "a list of rule mappings")
-        policy["rules"] = tuple(
-            _load_rule(f"{p('rules')}[{i}]", r) for i, r in enumerate(raw_rules)
-        )
-
-    if "enabled" in brk:
-        breaker["enabled"] = _FILE.boolean("circuit_breaker.enabled", brk["enabled"])
-    if "name" in brk:
-        breaker["name"] = _FILE.name("circuit_breaker.name", brk["name"], none=True)
-    if "failure_threshold" in brk:
-        breaker["failure_threshold"] = _FILE.integer(
-            "circuit_breaker.failure_threshold", brk["failure_threshold"], minimum=1
-        )
-    if "recovery_timeout_sec" in brk:
-        breaker["recovery_timeout_sec"] = _FILE.number(
-            "circuit_breaker.recovery_timeout_sec", brk["recovery_timeout_sec"]
-        )
-    return PolicyConfig(
-        retry=RetryConfig(**retry), circuit_breaker=BreakerConfig(**breaker), **policy
-    )
+    if floor is not None and cap and floor > cap:
+        msg = f"{path} must be <= {cap_path} ({cap}) (got {floor})"
+        raise ConfigError(msg, path=path, value=floor)

@@ -25,6 +25,7 @@ __all__ = [
     "Event",
     "GaveUp",
     "Hook",
+    "LimitChanged",
     "RetryScheduled",
     "SlotAdmitted",
     "SlotWaiting",
@@ -140,7 +141,38 @@ class SlotAdmitted:
     waited_s: float
 
 
-Event: TypeAlias = RetryScheduled | GaveUp | BreakerStateChanged | SlotWaiting | SlotAdmitted
+@dataclass(frozen=True)
+class LimitChanged:
+    """A gate's adaptive concurrency limit moved (see :class:`anygate.AdaptiveLimit`).
+
+    Lowered after a burst-rate throttle, with a pause; raised one slot at a time as calls
+    succeed. Delivered to the hooks of the policy whose call caused the change (policies
+    sharing the gate share the limit, not their hooks).
+
+    Attributes:
+        policy: the policy whose call caused the change.
+        gate: the gate's name.
+        old, new: the gate's capacity before and after. Equal when a throttle finds the
+            limit at its floor: the pause still applies.
+        max_concurrent_calls: the configured maximum the limit grows back to.
+        reason: ``"burst_rate"`` (lowered after a throttle) or ``"recovered"`` (raised
+            after successful calls).
+        pause_s: seconds during which admitted attempts wait before calling the provider
+            (0 when raised).
+    """
+
+    policy: str
+    gate: str
+    old: float
+    new: float
+    max_concurrent_calls: float
+    reason: str
+    pause_s: float
+
+
+Event: TypeAlias = (
+    RetryScheduled | GaveUp | BreakerStateChanged | SlotWaiting | SlotAdmitted | LimitChanged
+)
 Hook: TypeAlias = Callable[[Event], object]
 
 

@@ -1,9 +1,10 @@
 """The guarded call: breaker -> deadline scope -> one slot per attempt -> classify -> backoff.
 
 Data flows one way: the policy takes a breaker permit (synchronously, before any await),
-then for each attempt takes one gate token, runs ``fn`` while holding it, releases it,
-classifies a failure and sleeps *without* a slot before the next attempt. The gate knows
-nothing of retries; the policy knows nothing of waiter internals.
+then for each attempt takes one gate token (sitting out an adaptive pause, if the gate is
+in one, while holding it), runs ``fn`` while holding it, releases it, classifies a failure
+and sleeps *without* a slot before the next attempt. The gate knows nothing of retries;
+the policy knows nothing of waiter internals.
 
 Timing on the async path uses AnyIO only (``anyio.sleep``, ``anyio.current_time``, cancel
 scopes), so trio's ``MockClock`` drives it in tests and the simulator; the sync path uses
@@ -22,18 +23,23 @@ import anyio
 
 from . import _waiters
 from ._classify import Rule, RuleLike
-from ._config import BreakerConfig, PolicyConfig, RetryConfig, load_config
+from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
+from ._errors import Busy
 from ._events import Hook, SlotAdmitted, SlotWaiting, emit
+from ._loader import load_config
 from ._retrying import NEUTRAL, SUCCESS, Retrier, Run, Stop, check_deadline
-from ._sharing import resolve_breaker, resolve_gate
-from ._testing import TestingState, testing_state
+from ._sharing import reconcile_capacity, resolve_adaptive, resolve_breaker, resolve_gate
+from ._testing import testing_state
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from ._adaptive import AdaptiveLimit
     from ._backoff import Uniform
     from ._breaker import CircuitBreaker, Permit
     from ._gate import Gate
+    from ._testing import TestingState
+    from ._token import Token
 
 __all__ = ["Policy"]
 
@@ -55,7 +61,9 @@ class Policy:
     circuit breaker shared per name fails calls fast while the provider is down.
 
     Policies with the same ``gate_name`` share one gate, and with the same breaker name one
-    breaker, across every event loop and thread in the process.
+    breaker, across every event loop and thread in the process. When the provider throttles
+    the request *burst rate*, the gate's admission limit adapts for everyone on it (see
+    :class:`anygate.AdaptiveConfig`).
 
     This is not a rate limiter (it bounds concurrency and reacts to throttling) and not an
     HTTP client: ``fn`` makes exactly one provider call per invocation.
@@ -73,14 +81,22 @@ class Policy:
         provider: classification hint where providers' wording collides.
         retry: a :class:`anygate.RetryConfig`.
         circuit_breaker: a :class:`anygate.BreakerConfig`, or ``None`` for no breaker.
+        adaptive_concurrency: a :class:`anygate.AdaptiveConfig`, or ``True``/``False`` to
+            state only whether it is on; ``None`` keeps the gate's existing adaptive
+            limit, or creates it with the defaults (on).
         rules: classification rules tried before the built-in ones.
         control_flow: exception classes (or class names) that are control flow, not
             failures: they propagate unchanged and leave the breaker alone.
         hooks: callables receiving each event record (see :mod:`anygate` events).
         rng: the random source for jitter (``random.Random(seed)`` for reproducible runs).
-        clock: the breaker's monotonic clock in seconds, used when this policy creates it.
-        gate: use this gate as it is, instead of the shared one (``max_concurrent_calls``
-            and ``gate_name`` are then ignored; the policy never resizes a gate it is handed).
+        clock: the monotonic clock in seconds of the breaker and of the gate's adaptive
+            limit, used when this policy creates them (``anyio.current_time`` for virtual
+            time). Pauses are measured with it and slept with the caller's own sleep, so it
+            must advance with real (or the loop's virtual) time.
+        gate: use this gate instead of the shared one (``max_concurrent_calls`` and
+            ``gate_name`` are then ignored; the policy never changes the capacity it was
+            handed with, apart from the adaptive limit lowering it after burst-rate
+            throttles and restoring it).
         breaker: use this :class:`anygate.CircuitBreaker` instead of the shared one.
         reconfigure: if the shared gate or breaker already exists with other settings,
             apply this policy's settings to it live instead of raising ``ConfigError``.
@@ -91,7 +107,7 @@ class Policy:
             gate or breaker (without ``reconfigure=True``).
     """
 
-    __slots__ = ("_breaker", "_busy_wait", "_config", "_gate", "_hooks", "_retrier")
+    __slots__ = ("_adaptive", "_breaker", "_busy_wait", "_config", "_gate", "_hooks", "_retrier")
 
     def __init__(
         self,
@@ -104,6 +120,7 @@ class Policy:
         provider: str | None = None,
         retry: RetryConfig | None = None,
         circuit_breaker: BreakerConfig | None = BreakerConfig(),  # noqa: B008 - immutable
+        adaptive_concurrency: AdaptiveConfig | bool | None = None,
         rules: Sequence[RuleLike] = (),
         control_flow: Sequence[type[BaseException] | str] = (),
         hooks: Sequence[Hook] = (),
@@ -130,6 +147,15 @@ class Policy:
                 msg = f"rules entries must be anygate.Rule objects or callables (got {rule!r})"
                 raise TypeError(msg)
         declarative = tuple(r for r in rules if isinstance(r, Rule))
+        adaptive: object = adaptive_concurrency
+        if adaptive is None or isinstance(adaptive, bool):
+            adaptive = AdaptiveConfig(enabled=adaptive)
+        elif not isinstance(adaptive, AdaptiveConfig):
+            msg = (
+                "adaptive_concurrency must be an anygate.AdaptiveConfig, True, False or None "
+                f"(got {adaptive!r})"
+            )
+            raise TypeError(msg)
         self._config = PolicyConfig(
             name=name,
             gate_name=gate_name,
@@ -141,6 +167,7 @@ class Policy:
             circuit_breaker=BreakerConfig(enabled=False)
             if circuit_breaker is None
             else circuit_breaker,
+            adaptive_concurrency=adaptive,
             rules=declarative,
             control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
         )
@@ -154,7 +181,10 @@ class Policy:
             msg = f"rng must have a uniform(a, b) method, like random.Random (got {rng!r})"
             raise TypeError(msg)
         self._busy_wait = self._config.busy_wait_s
-        self._gate = resolve_gate(self._config, gate, reconfigure)
+        self._gate, existing = resolve_gate(self._config, gate)
+        self._adaptive = resolve_adaptive(self._config, self._gate, clock, reconfigure)
+        if existing:
+            reconcile_capacity(self._config, self._gate, self._adaptive, reconfigure)
         self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
         self._retrier = Retrier(
             self._config,
@@ -164,6 +194,7 @@ class Policy:
             hooks=self._hooks,
             control_types=tuple(control_types),
             control_names=frozenset(control_names),
+            adaptive=self._adaptive,
         )
 
     @classmethod
@@ -188,6 +219,7 @@ class Policy:
             "provider": config.provider,
             "retry": config.retry,
             "circuit_breaker": config.circuit_breaker if config.circuit_breaker.enabled else None,
+            "adaptive_concurrency": config.adaptive_concurrency,
             "rules": config.rules,
             "control_flow": config.control_flow,
         }
@@ -217,20 +249,29 @@ class Policy:
         return self._breaker
 
     @property
+    def adaptive_limit(self) -> AdaptiveLimit:
+        """The gate's adaptive concurrency limit (shared by every policy on the gate)."""
+        return self._adaptive
+
+    @property
     def hooks(self) -> tuple[Hook, ...]:
         """The event hooks, in call order."""
         return self._hooks
 
     @property
     def max_concurrent_calls(self) -> int:
-        """The gate's current capacity, ``0`` meaning no cap. Settable at any time.
+        """The gate's configured capacity, ``0`` meaning no cap. Settable at any time.
 
         Setting it resizes the (shared) gate live: raising it admits queued attempts at
         once; lowering it revokes nothing (attempts in flight finish) and admits no one
         until fewer than the new value are in flight. Calls sleeping between attempts hold
         no slot, so their next attempt simply queues under the new value.
+
+        After a burst-rate throttle the gate's momentary capacity
+        (``policy.adaptive_limit.limit``) may be below this value; it grows back to it. A
+        new value caps a lowered limit, which then grows back to the new value.
         """
-        cap = self._gate.capacity
+        cap = self._adaptive.max_concurrent_calls
         return 0 if math.isinf(cap) else int(cap)
 
     @max_concurrent_calls.setter
@@ -241,11 +282,14 @@ class Policy:
         if value < 0:
             msg = f"max_concurrent_calls must be >= 0 (got {value!r})"
             raise ValueError(msg)
-        self._gate.capacity = math.inf if value == 0 else value
+        self._adaptive.resize(math.inf if value == 0 else value)
 
     def __repr__(self) -> str:
         gate = self._gate
         cap = "inf" if math.isinf(gate.capacity) else int(gate.capacity)
+        maximum = self._adaptive.max_concurrent_calls
+        if maximum != gate.capacity:
+            cap = f"{cap} (adaptive, max {'inf' if math.isinf(maximum) else int(maximum)})"
         breaker = "off" if self._breaker is None else self._breaker.state.value
         return (
             f"<anygate.Policy {self.name!r} gate {gate.name!r} {gate.in_flight}/{cap}, "
@@ -305,41 +349,21 @@ class Policy:
         *,
         timed: bool,
     ) -> T:
-        gate, hooks, retrier = self._gate, self._hooks, self._retrier
+        retrier = self._retrier
         attempt_timeout = self._config.attempt_timeout_s
-        timed = timed or bool(hooks)  # the slot wait is measured only when someone reads it
+        timed = timed or bool(self._hooks)  # the slot wait is measured only when someone reads it
         while True:
             run.attempt += 1
-            run.phase = "slot"
-            if timed:
-                run.slot_started = anyio.current_time()
-            if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
-                emit(
-                    hooks,
-                    SlotWaiting(
-                        self.name,
-                        gate.name,
-                        run.attempt,
-                        gate.in_flight,
-                        gate.waiting,
-                        gate.capacity,
-                    ),
-                )
-            token = await gate.acquire(timeout=self._busy_wait)
-            if hooks:
-                waited = anyio.current_time() - run.slot_started
-                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            token = await self._admit(run, testing, timed=timed)
             run.phase = "attempt"
             try:
                 try:
                     if attempt_timeout is None:
                         result = await _invoke(fn, args, kwargs)
                     else:
-                        with anyio.move_on_after(attempt_timeout) as attempt_scope:
-                            result = await _invoke(fn, args, kwargs)
-                        if attempt_scope.cancelled_caught:
-                            msg = f"attempt {run.attempt} timed out after {attempt_timeout:g}s"
-                            raise TimeoutError(msg)
+                        result = await _invoke_within(
+                            attempt_timeout, run.attempt, fn, args, kwargs
+                        )
                 finally:
                     token.release()  # before classifying or sleeping: the slot is not ours
             except _NotAwaitable:
@@ -363,6 +387,45 @@ class Policy:
             else:
                 run.outcome = SUCCESS
                 return result
+
+    async def _admit(self, run: Run, testing: TestingState, *, timed: bool) -> Token:
+        """Take the slot for the next attempt; sit out an adaptive pause holding it."""
+        gate, hooks, adaptive = self._gate, self._hooks, self._adaptive
+        run.phase = "slot"
+        if timed:
+            run.slot_started = anyio.current_time()
+        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+            emit(
+                hooks,
+                SlotWaiting(
+                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        token = await gate.acquire(timeout=self._busy_wait)
+        pause = adaptive.pause_left()
+        if pause > 0 and not testing.enabled:
+            # Holding the slot while paused is the point: when the pause ends, at most the
+            # (lowered) capacity's worth of attempts go at once, in the gate's FIFO order.
+            try:
+                self._check_pause(pause)
+                await anyio.sleep(pause)
+            except BaseException:
+                token.release()
+                raise
+        run.generation = adaptive.generation
+        if hooks:
+            waited = anyio.current_time() - run.slot_started
+            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+        return token
+
+    def _check_pause(self, pause: float) -> None:
+        """A pause longer than the slot-wait budget is Busy now, not a long wait."""
+        busy_wait = self._busy_wait
+        if busy_wait is not None and pause > busy_wait:
+            gate = self._gate
+            raise Busy(
+                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
+            )
 
     # ------------------------------------------------------------------ sync
 
@@ -409,33 +472,11 @@ class Policy:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
-        gate, hooks, retrier = self._gate, self._hooks, self._retrier
+        retrier = self._retrier
         deadline = math.inf if seconds is None else time.monotonic() + seconds
         while True:
             run.attempt += 1
-            run.phase = "slot"
-            now = run.slot_started = time.monotonic()
-            if now >= deadline and run.verdict is not None:
-                retrier.fail(run, "deadline", self._config.retry.max_attempts, run.exc)
-            timeout = self._busy_wait
-            if deadline != math.inf:
-                left = max(0.0, deadline - now)
-                timeout = left if timeout is None else min(timeout, left)
-            if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
-                emit(
-                    hooks,
-                    SlotWaiting(
-                        self.name,
-                        gate.name,
-                        run.attempt,
-                        gate.in_flight,
-                        gate.waiting,
-                        gate.capacity,
-                    ),
-                )
-            token = gate.acquire_sync(timeout=timeout)
-            if hooks:
-                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, time.monotonic() - now))
+            token = self._admit_sync(run, testing, deadline)
             run.phase = "attempt"
             try:
                 try:
@@ -464,6 +505,49 @@ class Policy:
                 run.outcome = SUCCESS
                 return result
 
+    def _admit_sync(self, run: Run, testing: TestingState, deadline: float) -> Token:
+        """The blocking twin of :meth:`_admit`; ``deadline`` is on ``time.monotonic``."""
+        gate, hooks, adaptive = self._gate, self._hooks, self._adaptive
+        run.phase = "slot"
+        now = run.slot_started = time.monotonic()
+        if now >= deadline and run.verdict is not None:
+            self._retrier.fail(run, "deadline", self._config.retry.max_attempts, run.exc)
+        timeout = self._busy_wait
+        if deadline != math.inf:
+            left = max(0.0, deadline - now)
+            timeout = left if timeout is None else min(timeout, left)
+        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+            emit(
+                hooks,
+                SlotWaiting(
+                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        token = gate.acquire_sync(timeout=timeout)
+        pause = adaptive.pause_left()
+        if pause > 0 and not testing.enabled:
+            try:
+                self._check_pause(pause)
+                if time.monotonic() + pause >= deadline:
+                    if run.verdict is not None:
+                        self._retrier.fail(
+                            run, "deadline", self._config.retry.max_attempts, run.exc
+                        )
+                    raise Busy(
+                        gate=gate.name,
+                        capacity=gate.capacity,
+                        in_flight=gate.in_flight,
+                        waited=time.monotonic() - now,
+                    )
+                time.sleep(pause)
+            except BaseException:
+                token.release()
+                raise
+        run.generation = adaptive.generation
+        if hooks:
+            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, time.monotonic() - now))
+        return token
+
 
 async def _invoke(
     fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -477,3 +561,18 @@ async def _invoke(
         raise _NotAwaitable(msg)
     result: T = await awaitable
     return result
+
+
+async def _invoke_within(
+    seconds: float,
+    attempt: int,
+    fn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    """:func:`_invoke` cut off after ``seconds``; a hung attempt becomes a TimeoutError."""
+    with anyio.move_on_after(seconds):
+        return await _invoke(fn, args, kwargs)
+    # Only our own timeout lands here: the scope swallowed its cancellation.
+    msg = f"attempt {attempt} timed out after {seconds:g}s"
+    raise TimeoutError(msg)

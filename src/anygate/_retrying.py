@@ -14,10 +14,19 @@ from typing import TYPE_CHECKING, NoReturn, final
 from ._backoff import Uniform, decorrelated_jitter
 from ._classify import Reason, RuleLike, Verdict, classify
 from ._errors import Busy, CallFailed
-from ._events import GaveUp, Hook, RetryScheduled, emit, retry_message, user_message
+from ._events import (
+    GaveUp,
+    Hook,
+    LimitChanged,
+    RetryScheduled,
+    emit,
+    retry_message,
+    user_message,
+)
 from ._redact import redact
 
 if TYPE_CHECKING:
+    from ._adaptive import AdaptiveLimit, LimitChange
     from ._breaker import CircuitBreaker, Permit
     from ._config import PolicyConfig
     from ._gate import Gate
@@ -44,10 +53,22 @@ class Stop:
 class Run:
     """Per-call state, owned by one task or thread."""
 
-    __slots__ = ("attempt", "exc", "outcome", "phase", "prev_ms", "slot_started", "verdict")
+    __slots__ = (
+        "attempt",
+        "exc",
+        "generation",
+        "outcome",
+        "phase",
+        "prev_ms",
+        "slot_started",
+        "verdict",
+    )
 
     def __init__(self) -> None:
         self.attempt = 0
+        # The adaptive limit's generation when the current attempt was admitted; None when
+        # the caller does not track it (a throttle during a pause is then old news).
+        self.generation: int | None = None
         self.prev_ms: float | None = None
         self.verdict: Verdict | None = None
         self.exc: BaseException | None = None
@@ -74,6 +95,7 @@ class Retrier:
     """One policy's failure handling: its settings, random source, rules and hooks."""
 
     __slots__ = (
+        "adaptive",
         "config",
         "control_names",
         "control_types",
@@ -94,7 +116,9 @@ class Retrier:
         hooks: tuple[Hook, ...],
         control_types: tuple[type[BaseException], ...],
         control_names: frozenset[str],
+        adaptive: AdaptiveLimit | None = None,
     ) -> None:
+        self.adaptive = adaptive
         self.config = config
         self.name = config.name
         self.gate = gate
@@ -114,6 +138,12 @@ class Retrier:
         return permit
 
     def settle(self, permit: Permit | None, outcome: str) -> None:
+        """Report how the call ended: to the adaptive limit (a success grows it) and to
+        the breaker."""
+        if outcome == SUCCESS and self.adaptive is not None:
+            grown = self.adaptive.on_success()
+            if grown is not None:
+                self._limit_changed(grown)
         if permit is None:
             return
         report = {SUCCESS: permit.success, FAILURE: permit.failure}.get(outcome, permit.neutral)
@@ -155,6 +185,9 @@ class Retrier:
         """Classify ``exc``; return seconds to sleep before the next attempt, or a Stop."""
         verdict = classify(exc, rules=self.rules, provider=self.config.provider)
         run.verdict, run.exc = verdict, exc
+        if verdict.reason is Reason.BURST_RATE and self.adaptive is not None:
+            # Whether or not this call retries, the whole gate slows down.
+            self.throttled(run, verdict)
         budget = self.budget(verdict, exc, testing)
         if not verdict.retriable:
             return Stop("not_retriable", budget)
@@ -212,6 +245,50 @@ class Retrier:
                 ),
             )
         return wait_s
+
+    def throttled(self, run: Run, verdict: Verdict) -> None:
+        """Tell the adaptive limit about a burst-rate throttle; report what it did."""
+        assert self.adaptive is not None
+        retry_after = verdict.retry_after
+        if retry_after is not None:
+            retry_after = min(retry_after, self.config.retry.retry_after_max_s)
+        change = self.adaptive.on_throttle(run.generation, retry_after)
+        if change is not None:
+            self._limit_changed(change)
+
+    def _limit_changed(self, change: LimitChange) -> None:
+        gate = self.gate.name
+        if change.reason == "burst_rate":
+            logger.info(
+                "gate %r: provider throttled the request burst rate; new attempts wait "
+                "%.3gs and the concurrency limit goes %g -> %g (max %g)",
+                gate,
+                change.pause_s,
+                change.old,
+                change.new,
+                change.maximum,
+            )
+        else:
+            logger.debug(
+                "gate %r: concurrency limit %g -> %g (max %g)",
+                gate,
+                change.old,
+                change.new,
+                change.maximum,
+            )
+        if self.hooks:
+            emit(
+                self.hooks,
+                LimitChanged(
+                    policy=self.name,
+                    gate=gate,
+                    old=change.old,
+                    new=change.new,
+                    max_concurrent_calls=change.maximum,
+                    reason=change.reason,
+                    pause_s=change.pause_s,
+                ),
+            )
 
     def fail(
         self,

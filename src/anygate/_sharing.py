@@ -1,6 +1,7 @@
-"""Finding or creating the process-wide gate and breaker a policy uses.
+"""Finding or creating the process-wide gate, breaker and adaptive limit a policy uses.
 
-Policies with the same gate name share one gate and with the same breaker name one breaker.
+Policies with the same gate name share one gate and with the same breaker name one breaker;
+every policy on one gate (shared by name or handed in) shares that gate's adaptive limit.
 Building a policy never reconfigures them *silently*: a setting the policy states that
 differs from the shared object's raises ConfigError unless ``reconfigure=True``. Otherwise a
 stale config object built late could undo a fresh one (the race that made deer-flow freeze
@@ -14,6 +15,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from ._adaptive import AdaptiveLimit, adaptive_limit_for
 from ._breaker import CircuitBreaker
 from ._errors import ConfigError
 from ._gate import Gate
@@ -24,37 +26,56 @@ if TYPE_CHECKING:
 
     from ._config import PolicyConfig
 
-__all__ = ["resolve_breaker", "resolve_gate"]
+__all__ = ["reconcile_capacity", "resolve_adaptive", "resolve_breaker", "resolve_gate"]
 
 logger = logging.getLogger("anygate")
 
 
-def resolve_gate(cfg: PolicyConfig, gate: Gate | None, reconfigure: bool) -> Gate:
-    """The gate a policy uses: ``gate`` as given, or the shared one for its gate name."""
+def resolve_gate(cfg: PolicyConfig, gate: Gate | None) -> tuple[Gate, bool]:
+    """The gate a policy uses: ``gate`` as given, or the shared one for its gate name.
+
+    Returns the gate and whether this policy's settings still need reconciling with it
+    (:func:`reconcile_capacity`): true for a shared gate that existed already.
+    """
     given: object = gate
     if gate is not None:
         if not isinstance(given, Gate):
             msg = f"gate must be an anygate.Gate (got {gate!r})"
             raise TypeError(msg)
-        return gate
+        return gate, False
     gname = cfg.gate_name or cfg.name
     wanted = cfg.max_concurrent_calls
     cap = wanted if wanted else math.inf
     shared, created = gates.get_or_create(gname, lambda: Gate(cap, name=gname))
-    if created or wanted is None or shared.capacity == cap:
-        return shared
+    return shared, not created
+
+
+def reconcile_capacity(
+    cfg: PolicyConfig, gate: Gate, adaptive: AdaptiveLimit, reconfigure: bool
+) -> None:
+    """Check (or, with ``reconfigure``, apply) this policy's cap on an existing shared gate.
+
+    Compared with the adaptive limit's *maximum*, not the gate's momentary capacity: a
+    limit lowered after a throttle is not a different configuration.
+    """
+    wanted = cfg.max_concurrent_calls
+    if wanted is None:
+        return
+    cap = wanted if wanted else math.inf
+    have = adaptive.max_concurrent_calls
+    if have == cap:
+        return
     if not reconfigure:
-        have = 0 if math.isinf(shared.capacity) else int(shared.capacity)
+        shown = 0 if math.isinf(have) else int(have)
         msg = (
-            f"llm_call.max_concurrent_calls: the shared gate {gname!r} already has "
-            f"capacity {have} (0 = no cap) and this policy asks for {wanted}. Pass "
+            f"llm_call.max_concurrent_calls: the shared gate {gate.name!r} already has "
+            f"capacity {shown} (0 = no cap) and this policy asks for {wanted}. Pass "
             f"reconfigure=True to resize it live, set policy.max_concurrent_calls, or "
             f"use another gate_name"
         )
         raise ConfigError(msg, path="llm_call.max_concurrent_calls", value=wanted)
-    logger.info("gate %r resized to %s by policy %r", gname, wanted or "no cap", cfg.name)
-    shared.capacity = cap
-    return shared
+    logger.info("gate %r resized to %s by policy %r", gate.name, wanted or "no cap", cfg.name)
+    adaptive.resize(cap)
 
 
 def resolve_breaker(
@@ -109,3 +130,61 @@ def resolve_breaker(
             recovery_timeout=bcfg.recovery_timeout_sec,
         )
     return shared
+
+
+def resolve_adaptive(
+    cfg: PolicyConfig,
+    gate: Gate,
+    clock: Callable[[], float] | None,
+    reconfigure: bool,
+) -> AdaptiveLimit:
+    """The gate's adaptive limit, created with this policy's settings if it has none.
+
+    The limit belongs to the gate, so every policy on the gate follows it, whatever its
+    own config says when it did not *state* a setting. A stated setting that differs from
+    the existing limit's raises ConfigError unless ``reconfigure=True`` (then it applies
+    live, to every policy on the gate): two policies on one gate cannot disagree about
+    how the gate answers a throttle. The first creator's clock is kept.
+    """
+    acfg = cfg.adaptive_concurrency
+    wanted = acfg.effective()
+    limit, created = adaptive_limit_for(
+        gate,
+        lambda: AdaptiveLimit(
+            gate,
+            enabled=wanted["enabled"],
+            min_concurrent_calls=wanted["min_concurrent_calls"],
+            decrease_factor=wanted["decrease_factor"],
+            pause_s=wanted["pause_ms"] / 1000.0,
+            clock=time.monotonic if clock is None else clock,
+        ),
+    )
+    if created:
+        return limit
+    enabled, floor, factor, pause_s = limit.settings()
+    stated = {
+        "enabled": (acfg.enabled, enabled),
+        "min_concurrent_calls": (acfg.min_concurrent_calls, floor),
+        "decrease_factor": (acfg.decrease_factor, factor),
+        "pause_ms": (acfg.pause_ms, pause_s * 1000.0),
+    }
+    differ = {k: v for k, v in stated.items() if v[0] is not None and v[0] != v[1]}
+    if not differ:
+        return limit
+    if not reconfigure:
+        have = ", ".join(f"{k}={v[1]!r}" for k, v in differ.items())
+        want = ", ".join(f"{k}={v[0]!r}" for k, v in differ.items())
+        msg = (
+            f"llm_call.adaptive_concurrency: the gate {gate.name!r} already has an adaptive "
+            f"limit with {have}; this policy asks for {want}. Pass reconfigure=True to apply "
+            f"them live to every policy on the gate, or use another gate_name"
+        )
+        raise ConfigError(msg, path="llm_call.adaptive_concurrency", value=acfg)
+    logger.info("adaptive limit of gate %r reconfigured by policy %r", gate.name, cfg.name)
+    limit.configure(
+        enabled=acfg.enabled,
+        min_concurrent_calls=acfg.min_concurrent_calls,
+        decrease_factor=acfg.decrease_factor,
+        pause_s=None if acfg.pause_ms is None else acfg.pause_ms / 1000.0,
+    )
+    return limit

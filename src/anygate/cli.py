@@ -189,7 +189,7 @@ def _check_config(args: argparse.Namespace) -> int:
     import inspect
 
     from ._breaker import CircuitBreaker
-    from ._config import load_config
+    from ._loader import load_config
 
     config = load_config(args.file)
     effective = config.to_mapping()
@@ -205,6 +205,12 @@ def _check_config(args: argparse.Namespace) -> int:
         if breaker.get(key) is None:
             breaker[key] = defaults[parameter].default
             inherited.append(f"circuit_breaker.{key}")
+    # Likewise for the gate's adaptive limit.
+    adaptive = effective["llm_call"]["adaptive_concurrency"]
+    for key, value in config.adaptive_concurrency.effective().items():
+        if adaptive.get(key) is None:
+            adaptive[key] = value
+            inherited.append(f"llm_call.adaptive_concurrency.{key}")
     if args.json:
         print(json.dumps(effective, indent=2))
         return 0
@@ -215,8 +221,8 @@ def _check_config(args: argparse.Namespace) -> int:
     if inherited:
         print(
             f"# not set in the file: {', '.join(inherited)}; the defaults above apply when "
-            "this policy creates its breaker, while a breaker already shared under the same "
-            "name keeps its own values."
+            "this policy creates its breaker (or its gate's adaptive limit), while one "
+            "already shared under the same name keeps its own values."
         )
     return 0
 

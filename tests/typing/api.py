@@ -21,6 +21,9 @@ from typing_extensions import assert_type
 
 import anygate
 from anygate import (
+    AdaptiveConfig,
+    AdaptiveLimit,
+    AdaptiveStatistics,
     AnygateError,
     BreakerConfig,
     BreakerState,
@@ -36,6 +39,7 @@ from anygate import (
     GateStatistics,
     GaveUp,
     Hook,
+    LimitChanged,
     Permit,
     Policy,
     PolicyConfig,
@@ -211,6 +215,12 @@ assert_type(policy.gate, Gate)
 assert_type(policy.breaker, CircuitBreaker | None)
 assert_type(policy.hooks, tuple[Hook, ...])
 assert_type(policy.max_concurrent_calls, int)
+assert_type(policy.adaptive_limit, AdaptiveLimit)
+assert_type(policy.adaptive_limit.limit, float)
+assert_type(policy.adaptive_limit.statistics(), AdaptiveStatistics)
+assert_type(Policy(adaptive_concurrency=False), Policy)
+assert_type(Policy(adaptive_concurrency=AdaptiveConfig(decrease_factor=0.5)), Policy)
+Policy(adaptive_concurrency="on")  # type: ignore[arg-type]  # bool or AdaptiveConfig
 
 
 async def ask(prompt: str, *, temperature: float = 0.0) -> str:
@@ -238,6 +248,9 @@ assert_type(config.to_mapping(), dict[str, dict[str, Any]])
 assert_type(RetryConfig().max_attempts, int)
 assert_type(RetryConfig().base_delay_ms, float)
 assert_type(BreakerConfig(failure_threshold=5).recovery_timeout_sec, float | None)
+assert_type(config.adaptive_concurrency, AdaptiveConfig)
+assert_type(AdaptiveConfig().pause_ms, float | None)
+assert_type(AdaptiveConfig().effective(), dict[str, Any])
 
 # ---------------------------------------------------------------- classification
 
@@ -288,6 +301,9 @@ def on_event(event: Event) -> None:
         assert_type(event.waiting, int)
     elif isinstance(event, SlotAdmitted):
         assert_type(event.waited_s, float)
+    elif isinstance(event, LimitChanged):
+        assert_type(event.new, float)
+        assert_type(event.pause_s, float)
     else:
         assert_type(event, BreakerStateChanged)
 

@@ -8,9 +8,10 @@ simulation, through the policy's own injection points:
 * ``gate``: a fresh :class:`anygate.Gate` per run, sized by ``max_concurrent_calls``
   (instead of the process-wide shared gate, which would leak state between runs);
 * ``breaker``: a fresh :class:`anygate.CircuitBreaker` on the virtual clock;
+* ``clock``: the virtual clock, for the gate's adaptive limit (fresh with the gate);
 * ``rng``: ``random.Random`` seeded from the run's seed and the strategy's name;
-* ``hooks``: one hook that files slot waits, retries and breaker trips under the call the
-  running task is making (a context variable), for the report.
+* ``hooks``: one hook that files slot waits under the call the running task is making (a
+  context variable), and counts breaker trips and adaptive limit cuts, for the report.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import anyio
 
 from .._breaker import CircuitBreaker
 from .._errors import Busy, CallFailed, CircuitOpen, ConfigError
-from .._events import BreakerStateChanged, Event, SlotAdmitted
+from .._events import BreakerStateChanged, Event, LimitChanged, SlotAdmitted
 from .._gate import Gate
 from .._policy import Policy
 from ._provider import ProviderError
@@ -49,7 +50,7 @@ def strategy_config(spec: StrategySpec) -> PolicyConfig:
     Raises:
         ConfigError: with the key path prefixed by where the strategy came from.
     """
-    from .._config import load_config
+    from .._loader import load_config
 
     if spec.policy is None:
         msg = f"strategy {spec.name!r} is not a policy strategy"
@@ -112,6 +113,9 @@ class PolicyInvoker:
             breaker=breaker,
             rng=random.Random(f"anygate.sim:{seed}:policy"),
             hooks=[self._hook],
+            # The adaptive limit's pauses run on the virtual clock (a fresh limit per run:
+            # it belongs to the fresh gate above).
+            clock=anyio.current_time,
         )
         self._config = config
         self._provider = provider
@@ -144,12 +148,25 @@ class PolicyInvoker:
             )
         else:
             text += "; no breaker"
+        adaptive = self._policy.adaptive_limit.statistics()
+        if adaptive.enabled and cap:
+            text += (
+                f"; adaptive on burst rate: pause {adaptive.pause_s:g}s, "
+                f"x{adaptive.decrease_factor:g} down to {adaptive.min_concurrent_calls}"
+            )
         return text
 
     def _hook(self, event: Event) -> None:
         if isinstance(event, BreakerStateChanged):
             if event.new == "open":
                 self._recorder.breaker_trips += 1
+            return
+        if isinstance(event, LimitChanged):
+            recorder = self._recorder
+            if event.reason == "burst_rate":
+                recorder.limit_cuts += 1
+                low = recorder.lowest_limit
+                recorder.lowest_limit = event.new if low is None else min(low, event.new)
             return
         record = current_call.get()
         if record is not None and isinstance(event, SlotAdmitted):

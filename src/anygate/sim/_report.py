@@ -58,6 +58,12 @@ _KIND_LABELS = {
 }
 
 
+def _cuts(s: StrategyResult) -> str:
+    if not s.limit_cuts or s.lowest_limit is None:
+        return "0"
+    return f"{s.limit_cuts} (to {s.lowest_limit:g})"
+
+
 def _rows(result: SimulationResult) -> list[tuple[str, Callable[[StrategyResult], str]]]:
     strategies = result.strategies
     rows: list[tuple[str, Callable[[StrategyResult], str]]] = [
@@ -83,6 +89,10 @@ def _rows(result: SimulationResult) -> list[tuple[str, Callable[[StrategyResult]
         ("attempts", lambda s: str(s.attempts)),
         ("retries", lambda s: str(s.retries)),
         ("breaker trips", lambda s: str(s.breaker_trips)),
+    ]
+    if any(s.limit_cuts for s in strategies):
+        rows.append(("adaptive limit cuts", _cuts))
+    rows += [
         ("max concurrency", lambda s: str(s.max_concurrency)),
         ("latency p50/95/99", lambda s: _triple(s.latency)),
         ("slot wait p50/95/99", lambda s: _triple(s.slot_wait)),

@@ -76,6 +76,8 @@ class Recorder:
         self.records: list[CallRecord] = []
         self.done = 0
         self.breaker_trips = 0
+        self.limit_cuts = 0
+        self.lowest_limit: float | None = None
         self._progress = progress
         self._step = max(1, total // _PROGRESS_STEPS)
 
@@ -140,6 +142,9 @@ class StrategyResult:
         slot_wait: time each call spent waiting for a client-side slot, all attempts.
         in_service: the provider's ``(time, requests in service)`` steps.
         rejects: ``(time, kind)`` of every rejection.
+        limit_cuts: times the adaptive concurrency limit was lowered after a burst-rate
+            throttle.
+        lowest_limit: the lowest capacity it went to (``None``: never lowered).
     """
 
     name: str
@@ -159,6 +164,8 @@ class StrategyResult:
     slot_wait: Percentiles
     in_service: tuple[tuple[float, int], ...] = field(repr=False)
     rejects: tuple[tuple[float, str], ...] = field(repr=False)
+    limit_cuts: int = 0
+    lowest_limit: float | None = None
 
     @property
     def failed(self) -> int:
@@ -300,4 +307,6 @@ def summarize(
         slot_wait=Percentiles.of([r.slot_wait for r in records]),
         in_service=tuple(trace.in_service),
         rejects=tuple(trace.rejects),
+        limit_cuts=recorder.limit_cuts,
+        lowest_limit=recorder.lowest_limit,
     )

@@ -1,0 +1,442 @@
+"""Adaptive concurrency for burst-rate throttling: AIMD on a gate's admission limit.
+
+Why. A concurrency cap bounds how many calls run at once, not how fast new ones start.
+When a provider answers ``limit_burst_rate`` ("Request rate increased too quickly"),
+backing off only the throttled call does not slow the fleet down: its slot goes straight
+to the next queued call, which is throttled too, because a 429 comes back in milliseconds.
+In the storm simulator's morning peak a static cap the size of the provider's slots left
+3-5 % of calls with a 429, and no static cap met both the 429 and the makespan target.
+
+What. One :class:`AdaptiveLimit` per gate answers a burst-rate throttle for everyone
+using the gate:
+
+1. **pause**: for ``pause_s`` (or the provider's ``Retry-After``), an attempt that gets a
+   slot waits before calling the provider, keeping the slot, so when the pause ends at most
+   ``limit`` attempts go at once;
+2. **multiplicative decrease**: the gate's capacity drops to
+   ``max(floor, limit * decrease_factor)``;
+3. **additive increase**: each successful call raises the limit by ``1 / limit``, about
+   one slot per limit's worth of successes, back up to the configured maximum.
+
+Only the first throttle of an episode counts. An attempt admitted before the latest
+decrease was sent under the old limit, so its 429 is old news: every attempt records the
+*generation* it was admitted in, and a throttle from an older generation is ignored (TCP
+likewise halves its window once per round trip, not once per lost packet).
+
+What it is not: a rate limiter or token bucket. It never delays a call while the provider
+is happy, and it reacts only to ``burst_rate`` verdicts: not to RPM 429s (those carry
+their own Retry-After), outages, or errors of the caller's own making. Without a finite
+cap it does nothing, since there is no limit to lower, and pausing an uncapped fleet would
+only turn it into a herd at the end of the pause.
+
+Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
+gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
+is injectable, so the simulator and tests run it on virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, final
+
+from ._waiters import ki_protected
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._gate import Gate
+
+__all__ = [
+    "DEFAULT_DECREASE_FACTOR",
+    "DEFAULT_ENABLED",
+    "DEFAULT_MIN_CONCURRENT_CALLS",
+    "DEFAULT_PAUSE_MS",
+    "AdaptiveLimit",
+    "AdaptiveStatistics",
+    "LimitChange",
+    "adaptive_limit_for",
+    "capacity_for",
+    "lowered_limit",
+    "raised_limit",
+]
+
+#: Defaults used when a policy creates a gate's adaptive limit without stating a value.
+DEFAULT_ENABLED = True
+DEFAULT_MIN_CONCURRENT_CALLS = 1
+DEFAULT_DECREASE_FACTOR = 0.7
+DEFAULT_PAUSE_MS = 5000.0
+
+# Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
+_EPSILON = 1e-9
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def lowered_limit(limit: float, *, factor: float, floor: float) -> float:
+    """The limit after a burst-rate throttle: ``max(floor, limit * factor)``.
+
+    With the defaults (factor 0.7, floor 1) a limit of 32 goes 32 -> 22.4 -> 15.68 -> ...
+    over successive throttles, and never below one slot.
+    """
+    return max(floor, limit * factor)
+
+
+def raised_limit(limit: float, *, ceiling: float) -> float:
+    """The limit after one successful call: ``min(ceiling, limit + 1 / limit)``.
+
+    ``limit`` successes in a row raise it by about one slot, so recovery from 22 to 32
+    takes roughly 270 successful calls; a limit of 0 (closed) stays closed.
+    """
+    if limit <= 0:
+        return limit
+    return min(ceiling, limit + 1.0 / limit)
+
+
+def capacity_for(limit: float, *, floor: int) -> float:
+    """The gate capacity for ``limit``: ``max(floor, floor_int(limit))``; infinity stays."""
+    if math.isinf(limit):
+        return limit
+    return max(floor, math.floor(limit + _EPSILON))
+
+
+# --------------------------------------------------------------------------- state
+
+
+class LimitChange(NamedTuple):
+    """What one throttle or success did to the limit (the policy turns it into an event)."""
+
+    old: float
+    new: float
+    maximum: float
+    reason: str  # "burst_rate" or "recovered"
+    pause_s: float
+
+
+@dataclass(frozen=True)
+class AdaptiveStatistics:
+    """A consistent snapshot of an :class:`AdaptiveLimit`.
+
+    Attributes:
+        gate: the gate's name.
+        enabled: whether it reacts to throttles at all.
+        limit: the gate capacity it currently applies (``inf`` without a cap).
+        max_concurrent_calls: the configured maximum the limit grows back to.
+        min_concurrent_calls: the floor it never goes below.
+        decrease_factor: the multiplier applied on a throttle.
+        pause_s: the default pause after a throttle, in seconds.
+        paused_for: seconds left in the current pause (0 if none).
+        throttles: throttles that lowered the limit (one per episode).
+        stale_throttles: throttles ignored because the attempt was admitted under an
+            older limit.
+    """
+
+    gate: str
+    enabled: bool
+    limit: float
+    max_concurrent_calls: float
+    min_concurrent_calls: int
+    decrease_factor: float
+    pause_s: float
+    paused_for: float
+    throttles: int
+    stale_throttles: int
+
+
+@final
+class AdaptiveLimit:
+    """A gate's adaptive concurrency limit; see the module docstring for the rules.
+
+    Created by the first :class:`anygate.Policy` that uses a gate and shared by every policy
+    on that gate (read it from :attr:`anygate.Policy.adaptive_limit`). It owns the gate's
+    capacity while it is active: resize through ``policy.max_concurrent_calls`` (a direct
+    ``gate.capacity = n`` is noticed at the next throttle or success and adopted as the new
+    maximum).
+
+    Args:
+        gate: the gate whose capacity it adapts (held weakly).
+        enabled: ``False`` makes every method a no-op apart from resizing.
+        min_concurrent_calls: the floor (>= 1).
+        decrease_factor: the multiplier on a throttle (0 < factor < 1).
+        pause_s: how long attempts wait after a throttle without a ``Retry-After``.
+        clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_applied",
+        "_ceiling",
+        "_clock",
+        "_enabled",
+        "_factor",
+        "_floor",
+        "_gate",
+        "_generation",
+        "_limit",
+        "_lock",
+        "_name",
+        "_pause_s",
+        "_paused_until",
+        "_pausing",
+        "_stale",
+        "_throttles",
+    )
+
+    def __init__(
+        self,
+        gate: Gate,
+        *,
+        enabled: bool = DEFAULT_ENABLED,
+        min_concurrent_calls: int = DEFAULT_MIN_CONCURRENT_CALLS,
+        decrease_factor: float = DEFAULT_DECREASE_FACTOR,
+        pause_s: float = DEFAULT_PAUSE_MS / 1000.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._gate = weakref.ref(gate)
+        self._name = gate.name
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._enabled = enabled
+        self._floor = min_concurrent_calls
+        self._factor = decrease_factor
+        self._pause_s = pause_s
+        capacity = gate.capacity
+        self._ceiling = capacity  # the configured maximum
+        self._limit = capacity  # a float between the floor and the ceiling
+        self._applied = capacity  # what we last wrote to (or read from) the gate
+        self._generation = 0
+        self._paused_until = -math.inf
+        self._pausing = False  # read without the lock on the hot path
+        self._throttles = 0
+        self._stale = 0
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock pauses are measured with."""
+        return self._clock
+
+    @property
+    def enabled(self) -> bool:
+        """Whether it reacts to throttles."""
+        return self._enabled
+
+    @property
+    def limit(self) -> float:
+        """The capacity it currently applies to the gate."""
+        return self._applied
+
+    @property
+    def max_concurrent_calls(self) -> float:
+        """The configured maximum (``inf`` = no cap)."""
+        with self._lock:
+            self._adopt_external_resize()
+            return self._ceiling
+
+    @property
+    def generation(self) -> int:
+        """Bumped at every decrease; attempts record it when admitted."""
+        return self._generation
+
+    def settings(self) -> tuple[bool, int, float, float]:
+        """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
+        return self._enabled, self._floor, self._factor, self._pause_s
+
+    def pause_left(self) -> float:
+        """Seconds an attempt admitted now must wait before calling the provider (0: none)."""
+        if not self._pausing:
+            return 0.0
+        with self._lock:
+            left = self._paused_until - self._clock()
+            if left <= 0:
+                self._pausing = False
+                return 0.0
+            return left
+
+    def statistics(self) -> AdaptiveStatistics:
+        """A consistent snapshot."""
+        with self._lock:
+            left = max(0.0, self._paused_until - self._clock()) if self._pausing else 0.0
+            return AdaptiveStatistics(
+                gate=self._name,
+                enabled=self._enabled,
+                limit=self._applied,
+                max_concurrent_calls=self._ceiling,
+                min_concurrent_calls=self._floor,
+                decrease_factor=self._factor,
+                pause_s=self._pause_s,
+                paused_for=left,
+                throttles=self._throttles,
+                stale_throttles=self._stale,
+            )
+
+    def __repr__(self) -> str:
+        if not self._enabled:
+            return f"<anygate.AdaptiveLimit gate {self._name!r} off>"
+        if math.isinf(self._ceiling):
+            return f"<anygate.AdaptiveLimit gate {self._name!r} idle (no cap)>"
+        text = f"<anygate.AdaptiveLimit gate {self._name!r} {self._applied:g}/{self._ceiling:g}"
+        left = self.pause_left()
+        if left > 0:
+            text += f", paused {left:.3g}s"
+        return text + ">"
+
+    # ------------------------------------------------------------------ reacting
+
+    @ki_protected
+    def on_throttle(self, generation: int | None, retry_after: float | None) -> LimitChange | None:
+        """A burst-rate throttle: pause and lower the limit, unless it is old news.
+
+        Args:
+            generation: :attr:`generation` when the throttled attempt was admitted;
+                ``None`` if unknown (then throttles during a pause are ignored instead).
+            retry_after: the provider's ``Retry-After`` in seconds; replaces ``pause_s``.
+
+        Returns:
+            the change, or ``None`` when the throttle was ignored or nothing is capped.
+        """
+        if not self._enabled:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            if not self._active():
+                return None
+            now = self._clock()
+            if generation is None:
+                stale = self._pausing and now < self._paused_until
+            else:
+                stale = generation != self._generation
+            if stale:
+                self._stale += 1
+                return None
+            old = self._applied
+            self._limit = lowered_limit(self._limit, factor=self._factor, floor=self._floor_now())
+            self._generation += 1
+            self._throttles += 1
+            pause = self._pause_s if retry_after is None else max(0.0, retry_after)
+            if pause > 0:
+                self._paused_until = now + pause
+                self._pausing = True
+            self._apply()
+            return LimitChange(old, self._applied, self._ceiling, "burst_rate", pause)
+
+    @ki_protected
+    def on_success(self) -> LimitChange | None:
+        """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
+        a whole slot."""
+        # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
+        # stale read only delays one increment.
+        if not self._enabled or self._limit >= self._ceiling:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            if not self._active() or self._limit >= self._ceiling:
+                return None
+            old = self._applied
+            self._limit = raised_limit(self._limit, ceiling=self._ceiling)
+            self._apply()
+            if self._applied == old:
+                return None
+            return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
+
+    # ------------------------------------------------------------------ configuring
+
+    @ki_protected
+    def resize(self, maximum: float) -> None:
+        """Set the configured maximum (``inf`` = no cap) and apply it to the gate.
+
+        A limit that is down after a throttle stays down (capped at the new maximum) and
+        grows back to the new maximum; a limit at the old maximum follows to the new one.
+        """
+        with self._lock:
+            self._adopt_external_resize()
+            reduced = self._limit < self._ceiling
+            self._ceiling = maximum
+            self._limit = min(self._limit, maximum) if reduced else maximum
+            self._apply(force=True)
+
+    @ki_protected
+    def configure(
+        self,
+        *,
+        enabled: bool | None = None,
+        min_concurrent_calls: int | None = None,
+        decrease_factor: float | None = None,
+        pause_s: float | None = None,
+    ) -> None:
+        """Change settings live; ``None`` keeps a setting. Turning it off restores the
+        maximum at once and ends any pause."""
+        with self._lock:
+            self._adopt_external_resize()
+            if min_concurrent_calls is not None:
+                self._floor = min_concurrent_calls
+            if decrease_factor is not None:
+                self._factor = decrease_factor
+            if pause_s is not None:
+                self._pause_s = pause_s
+            if enabled is not None:
+                self._enabled = enabled
+            if not self._enabled:
+                self._limit = self._ceiling
+                self._pausing = False
+                self._paused_until = -math.inf
+            self._apply(force=True)
+
+    # ------------------------------------------------------------------ internals (locked)
+
+    def _active(self) -> bool:
+        return self._enabled and 1 <= self._ceiling < math.inf
+
+    def _floor_now(self) -> int:
+        # A maximum below the configured floor wins: the floor never raises the cap.
+        return int(min(self._floor, self._ceiling))
+
+    def _adopt_external_resize(self) -> None:
+        gate = self._gate()
+        if gate is None:
+            return
+        capacity = gate.capacity
+        if capacity != self._applied:
+            # Someone resized the gate directly; their number is the new maximum.
+            self._ceiling = self._limit = self._applied = capacity
+
+    def _apply(self, *, force: bool = False) -> None:
+        gate = self._gate()
+        if gate is None:
+            return
+        if self._active():
+            self._limit = max(min(self._limit, self._ceiling), self._floor_now())
+            capacity = capacity_for(self._limit, floor=self._floor_now())
+        else:
+            capacity = self._ceiling
+        if force or capacity != self._applied:
+            gate.capacity = capacity
+            self._applied = capacity
+
+
+# --------------------------------------------------------------------------- per gate
+
+_by_gate: weakref.WeakKeyDictionary[Gate, AdaptiveLimit] = weakref.WeakKeyDictionary()
+_by_gate_lock = threading.Lock()
+
+
+def adaptive_limit_for(
+    gate: Gate, factory: Callable[[], AdaptiveLimit]
+) -> tuple[AdaptiveLimit, bool]:
+    """The gate's adaptive limit, creating it with ``factory()`` if it has none.
+
+    Returns the limit and whether this call created it. Keyed by the gate object (held
+    weakly), so a gate handed to several policies has one limit, and a gate that is gone
+    takes its limit with it.
+    """
+    with _by_gate_lock:
+        limit = _by_gate.get(gate)
+        if limit is not None:
+            return limit, False
+        limit = _by_gate[gate] = factory()
+        return limit, True
