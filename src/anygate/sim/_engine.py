@@ -40,9 +40,9 @@ from __future__ import annotations
 import functools
 import importlib
 import random
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 
@@ -56,11 +56,7 @@ __all__ = ["Invoker", "run_scenario", "run_strategy", "seeded_scheduler"]
 
 
 class Invoker(Protocol):
-    """A strategy, ready to run inside one simulation: makes one logical call at a time.
-
-    It may also have a ``controller`` attribute: an async callable the engine runs as a
-    task beside the fleet and cancels when the fleet is done.
-    """
+    """A strategy, ready to run inside one simulation: makes one logical call at a time."""
 
     @property
     def summary(self) -> str:
@@ -148,17 +144,10 @@ async def _run(
         raise RuntimeError(msg)
     else:
         invoke = policy_factory(strategy, provider, recorder, seed)
-    # A strategy may bring a controller task (say, one that adapts the cap over time); it
-    # runs beside the fleet and is cancelled once every agent is done.
-    controller: Callable[[], Coroutine[Any, Any, None]] | None = getattr(invoke, "controller", None)
-    async with anyio.create_task_group() as outer:
-        if controller is not None:
-            outer.start_soon(controller)
-        with anyio.move_on_after(scenario.time_limit_s):
-            async with anyio.create_task_group() as tg:
-                for agent in workload.agents:
-                    tg.start_soon(_agent, agent, invoke)
-        outer.cancel_scope.cancel()
+    with anyio.move_on_after(scenario.time_limit_s):
+        async with anyio.create_task_group() as tg:
+            for agent in workload.agents:
+                tg.start_soon(_agent, agent, invoke)
     return summarize(strategy.name, invoke.summary, recorder, provider.trace, bound)
 
 
