@@ -27,7 +27,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from anygate import Busy, Gate, Token, _gate, _token, _waiters
+from anygate import Busy, Gate, Token, _gate, _ledger, _token, _waiters
 
 from .conftest import mock_clock
 
@@ -624,7 +624,7 @@ async def test_compaction_keeps_fifo_and_counts_under_mass_cancellation(anyio_ba
         await anyio.wait_all_tasks_blocked()
         assert gate.waiting == len(survivors)
         # Dead entries are bounded by the live ones (plus slack), not by the cancellations.
-        assert len(gate._queue) <= 2 * gate.waiting + _gate._COMPACT_SLACK
+        assert len(gate._queue) <= 2 * gate.waiting + _ledger._COMPACT_SLACK
         holder.release()
     assert log == survivors
     stats = gate.statistics()
