@@ -13,21 +13,18 @@ scopes), so trio's ``MockClock`` drives it in tests and the simulator; the sync 
 
 from __future__ import annotations
 
-import inspect
 import math
 import random
-import time
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import anyio
 
 from . import _waiters
+from ._attempts import Attempts
 from ._classify import Rule, RuleLike
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
-from ._errors import Busy
-from ._events import Hook, SlotAdmitted, SlotWaiting, emit
 from ._loader import load_config
-from ._retrying import NEUTRAL, SUCCESS, Retrier, Run, Stop, check_deadline
+from ._retrying import Retrier, Run, check_deadline
 from ._sharing import reconcile_capacity, resolve_adaptive, resolve_breaker, resolve_gate
 from ._testing import testing_state
 
@@ -36,18 +33,13 @@ if TYPE_CHECKING:
 
     from ._adaptive import AdaptiveLimit
     from ._backoff import Uniform
-    from ._breaker import CircuitBreaker, Permit
+    from ._breaker import CircuitBreaker
+    from ._events import Hook
     from ._gate import Gate
-    from ._testing import TestingState
-    from ._token import Token
 
 __all__ = ["Policy"]
 
 T = TypeVar("T")
-
-
-class _NotAwaitable(TypeError):
-    """``call()`` got a function that returns no awaitable (or ``call_sync()`` one that does)."""
 
 
 @final
@@ -107,7 +99,7 @@ class Policy:
             gate or breaker (without ``reconfigure=True``).
     """
 
-    __slots__ = ("_adaptive", "_breaker", "_busy_wait", "_config", "_gate", "_hooks", "_retrier")
+    __slots__ = ("_adaptive", "_breaker", "_config", "_gate", "_hooks", "_loop", "_retrier")
 
     def __init__(
         self,
@@ -180,7 +172,6 @@ class Policy:
         if rng is not None and not callable(getattr(rng, "uniform", None)):
             msg = f"rng must have a uniform(a, b) method, like random.Random (got {rng!r})"
             raise TypeError(msg)
-        self._busy_wait = self._config.busy_wait_s
         self._gate, existing = resolve_gate(self._config, gate)
         self._adaptive = resolve_adaptive(self._config, self._gate, clock, reconfigure)
         if existing:
@@ -195,6 +186,16 @@ class Policy:
             control_types=tuple(control_types),
             control_names=frozenset(control_names),
             adaptive=self._adaptive,
+        )
+        self._loop = Attempts(
+            name=name,
+            gate=self._gate,
+            adaptive=self._adaptive,
+            hooks=self._hooks,
+            busy_wait=self._config.busy_wait_s,
+            attempt_timeout=self._config.attempt_timeout_s,
+            max_attempts=self._config.retry.max_attempts,
+            retrier=self._retrier,
         )
 
     @classmethod
@@ -330,102 +331,13 @@ class Policy:
             if seconds is None:
                 # No scope of our own: an enclosing one still bounds everything, and
                 # skipping it keeps the uncontended call cheap (AnyIO clock reads cost).
-                return await self._attempts(run, permit, testing, fn, args, kwargs, timed=False)
+                return await self._loop.run(run, permit, testing, fn, args, kwargs, timed=False)
             with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-                return await self._attempts(run, permit, testing, fn, args, kwargs, timed=True)
+                return await self._loop.run(run, permit, testing, fn, args, kwargs, timed=True)
             # Only our deadline lands here: the scope swallowed its own cancellation.
             retrier.deadline_failure(run, seconds, anyio.current_time() - run.slot_started)
         finally:
             retrier.settle(permit, run.outcome)
-
-    async def _attempts(
-        self,
-        run: Run,
-        permit: Permit | None,
-        testing: TestingState,
-        fn: Callable[..., Awaitable[T]],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        timed: bool,
-    ) -> T:
-        retrier = self._retrier
-        attempt_timeout = self._config.attempt_timeout_s
-        timed = timed or bool(self._hooks)  # the slot wait is measured only when someone reads it
-        while True:
-            run.attempt += 1
-            token = await self._admit(run, testing, timed=timed)
-            run.phase = "attempt"
-            try:
-                try:
-                    if attempt_timeout is None:
-                        result = await _invoke(fn, args, kwargs)
-                    else:
-                        result = await _invoke_within(
-                            attempt_timeout, run.attempt, fn, args, kwargs
-                        )
-                finally:
-                    token.release()  # before classifying or sleeping: the slot is not ours
-            except _NotAwaitable:
-                raise
-            except Exception as exc:
-                if retrier.is_control_flow(exc):
-                    run.outcome = NEUTRAL
-                    raise
-                wait = retrier.plan(
-                    run,
-                    exc,
-                    permit,
-                    anyio.current_time(),
-                    anyio.current_effective_deadline(),
-                    testing,
-                )
-                if isinstance(wait, Stop):
-                    retrier.fail(run, wait.why, wait.max_attempts, exc)
-                run.phase = "sleep"
-                await anyio.sleep(wait)
-            else:
-                run.outcome = SUCCESS
-                return result
-
-    async def _admit(self, run: Run, testing: TestingState, *, timed: bool) -> Token:
-        """Take the slot for the next attempt; sit out an adaptive pause holding it."""
-        gate, hooks, adaptive = self._gate, self._hooks, self._adaptive
-        run.phase = "slot"
-        if timed:
-            run.slot_started = anyio.current_time()
-        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
-            emit(
-                hooks,
-                SlotWaiting(
-                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
-                ),
-            )
-        token = await gate.acquire(timeout=self._busy_wait)
-        pause = adaptive.pause_left()
-        if pause > 0 and not testing.enabled:
-            # Holding the slot while paused is the point: when the pause ends, at most the
-            # (lowered) capacity's worth of attempts go at once, in the gate's FIFO order.
-            try:
-                self._check_pause(pause)
-                await anyio.sleep(pause)
-            except BaseException:
-                token.release()
-                raise
-        run.generation = adaptive.generation
-        if hooks:
-            waited = anyio.current_time() - run.slot_started
-            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
-        return token
-
-    def _check_pause(self, pause: float) -> None:
-        """A pause longer than the slot-wait budget is Busy now, not a long wait."""
-        busy_wait = self._busy_wait
-        if busy_wait is not None and pause > busy_wait:
-            gate = self._gate
-            raise Busy(
-                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
-            )
 
     # ------------------------------------------------------------------ sync
 
@@ -458,121 +370,6 @@ class Policy:
         permit = retrier.admit(self._breaker)
         run = Run()
         try:
-            return self._attempts_sync(run, permit, testing, seconds, fn, args, kwargs)
+            return self._loop.run_sync(run, permit, testing, seconds, fn, args, kwargs)
         finally:
             retrier.settle(permit, run.outcome)
-
-    def _attempts_sync(
-        self,
-        run: Run,
-        permit: Permit | None,
-        testing: TestingState,
-        seconds: float | None,
-        fn: Callable[..., T],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> T:
-        retrier = self._retrier
-        deadline = math.inf if seconds is None else time.monotonic() + seconds
-        while True:
-            run.attempt += 1
-            token = self._admit_sync(run, testing, deadline)
-            run.phase = "attempt"
-            try:
-                try:
-                    result = fn(*args, **kwargs)
-                finally:
-                    token.release()
-                if inspect.isawaitable(result):
-                    close = getattr(result, "close", None)
-                    if close is not None:
-                        close()  # avoid "coroutine was never awaited" noise
-                    msg = f"Policy.call_sync() got an awaitable from {fn!r}; use `await policy.call(...)`"
-                    raise _NotAwaitable(msg)
-            except _NotAwaitable:
-                raise
-            except Exception as exc:
-                if retrier.is_control_flow(exc):
-                    run.outcome = NEUTRAL
-                    raise
-                wait = retrier.plan(run, exc, permit, time.monotonic(), deadline, testing)
-                if isinstance(wait, Stop):
-                    retrier.fail(run, wait.why, wait.max_attempts, exc)
-                run.phase = "sleep"
-                if wait > 0:
-                    time.sleep(wait)
-            else:
-                run.outcome = SUCCESS
-                return result
-
-    def _admit_sync(self, run: Run, testing: TestingState, deadline: float) -> Token:
-        """The blocking twin of :meth:`_admit`; ``deadline`` is on ``time.monotonic``."""
-        gate, hooks, adaptive = self._gate, self._hooks, self._adaptive
-        run.phase = "slot"
-        now = run.slot_started = time.monotonic()
-        if now >= deadline and run.verdict is not None:
-            self._retrier.fail(run, "deadline", self._config.retry.max_attempts, run.exc)
-        timeout = self._busy_wait
-        if deadline != math.inf:
-            left = max(0.0, deadline - now)
-            timeout = left if timeout is None else min(timeout, left)
-        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
-            emit(
-                hooks,
-                SlotWaiting(
-                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
-                ),
-            )
-        token = gate.acquire_sync(timeout=timeout)
-        pause = adaptive.pause_left()
-        if pause > 0 and not testing.enabled:
-            try:
-                self._check_pause(pause)
-                if time.monotonic() + pause >= deadline:
-                    if run.verdict is not None:
-                        self._retrier.fail(
-                            run, "deadline", self._config.retry.max_attempts, run.exc
-                        )
-                    raise Busy(
-                        gate=gate.name,
-                        capacity=gate.capacity,
-                        in_flight=gate.in_flight,
-                        waited=time.monotonic() - now,
-                    )
-                time.sleep(pause)
-            except BaseException:
-                token.release()
-                raise
-        run.generation = adaptive.generation
-        if hooks:
-            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, time.monotonic() - now))
-        return token
-
-
-async def _invoke(
-    fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> T:
-    awaitable: object = fn(*args, **kwargs)
-    if not inspect.isawaitable(awaitable):
-        msg = (
-            f"Policy.call() needs fn to return an awaitable ({fn!r} returned "
-            f"{type(awaitable).__name__}); use Policy.call_sync() for blocking functions"
-        )
-        raise _NotAwaitable(msg)
-    result: T = await awaitable
-    return result
-
-
-async def _invoke_within(
-    seconds: float,
-    attempt: int,
-    fn: Callable[..., Awaitable[T]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> T:
-    """:func:`_invoke` cut off after ``seconds``; a hung attempt becomes a TimeoutError."""
-    with anyio.move_on_after(seconds):
-        return await _invoke(fn, args, kwargs)
-    # Only our own timeout lands here: the scope swallowed its cancellation.
-    msg = f"attempt {attempt} timed out after {seconds:g}s"
-    raise TimeoutError(msg)

@@ -1,0 +1,286 @@
+"""The attempt loop: slot -> (adaptive pause) -> fn -> release -> classify -> sleep, repeat.
+
+:class:`anygate.Policy` decides what surrounds a call (the breaker permit, the deadline
+scope, the final report); this module runs its attempts, once per provider request, on an
+event loop (:meth:`Attempts.run`) or a plain thread (:meth:`Attempts.run_sync`). Each attempt
+holds one gate token for exactly the duration of ``fn`` and releases it before the failure
+is classified or the backoff sleep starts, so other callers use the slot meanwhile. The
+decisions (classification, budgets, delays, events) are the :class:`Retrier`'s, shared with
+the httpx transports.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from typing import TYPE_CHECKING, Any, TypeVar, final
+
+import anyio
+
+from ._errors import Busy
+from ._events import SlotAdmitted, SlotWaiting, emit
+from ._retrying import NEUTRAL, SUCCESS, Stop
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ._adaptive import AdaptiveLimit
+    from ._breaker import Permit
+    from ._events import Hook
+    from ._gate import Gate
+    from ._retrying import Retrier, Run
+    from ._testing import TestingState
+    from ._token import Token
+
+__all__ = ["Attempts", "NotAwaitable"]
+
+T = TypeVar("T")
+
+
+class NotAwaitable(TypeError):
+    """``call()`` got a function that returns no awaitable (or ``call_sync()`` one that does)."""
+
+
+@final
+class Attempts:
+    """One policy's attempt loop and the parts it needs (no state of its own per call)."""
+
+    __slots__ = (
+        "adaptive",
+        "attempt_timeout",
+        "busy_wait",
+        "gate",
+        "hooks",
+        "max_attempts",
+        "name",
+        "retrier",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        gate: Gate,
+        adaptive: AdaptiveLimit,
+        hooks: tuple[Hook, ...],
+        busy_wait: float | None,
+        attempt_timeout: float | None,
+        max_attempts: int,
+        retrier: Retrier,
+    ) -> None:
+        self.name = name
+        self.gate = gate
+        self.adaptive = adaptive
+        self.hooks = hooks
+        self.busy_wait = busy_wait
+        self.attempt_timeout = attempt_timeout
+        self.max_attempts = max_attempts
+        self.retrier = retrier
+
+    async def run(
+        self,
+        run: Run,
+        permit: Permit | None,
+        testing: TestingState,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        timed: bool,
+    ) -> T:
+        """Attempt ``await fn(*args, **kwargs)`` until it succeeds or the retrier gives up.
+
+        ``timed``: measure slot waits (the caller has a deadline to report against).
+        """
+        retrier = self.retrier
+        attempt_timeout = self.attempt_timeout
+        timed = timed or bool(self.hooks)  # the slot wait is measured only when someone reads it
+        while True:
+            run.attempt += 1
+            token = await self.admit(run, testing, timed=timed)
+            run.phase = "attempt"
+            try:
+                try:
+                    if attempt_timeout is None:
+                        result = await _invoke(fn, args, kwargs)
+                    else:
+                        result = await _invoke_within(
+                            attempt_timeout, run.attempt, fn, args, kwargs
+                        )
+                finally:
+                    token.release()  # before classifying or sleeping: the slot is not ours
+            except NotAwaitable:
+                raise
+            except Exception as exc:
+                if retrier.is_control_flow(exc):
+                    run.outcome = NEUTRAL
+                    raise
+                wait = retrier.plan(
+                    run,
+                    exc,
+                    permit,
+                    anyio.current_time(),
+                    anyio.current_effective_deadline(),
+                    testing,
+                )
+                if isinstance(wait, Stop):
+                    retrier.fail(run, wait.why, wait.max_attempts, exc)
+                run.phase = "sleep"
+                await anyio.sleep(wait)
+            else:
+                run.outcome = SUCCESS
+                return result
+
+    async def admit(self, run: Run, testing: TestingState, *, timed: bool) -> Token:
+        """Take the slot for the next attempt; sit out an adaptive pause holding it."""
+        gate, hooks, adaptive = self.gate, self.hooks, self.adaptive
+        run.phase = "slot"
+        if timed:
+            run.slot_started = anyio.current_time()
+        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+            emit(
+                hooks,
+                SlotWaiting(
+                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        token = await gate.acquire(timeout=self.busy_wait)
+        pause = adaptive.pause_left()
+        if pause > 0 and not testing.enabled:
+            # Holding the slot while paused is the point: when the pause ends, at most the
+            # (lowered) capacity's worth of attempts go at once, in the gate's FIFO order.
+            try:
+                self.check_pause(pause)
+                await anyio.sleep(pause)
+            except BaseException:
+                token.release()
+                raise
+        run.generation = adaptive.generation
+        if hooks:
+            waited = anyio.current_time() - run.slot_started
+            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+        return token
+
+    def check_pause(self, pause: float) -> None:
+        """A pause longer than the slot-wait budget is Busy now, not a long wait."""
+        busy_wait = self.busy_wait
+        if busy_wait is not None and pause > busy_wait:
+            gate = self.gate
+            raise Busy(
+                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
+            )
+
+    def run_sync(
+        self,
+        run: Run,
+        permit: Permit | None,
+        testing: TestingState,
+        seconds: float | None,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> T:
+        """The blocking twin of :meth:`run`; ``seconds`` is the caller's deadline, if any."""
+        retrier = self.retrier
+        deadline = math.inf if seconds is None else time.monotonic() + seconds
+        while True:
+            run.attempt += 1
+            token = self.admit_sync(run, testing, deadline)
+            run.phase = "attempt"
+            try:
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    token.release()
+                if inspect.isawaitable(result):
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()  # avoid "coroutine was never awaited" noise
+                    msg = f"Policy.call_sync() got an awaitable from {fn!r}; use `await policy.call(...)`"
+                    raise NotAwaitable(msg)
+            except NotAwaitable:
+                raise
+            except Exception as exc:
+                if retrier.is_control_flow(exc):
+                    run.outcome = NEUTRAL
+                    raise
+                wait = retrier.plan(run, exc, permit, time.monotonic(), deadline, testing)
+                if isinstance(wait, Stop):
+                    retrier.fail(run, wait.why, wait.max_attempts, exc)
+                run.phase = "sleep"
+                if wait > 0:
+                    time.sleep(wait)
+            else:
+                run.outcome = SUCCESS
+                return result
+
+    def admit_sync(self, run: Run, testing: TestingState, deadline: float) -> Token:
+        """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
+        gate, hooks, adaptive = self.gate, self.hooks, self.adaptive
+        run.phase = "slot"
+        now = run.slot_started = time.monotonic()
+        if now >= deadline and run.verdict is not None:
+            self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
+        timeout = self.busy_wait
+        if deadline != math.inf:
+            left = max(0.0, deadline - now)
+            timeout = left if timeout is None else min(timeout, left)
+        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+            emit(
+                hooks,
+                SlotWaiting(
+                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        token = gate.acquire_sync(timeout=timeout)
+        pause = adaptive.pause_left()
+        if pause > 0 and not testing.enabled:
+            try:
+                self.check_pause(pause)
+                if time.monotonic() + pause >= deadline:
+                    if run.verdict is not None:
+                        self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
+                    raise Busy(
+                        gate=gate.name,
+                        capacity=gate.capacity,
+                        in_flight=gate.in_flight,
+                        waited=time.monotonic() - now,
+                    )
+                time.sleep(pause)
+            except BaseException:
+                token.release()
+                raise
+        run.generation = adaptive.generation
+        if hooks:
+            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, time.monotonic() - now))
+        return token
+
+
+async def _invoke(
+    fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> T:
+    awaitable: object = fn(*args, **kwargs)
+    if not inspect.isawaitable(awaitable):
+        msg = (
+            f"Policy.call() needs fn to return an awaitable ({fn!r} returned "
+            f"{type(awaitable).__name__}); use Policy.call_sync() for blocking functions"
+        )
+        raise NotAwaitable(msg)
+    result: T = await awaitable
+    return result
+
+
+async def _invoke_within(
+    seconds: float,
+    attempt: int,
+    fn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    """:func:`_invoke` cut off after ``seconds``; a hung attempt becomes a TimeoutError."""
+    with anyio.move_on_after(seconds):
+        return await _invoke(fn, args, kwargs)
+    # Only our own timeout lands here: the scope swallowed its cancellation.
+    msg = f"attempt {attempt} timed out after {seconds:g}s"
+    raise TimeoutError(msg)
