@@ -12,7 +12,6 @@ This is not a parser of every provider's error schema: it recognises the shapes 
 from __future__ import annotations
 
 import enum
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Union
 from . import _patterns as P
 from ._backoff import parse_retry_after
 from ._errors import ResponseError
+from ._facts import Facts, decode_body, detect_provider, gather
 from ._redact import redact
 
 __all__ = [
@@ -79,19 +79,6 @@ class Verdict:
     code: str | None = None
     detail: str = field(default="", compare=False)
     stream_interrupted: bool = False
-
-
-@dataclass(frozen=True)
-class _Facts:
-    """What classification looks at, gathered once per exception."""
-
-    status: int | None
-    codes: tuple[str, ...]  # lower-cased error codes and types
-    text: str  # lower-cased message(s), codes included
-    headers: object
-    class_names: tuple[str, ...]
-    modules: tuple[str, ...]
-    host: str
 
 
 # A rule is a declarative Rule, or any callable returning a Verdict / Reason / reason string
@@ -186,7 +173,7 @@ class Rule:
         object.__setattr__(self, "code", tuple(str(c).lower() for c in codes))
         object.__setattr__(self, "exception", excs)
 
-    def _matches(self, exc: BaseException, facts: _Facts) -> bool:
+    def _matches(self, exc: BaseException, facts: Facts) -> bool:
         if self.status and facts.status not in self.status:
             return False
         if self.code and not any(c in facts.codes for c in self.code):
@@ -210,127 +197,7 @@ def _matches(text: str, patterns: Iterable[str]) -> bool:
     return any(p in text for p in patterns)
 
 
-# --------------------------------------------------------------------------- facts
-
-
-def _attr(obj: object, name: str) -> object:
-    """``getattr`` that survives properties which raise (httpx's ``.request`` does)."""
-    if obj is None:
-        return None
-    try:
-        return getattr(obj, name, None)
-    except Exception:
-        return None
-
-
-def _int_status(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
-        return value
-    return None
-
-
-def _decode_body(body: object) -> object:
-    if isinstance(body, (bytes, bytearray)):
-        body = bytes(body).decode("utf-8", "replace")
-    if isinstance(body, str):
-        stripped = body.strip()
-        if stripped[:1] in ("{", "["):
-            try:
-                return json.loads(stripped)
-            except ValueError:
-                return body
-    return body
-
-
-def _str_values(mapping: object, keys: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    if isinstance(mapping, dict):
-        for key in keys:
-            value = mapping.get(key)
-            if isinstance(value, (str, int)) and not isinstance(value, bool) and value != "":
-                out.append(str(value))
-    return out
-
-
-def _host_of(exc: BaseException) -> str:
-    for holder in (exc, _attr(exc, "response")):
-        request = _attr(holder, "request")
-        url = _attr(request, "url")
-        host = _attr(url, "host")
-        if isinstance(host, str) and host:
-            return host.lower()
-    return ""
-
-
-def _gather(exc: BaseException) -> _Facts:
-    response = _attr(exc, "response")
-    status = None
-    for holder, attr in (
-        (exc, "status_code"),
-        (exc, "status"),
-        (exc, "http_status"),
-        (response, "status_code"),
-        (response, "status"),
-    ):
-        status = _int_status(_attr(holder, attr))
-        if status is not None:
-            break
-
-    body = _decode_body(_attr(exc, "body"))
-    error = body.get("error") if isinstance(body, dict) else None
-    codes: list[str] = []
-    for attr in ("code", "type", "error_code"):
-        value = _attr(exc, attr)
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and value != "":
-            codes.append(str(value))
-    codes += _str_values(error, ("code", "type"))
-    codes += _str_values(body, ("code", "type", "error_code"))
-    if isinstance(error, str):
-        codes.append(error)
-
-    messages = [str(exc)]
-    for attr in ("message", "api_message"):
-        value = _attr(exc, attr)
-        if isinstance(value, str):
-            messages.append(value)
-    messages += _str_values(error, ("message",))
-    messages += _str_values(body, ("message", "msg", "detail"))
-    if isinstance(body, str):
-        messages.append(body[:2000])
-    lowered_codes = tuple(dict.fromkeys(c.lower() for c in codes))
-    text = " ".join([*messages, *codes]).lower()
-
-    headers = _attr(exc, "headers")
-    if headers is None:
-        headers = _attr(response, "headers")
-    mro = type(exc).__mro__
-    return _Facts(
-        status=status,
-        codes=lowered_codes,
-        text=text,
-        headers=headers,
-        class_names=tuple(c.__name__ for c in mro),
-        modules=tuple(c.__module__ or "" for c in mro),
-        host=_host_of(exc),
-    )
-
-
-def _detect_provider(facts: _Facts, provider: str | None) -> str:
-    if provider:
-        return provider.lower()
-    host = facts.host
-    if "dashscope" in host or "aliyuncs" in host:
-        return "dashscope"
-    if "volces" in host or "volcengine" in host:
-        return "ark"
-    if "anthropic" in host:
-        return "anthropic"
-    if "openai" in host:
-        return "openai"
-    return ""
-
-
-def _transient_class(exc: BaseException, facts: _Facts) -> bool:
+def _transient_class(exc: BaseException, facts: Facts) -> bool:
     for name, module in zip(facts.class_names, facts.modules, strict=False):
         if name in P.TRANSIENT_NAMES_ANYWHERE:
             return True
@@ -339,7 +206,7 @@ def _transient_class(exc: BaseException, facts: _Facts) -> bool:
     return isinstance(exc, (TimeoutError, ConnectionError))
 
 
-def _builtin_reason(exc: BaseException, facts: _Facts, provider: str) -> Reason:
+def _builtin_reason(exc: BaseException, facts: Facts, provider: str) -> Reason:
     text, codes, status = facts.text, facts.codes, facts.status
     if _matches(text, P.BURST_PATTERNS):
         return Reason.BURST_RATE
@@ -369,14 +236,14 @@ def _builtin_reason(exc: BaseException, facts: _Facts, provider: str) -> Reason:
     return Reason.GENERIC
 
 
-def _stream_interrupted(facts: _Facts) -> bool:
+def _stream_interrupted(facts: Facts) -> bool:
     if any(name in P.STREAM_NAMES for name in facts.class_names):
         return True
     return _matches(facts.text, P.STREAM_PATTERNS)
 
 
 def _apply_rule(
-    rule: RuleLike, exc: BaseException, facts: _Facts
+    rule: RuleLike, exc: BaseException, facts: Facts
 ) -> tuple[Reason, bool] | Verdict | None:
     if isinstance(rule, Rule):
         if not rule._matches(exc, facts):
@@ -457,7 +324,7 @@ def _classify(
     now: float | None,
     depth: int,
 ) -> Verdict:
-    facts = _gather(exc)
+    facts = gather(exc)
     decided: tuple[Reason, bool] | Verdict | None = None
     for rule in rules:
         decided = _apply_rule(rule, exc, facts)
@@ -466,7 +333,7 @@ def _classify(
     if isinstance(decided, Verdict):
         return decided
     if decided is None:
-        reason = _builtin_reason(exc, facts, _detect_provider(facts, provider))
+        reason = _builtin_reason(exc, facts, detect_provider(facts, provider))
         retriable = reason in _RETRIABLE
         cause = exc.__cause__
         if reason is Reason.GENERIC and cause is not None and depth < 3:
@@ -524,5 +391,5 @@ def classify_response(
     if isinstance(status, bool) or not isinstance(status, int):
         msg = f"status must be an int (got {status!r} of type {type(status).__name__})"
         raise TypeError(msg)
-    error = ResponseError(status, headers=headers, body=_decode_body(body))
+    error = ResponseError(status, headers=headers, body=decode_body(body))
     return classify(error, rules=rules, provider=provider, now=now)
