@@ -8,8 +8,9 @@ import pytest
 
 import anygate
 from anygate import ConfigError, sim
+from anygate.sim._parse import parse_scenario
 from anygate.sim._scenarios import builtin_policy, deep_merge
-from anygate.sim._spec import BurstRule, Lognormal, parse_scenario
+from anygate.sim._spec import BurstRule, Lognormal
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -13,14 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
-from ._spec import (
-    BUILTIN_STRATEGIES,
-    NaiveSpec,
-    Scenario,
-    StrategySpec,
-    load_yaml,
-    parse_scenario,
-)
+from ._parse import load_yaml, parse_scenario
+from ._spec import BUILTIN_STRATEGIES, NaiveSpec, Scenario, StrategySpec
 
 __all__ = [
     "DEFAULT_SCENARIO",
