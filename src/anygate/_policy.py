@@ -90,8 +90,9 @@ class Policy:
             handed with, apart from the adaptive limit lowering it after burst-rate
             throttles and restoring it).
         breaker: use this :class:`anygate.CircuitBreaker` instead of the shared one.
-        reconfigure: if the shared gate or breaker already exists with other settings,
-            apply this policy's settings to it live instead of raising ``ConfigError``.
+        reconfigure: if the shared gate, its adaptive limit or the breaker already exists
+            with other settings, apply this policy's settings to it live instead of raising
+            ``ConfigError``.
 
     Raises:
         TypeError: an argument of the wrong type.

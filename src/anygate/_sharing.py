@@ -177,7 +177,8 @@ def resolve_adaptive(
         msg = (
             f"llm_call.adaptive_concurrency: the gate {gate.name!r} already has an adaptive "
             f"limit with {have}; this policy asks for {want}. Pass reconfigure=True to apply "
-            f"them live to every policy on the gate, or use another gate_name"
+            f"them live to every policy on the gate, or leave those settings out to follow "
+            f"the gate's"
         )
         raise ConfigError(msg, path="llm_call.adaptive_concurrency", value=acfg)
     logger.info("adaptive limit of gate %r reconfigured by policy %r", gate.name, cfg.name)
