@@ -408,29 +408,29 @@ def test_broken_or_missing_files_name_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("factory", "error", "fragment"),
     [
-        (lambda: RetryConfig(max_attempts="3"), TypeError, "max_attempts must be an integer"),
+        (lambda: RetryConfig(max_attempts="3"), TypeError, "max_attempts must be an integer"),  # type: ignore[arg-type]
         (lambda: RetryConfig(max_attempts=0), ConfigError, "max_attempts must be an integer >= 1"),
         (lambda: RetryConfig(cap_delay_ms=-1), ConfigError, "cap_delay_ms must be a finite"),
         (lambda: RetryConfig(reason_budgets={"nope": 1}), ConfigError, "reason_budgets.nope"),
         (lambda: BreakerConfig(failure_threshold=0), ConfigError, "failure_threshold"),
-        (lambda: BreakerConfig(enabled=1), TypeError, "enabled must be true or false"),
+        (lambda: BreakerConfig(enabled=1), TypeError, "enabled must be true or false"),  # type: ignore[arg-type]
         (lambda: Policy(busy_wait_s=-1), ConfigError, "busy_wait_s"),
-        (lambda: Policy(max_concurrent_calls=1.5), TypeError, "max_concurrent_calls"),
-        (lambda: Policy(hooks=[3]), TypeError, "hooks must be callables"),
-        (lambda: Policy(rng=object()), TypeError, "uniform"),
-        (lambda: Policy(control_flow=[3]), TypeError, "control_flow"),
-        (lambda: Policy(rules=["busy"]), TypeError, "rules entries"),
+        (lambda: Policy(max_concurrent_calls=1.5), TypeError, "max_concurrent_calls"),  # type: ignore[arg-type]
+        (lambda: Policy(hooks=[3]), TypeError, "hooks must be callables"),  # type: ignore[list-item]
+        (lambda: Policy(rng=object()), TypeError, "uniform"),  # type: ignore[arg-type]
+        (lambda: Policy(control_flow=[3]), TypeError, "control_flow"),  # type: ignore[list-item]
+        (lambda: Policy(rules=["busy"]), TypeError, "rules entries"),  # type: ignore[list-item]
         (
             lambda: AdaptiveConfig(decrease_factor=1.5),
             ConfigError,
             "decrease_factor must be a number > 0 and < 1 or null (got 1.5)",
         ),
         (
-            lambda: AdaptiveConfig(min_concurrent_calls="2"),
+            lambda: AdaptiveConfig(min_concurrent_calls="2"),  # type: ignore[arg-type]
             TypeError,
             "min_concurrent_calls must be an integer >= 1 or null (got '2' of type str)",
         ),
-        (lambda: AdaptiveConfig(enabled="yes"), TypeError, "enabled must be true or false"),
+        (lambda: AdaptiveConfig(enabled="yes"), TypeError, "enabled must be true or false"),  # type: ignore[arg-type]
         (lambda: AdaptiveConfig(pause_ms=-5), ConfigError, "pause_ms must be a finite number"),
         (
             lambda: Policy(
@@ -440,7 +440,7 @@ def test_broken_or_missing_files_name_the_file(tmp_path: Path) -> None:
             ConfigError,
             "adaptive_concurrency.min_concurrent_calls must be <= max_concurrent_calls (2) (got 3)",
         ),
-        (lambda: Policy(adaptive_concurrency="on"), TypeError, "adaptive_concurrency must be"),
+        (lambda: Policy(adaptive_concurrency="on"), TypeError, "adaptive_concurrency must be"),  # type: ignore[arg-type]
     ],
 )
 def test_the_python_api_validates_the_same_way(
