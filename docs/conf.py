@@ -39,6 +39,11 @@ napoleon_numpy_docstring = False
 # exception attributes are set in __init__ and dataclass fields have no docstrings, so
 # separate entries would either be missing or duplicate what autodoc emits.
 napoleon_use_ivar = True
+# Sphinx links each :ivar: name to *any* object of that name, so an event's `policy` field
+# (a policy's name) becomes an ambiguous link to the transports' `policy` attributes. Those
+# links would be wrong even when unambiguous; only the ambiguity warnings are silenced here,
+# missing targets still fail the build.
+suppress_warnings = ["ref.python"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
