@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from .._attempts import Attempts
 from .._errors import Busy, CallFailed, ResponseError
 from .._retrying import SUCCESS, Run, Stop
 from .._testing import testing_state
@@ -31,10 +32,18 @@ from .._testing import testing_state
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .._gate import Gate
     from .._policy import Policy
     from .._retrying import Retrier
 
-__all__ = ["CLASSIFIED_STATUSES", "ErrorResponse", "decode_body", "retry_async", "retry_sync"]
+__all__ = [
+    "CLASSIFIED_STATUSES",
+    "ErrorResponse",
+    "admitter",
+    "decode_body",
+    "retry_async",
+    "retry_sync",
+]
 
 T = TypeVar("T")
 
@@ -73,6 +82,31 @@ def _retrier(policy: Policy) -> Retrier:
     return retrier
 
 
+def admitter(policy: Policy, gate: Gate, timeout: float | None) -> Attempts:
+    """How a transport under ``policy`` takes a slot: exactly as :meth:`Policy.call` does.
+
+    Its ``admit`` / ``admit_sync`` take a slot of ``gate`` within ``timeout`` seconds, sit
+    out the adaptive limit's pause (after a burst-rate throttle) *holding* the slot, record
+    the limit's generation in the run, and emit SlotWaiting / SlotAdmitted. The attempt
+    loop itself (``run``) is not used here: the transport keeps the slot past the attempt,
+    until the response body is closed.
+    """
+    config = policy.config
+    return Attempts(
+        name=policy.name,
+        gate=gate,
+        # The policy's gate's limit, even for a transport given another gate: the throttle
+        # is reported to that limit (by the policy's Retrier), so its pause is the one to
+        # honour.
+        adaptive=policy.adaptive_limit,
+        hooks=policy.hooks,
+        busy_wait=timeout,
+        attempt_timeout=config.attempt_timeout_s,
+        max_attempts=config.retry.max_attempts,
+        retrier=_retrier(policy),
+    )
+
+
 def _give_up(retrier: Retrier, run: Run, stop: Stop, exc: BaseException) -> None:
     """Emit GaveUp and settle the breaker outcome exactly as Policy.call would."""
     # A transport answers with the provider's last response or exception, not with
@@ -81,9 +115,13 @@ def _give_up(retrier: Retrier, run: Run, stop: Stop, exc: BaseException) -> None
         retrier.fail(run, stop.why, stop.max_attempts, exc)
 
 
-async def retry_async(policy: Policy, attempt: Callable[[int], Awaitable[T]]) -> T:
-    """Run ``attempt(n)`` for n = 1, 2, ... under ``policy`` until it returns or the policy
-    gives up, sleeping without a slot in between.
+async def retry_async(policy: Policy, attempt: Callable[[Run], Awaitable[T]]) -> T:
+    """Run ``attempt(run)`` (``run.attempt`` = 1, 2, ...) under ``policy`` until it returns
+    or the policy gives up, sleeping without a slot in between.
+
+    ``attempt`` takes its slot through :func:`admitter`'s ``admit``, which records the
+    adaptive limit's generation in ``run``: a burst-rate 429 from an attempt admitted
+    before the latest cut is then old news, as in :meth:`anygate.Policy.call`.
 
     Raises:
         CircuitOpen: the breaker is open; nothing was attempted.
@@ -100,7 +138,7 @@ async def retry_async(policy: Policy, attempt: Callable[[int], Awaitable[T]]) ->
             run.attempt += 1
             run.phase = "attempt"
             try:
-                result = await attempt(run.attempt)
+                result = await attempt(run)
             except Exception as exc:
                 if isinstance(exc, Busy) or retrier.is_control_flow(exc):
                     raise
@@ -124,7 +162,7 @@ async def retry_async(policy: Policy, attempt: Callable[[int], Awaitable[T]]) ->
         retrier.settle(permit, run.outcome)
 
 
-def retry_sync(policy: Policy, attempt: Callable[[int], T]) -> T:
+def retry_sync(policy: Policy, attempt: Callable[[Run], T]) -> T:
     """The blocking twin of :func:`retry_async` (``time.sleep`` between attempts)."""
     retrier = _retrier(policy)
     testing = testing_state()
@@ -135,7 +173,7 @@ def retry_sync(policy: Policy, attempt: Callable[[int], T]) -> T:
             run.attempt += 1
             run.phase = "attempt"
             try:
-                result = attempt(run.attempt)
+                result = attempt(run)
             except Exception as exc:
                 if isinstance(exc, Busy) or retrier.is_control_flow(exc):
                     raise

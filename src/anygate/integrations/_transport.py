@@ -16,7 +16,7 @@ response is garbage-collected unclosed (then the gate's leak reclaim returns it,
 
 from __future__ import annotations
 
-import time
+import math
 import warnings
 from contextlib import suppress
 from functools import partial
@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 import anyio
 
-from .._events import SlotAdmitted, SlotWaiting, emit
 from .._gate import Gate
 from .._policy import Policy
+from .._retrying import Run
+from .._testing import testing_state
 from ._retries import (
     ErrorResponse,
+    admitter,
     decode_body,
     final_response,
     is_classified,
@@ -39,6 +41,7 @@ from ._retries import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
 
+    from .._attempts import Attempts
     from .._token import Token
 
 __all__ = ["AsyncBody", "Flavour", "SyncBody", "TransportCore"]
@@ -106,7 +109,7 @@ class TransportCore:
         ValueError: ``timeout`` is negative or NaN.
     """
 
-    __slots__ = ("attempt_timeout", "flavour", "gate", "inner", "policy", "timeout")
+    __slots__ = ("admission", "attempt_timeout", "flavour", "gate", "inner", "policy", "timeout")
 
     flavour: Flavour
     inner: Any
@@ -114,6 +117,7 @@ class TransportCore:
     policy: Policy | None
     timeout: float | None
     attempt_timeout: float | None
+    admission: Attempts | None
 
     def __init__(
         self,
@@ -168,6 +172,9 @@ class TransportCore:
         self.policy = policy
         self.timeout = None if timeout is None else float(timeout)
         self.attempt_timeout = None if policy is None else policy.config.attempt_timeout_s
+        # With a policy, slots are taken the way Policy.call takes them (adaptive pause,
+        # generation, slot events); without one, straight from the gate.
+        self.admission = None if policy is None else admitter(policy, gate, self.timeout)
 
     def _retriable(self, request: Any) -> bool:
         # Only a body held in memory can be sent again; a streamed upload is sent once.
@@ -182,24 +189,24 @@ class TransportCore:
         :mod:`._retries`); the slot of a successful response is held until it is closed.
         """
         if not self._retriable(request):
-            return await self._attempt_async(request, 1, guarded=False)
+            return await self._attempt_async(request, _first_run(), guarded=False)
         assert self.policy is not None
         try:
             return await retry_async(self.policy, partial(self._attempt_async, request))
         except ErrorResponse as exc:
             return final_response(exc)
 
-    async def _attempt_async(self, request: Any, attempt: int, *, guarded: bool = True) -> Any:
+    async def _attempt_async(self, request: Any, run: Run, *, guarded: bool = True) -> Any:
         """One attempt: take a slot, send, and either tie the slot to the response or
         (``guarded``, classified status) buffer the body, free the slot and raise."""
-        token = await self._acquire_async(attempt)
+        token = await self._acquire_async(run)
         try:
             if guarded and self.attempt_timeout is not None:
                 response = None
                 with anyio.move_on_after(self.attempt_timeout):
                     response = await self._send_async(request, guarded=True)
                 if response is None:  # the scope ran out: a hung attempt is a transient failure
-                    msg = f"attempt {attempt} timed out after {self.attempt_timeout:g}s"
+                    msg = f"attempt {run.attempt} timed out after {self.attempt_timeout:g}s"
                     raise TimeoutError(msg)
             else:
                 response = await self._send_async(request, guarded=guarded)
@@ -208,22 +215,11 @@ class TransportCore:
             raise
         return self._tie(response, token, request, self.flavour.async_body)
 
-    async def _acquire_async(self, attempt: int) -> Token:
-        policy, gate = self.policy, self.gate
-        if policy is None or not policy.hooks:
-            return await gate.acquire(timeout=self.timeout)
-        if gate.waiting or gate.in_flight >= gate.capacity:
-            emit(
-                policy.hooks,
-                SlotWaiting(
-                    policy.name, gate.name, attempt, gate.in_flight, gate.waiting, gate.capacity
-                ),
-            )
-        started = anyio.current_time()
-        token = await gate.acquire(timeout=self.timeout)
-        waited = anyio.current_time() - started
-        emit(policy.hooks, SlotAdmitted(policy.name, gate.name, attempt, waited))
-        return token
+    async def _acquire_async(self, run: Run) -> Token:
+        admission = self.admission
+        if admission is None:
+            return await self.gate.acquire(timeout=self.timeout)
+        return await admission.admit(run, testing_state(), timed=bool(admission.hooks))
 
     async def _send_async(self, request: Any, *, guarded: bool) -> Any:
         response = await self.inner.handle_async_request(request)
@@ -241,15 +237,15 @@ class TransportCore:
     def send_sync(self, request: Any) -> Any:
         """Send ``request`` through the inner sync transport while holding one slot."""
         if not self._retriable(request):
-            return self._attempt_sync(request, 1, guarded=False)
+            return self._attempt_sync(request, _first_run(), guarded=False)
         assert self.policy is not None
         try:
             return retry_sync(self.policy, partial(self._attempt_sync, request))
         except ErrorResponse as exc:
             return final_response(exc)
 
-    def _attempt_sync(self, request: Any, attempt: int, *, guarded: bool = True) -> Any:
-        token = self._acquire_sync(attempt)
+    def _attempt_sync(self, request: Any, run: Run, *, guarded: bool = True) -> Any:
+        token = self._acquire_sync(run)
         try:
             response = self.inner.handle_request(request)
             if guarded and is_classified(response.status_code):
@@ -264,23 +260,12 @@ class TransportCore:
             raise
         return self._tie(response, token, request, self.flavour.sync_body)
 
-    def _acquire_sync(self, attempt: int) -> Token:
-        policy, gate = self.policy, self.gate
-        if policy is None or not policy.hooks:
-            return gate.acquire_sync(timeout=self.timeout)
-        if gate.waiting or gate.in_flight >= gate.capacity:
-            emit(
-                policy.hooks,
-                SlotWaiting(
-                    policy.name, gate.name, attempt, gate.in_flight, gate.waiting, gate.capacity
-                ),
-            )
-        started = time.monotonic()
-        token = gate.acquire_sync(timeout=self.timeout)
-        emit(
-            policy.hooks, SlotAdmitted(policy.name, gate.name, attempt, time.monotonic() - started)
-        )
-        return token
+    def _acquire_sync(self, run: Run) -> Token:
+        admission = self.admission
+        if admission is None:
+            return self.gate.acquire_sync(timeout=self.timeout)
+        # No deadline of its own: the client's timeouts bound the request, not the slot wait.
+        return admission.admit_sync(run, testing_state(), math.inf)
 
     # ------------------------------------------------------------------ shared
 
@@ -314,6 +299,13 @@ class TransportCore:
             body=decode_body(content),
             response=response,
         )
+
+
+def _first_run() -> Run:
+    """The state of a request sent once (a streamed upload cannot be replayed)."""
+    run = Run()
+    run.attempt = 1
+    return run
 
 
 class _Body:
