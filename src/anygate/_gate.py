@@ -333,12 +333,14 @@ class _Acquire:
 
     @ki_protected
     def __await__(self) -> Generator[Any, None, Token]:
-        # A generator rather than a coroutine: one frame fewer on the uncontended path,
-        # which is measured against anyio.Semaphore(fast_acquire=True).
+        # A generator that usually never yields: the uncontended path is measured against
+        # anyio.Semaphore(fast_acquire=True), so it avoids awaiting anything at all.
         gate = self._gate
         # Checked even when we are about to queue: a grant can complete the wait before
         # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
-        yield from _waiters.checkpoint_if_cancelled().__await__()
+        check = _waiters.cancellation_check()
+        if check is not None:
+            yield from check.__await__()  # raises a pending cancellation
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip.
         if not gate._live and gate._in_flight < gate._limit:
@@ -347,9 +349,20 @@ class _Acquire:
                 return token
         return (yield from gate._wait(self._timeout, self._code, self._lasti).__await__())
 
+    @ki_protected
     async def __aenter__(self) -> Token:
-        self._token = await self
-        return self._token
+        # The steps of __await__ spelled out: delegating to it would cost a generator.
+        gate = self._gate
+        check = _waiters.cancellation_check()
+        if check is not None:
+            await check
+        token = None
+        if not gate._live and gate._in_flight < gate._limit:
+            token = gate._try_fast(self._code, self._lasti)
+        if token is None:
+            token = await gate._wait(self._timeout, self._code, self._lasti)
+        self._token = token
+        return token
 
     async def __aexit__(
         self,
