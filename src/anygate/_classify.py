@@ -2,7 +2,8 @@
 
 Works by duck typing on the exceptions of ``openai``, ``anthropic``, ``httpx``/``httpx2``
 and friends without importing any of them: it reads ``status_code``, ``code``, ``type``,
-``body``, ``response.headers`` and the message, whichever exist. Users put their own ordered
+``body`` (or the already-loaded body of ``response``), ``response.headers`` and the
+message, whichever exist. Users put their own ordered
 rules in front of the built-in ones (first match wins) without subclassing anything.
 
 This is not a parser of every provider's error schema: it recognises the shapes that decide
@@ -223,7 +224,12 @@ def _builtin_reason(exc: BaseException, facts: Facts, provider: str) -> Reason:
         return Reason.AUTH
     if _matches(text, P.CONTENT_POLICY_PATTERNS):
         return Reason.GENERIC
-    if status == 529 or any(c in P.BUSY_CODES for c in codes) or _matches(text, P.BUSY_PATTERNS):
+    overloaded = status == 529 or any(c in P.BUSY_CODES for c in codes)
+    if not overloaded and _matches(text, P.RATE_LIMIT_PATTERNS):
+        # A rate limit (burst-rate ones were caught above) is retriable, but not a sign of
+        # an overloaded provider; an explicit overload status or code still says "busy".
+        return Reason.TRANSIENT
+    if overloaded or _matches(text, P.BUSY_PATTERNS):
         return Reason.BUSY
     if _transient_class(exc, facts):
         return Reason.TRANSIENT
@@ -294,13 +300,15 @@ def classify(
        ``transient``.
     4. ``auth``: HTTP 401/403, ``invalid_api_key``, "unauthorized" and similar.
     5. content-policy rejections: ``generic`` (never retried, even if they say "try again").
-    6. ``busy``: HTTP 529, ``overloaded_error``, "overloaded", "server busy", "try again
+    6. ``transient``: rate-limit wording ("Rate limit reached ...", ``rate_limit_error``,
+       ``rate_limit_exceeded``), unless an HTTP 529 or an overload code says ``busy``.
+    7. ``busy``: HTTP 529, ``overloaded_error``, "overloaded", "server busy", "try again
        later".
-    7. ``transient``: timeout and connection exceptions (``TimeoutError``,
+    8. ``transient``: timeout and connection exceptions (``TimeoutError``,
        ``ConnectionError``, httpx/httpcore ``ReadError``, ``RemoteProtocolError``, the SDKs'
        ``APIConnectionError``/``APITimeoutError``, ``StreamChunkTimeoutError``), or HTTP
        408, 409, 425, 429 and 5xx other than 501/505/511.
-    8. otherwise ``generic``; if the exception was raised from another one
+    9. otherwise ``generic``; if the exception was raised from another one
        (``__cause__``), that one is classified instead when it says more.
 
     Then an ``x-should-retry`` response header, when present, overrides ``retriable``

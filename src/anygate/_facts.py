@@ -4,7 +4,10 @@ Classification (``_classify``) decides; this module only *looks*. It reads
 ``status_code``, ``code``, ``type``, ``body`` (JSON or text, ``body["error"]`` included),
 ``response.headers`` and the message from the exceptions of ``openai``, ``anthropic``,
 ``httpx``/``httpx2`` and friends without importing any of them, and survives attributes
-that raise (httpx's ``.request`` does). Gathered once per exception into a :class:`Facts`.
+that raise (httpx's ``.request`` does). An exception without a ``body`` (httpx's
+``HTTPStatusError``) is read through its ``response``, but only a body already in memory:
+classifying never reads from the network. Gathered once per exception into a
+:class:`Facts`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Facts", "decode_body", "detect_provider", "gather", "read_attr"]
+__all__ = ["Facts", "decode_body", "detect_provider", "gather", "loaded_content", "read_attr"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,19 @@ def decode_body(body: object) -> object:
     return body
 
 
+def loaded_content(response: object) -> bytes | None:
+    """The body of an httpx/httpx2-style ``response`` if it is already in memory, else None.
+
+    Only a *closed* response is read: its ``content`` is then either loaded or raises
+    (``ResponseNotRead``, swallowed), never a read from the network. An open one, or a
+    response of a library whose ``content`` streams on access (``requests``), is left alone.
+    """
+    if read_attr(response, "is_closed") is not True:
+        return None
+    content = read_attr(response, "content")
+    return bytes(content) if isinstance(content, (bytes, bytearray)) else None
+
+
 def _str_values(mapping: object, keys: Sequence[str]) -> list[str]:
     out: list[str] = []
     if isinstance(mapping, dict):
@@ -97,7 +113,11 @@ def gather(exc: BaseException) -> Facts:
         if status is not None:
             break
 
-    body = decode_body(read_attr(exc, "body"))
+    raw = read_attr(exc, "body")
+    if raw is None:
+        # httpx's HTTPStatusError (from raise_for_status()) carries only the response.
+        raw = loaded_content(response)
+    body = decode_body(raw)
     error = body.get("error") if isinstance(body, dict) else None
     codes: list[str] = []
     for attr in ("code", "type", "error_code"):

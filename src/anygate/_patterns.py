@@ -17,6 +17,7 @@ __all__ = [
     "NOT_RETRIED_5XX",
     "QUOTA_CODES",
     "QUOTA_PATTERNS",
+    "RATE_LIMIT_PATTERNS",
     "RATE_WINDOW_PATTERNS",
     "STREAM_NAMES",
     "STREAM_PATTERNS",
@@ -94,6 +95,16 @@ CONTENT_POLICY_PATTERNS = (
     "违规内容",
     "内容审核",
 )
+# A per-minute rate limit (OpenAI "Rate limit reached for ... (RPM)", Anthropic
+# rate_limit_error, OpenAI rate_limit_exceeded) is the caller's own pace hitting a window,
+# not the provider being overloaded, even when it adds "please try again in 20s". The
+# codes end up in the searched text too, hence the underscore forms.
+RATE_LIMIT_PATTERNS = (
+    "rate limit",
+    "rate_limit",
+    "rate-limit",
+    "ratelimit",
+)
 BUSY_CODES = frozenset({"overloaded_error", "server_busy", "engine_overloaded"})
 BUSY_PATTERNS = (
     "overloaded",
@@ -105,7 +116,6 @@ BUSY_PATTERNS = (
     "please retry",
     "please try again",
     "high demand",
-    "rate limit",
     "负载较高",
     "服务繁忙",
     "稍后重试",
