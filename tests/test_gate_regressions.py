@@ -2,7 +2,7 @@
 
 Each test pins one interleaving with events, hooks inside the gate lock, thread joins or
 ``anyio.wait_all_tasks_blocked()``; none sleeps or times anything. Tests that expose a real
-bug are strict xfails whose reason names the interleaving and a suggested fix; the rest
+bug were strict xfails until fixed (one documented limitation remains one); the rest
 confirm tricky cases the refactor could plausibly have broken.
 """
 
@@ -60,15 +60,6 @@ class _ProbeLock:
 # ------------------------------------------------------------- KeyboardInterrupt (trio)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: Gate.acquire_nowait is not @ki_protected. Under trio a Ctrl-C that lands after "
-        "_admit() returned True and before make_token() ran raises in acquire_nowait's frame: "
-        "in_flight was incremented but no Token exists, so not even gc can give the slot back "
-        "(a permanent leak). Fix: decorate acquire_nowait with @ki_protected (as __await__ is)."
-    ),
-)
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_acquire_nowait_admit_to_token_step_is_ki_protected(
     anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
@@ -89,16 +80,6 @@ async def test_trio_acquire_nowait_admit_to_token_step_is_ki_protected(
     assert probes == [True]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: Ledger._count_refusal (reached from acquire_nowait / acquire(timeout=0) on a full "
-        "gate) and Gate.statistics() take the gate lock without trio KI protection. A Ctrl-C "
-        "delivered right after lock.acquire() returns, before the try/with takes effect, leaves "
-        "the lock held forever: every later gate operation in the process deadlocks. Fix: "
-        "@ki_protected on _count_refusal and statistics (and acquire_nowait, which calls _busy)."
-    ),
-)
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_every_gate_lock_acquisition_is_ki_protected(anyio_backend: Any) -> None:
     """Under trio, every acquisition of the gate lock happens with KI protection on.
@@ -382,12 +363,11 @@ async def test_acquire_sync_refused_in_a_trio_guest_task_and_in_its_asyncio_host
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "HOLE: on a non-asyncio host (Qt, tk, a hand-written loop) host code between guest "
-        "ticks sees neither sniffio 'trio' nor a running asyncio loop, so acquire_sync() is "
-        "allowed on the thread that drives the trio guest run; if a guest task holds the slot "
-        "the host blocks and the guest can never release it (deadlock). Fix: remember "
-        "threads that host a guest run (e.g. a thread-local flag set by TrioWaiter/"
-        "cancellation_check when trio's run is a guest run) and refuse there, or document it."
+        "KNOWN LIMITATION (documented in docs/gate.md): on a non-asyncio host (Qt, tk, a "
+        "hand-written loop) host code between guest ticks sees neither sniffio 'trio' nor a "
+        "running asyncio loop, so acquire_sync() is allowed on the thread that drives the trio "
+        "guest run, and trio has no public way to ask whether a guest run lives on a thread; "
+        "if a guest task holds the slot the host would block and the guest never release it."
     ),
 )
 def test_acquire_sync_refused_on_the_host_thread_of_a_trio_guest_run() -> None:

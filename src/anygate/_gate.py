@@ -164,6 +164,7 @@ class Gate(Ledger):
         """Callers queued for a slot."""
         return self._live
 
+    @ki_protected
     def statistics(self) -> GateStatistics:
         """A consistent snapshot of the gate's state and cumulative counters."""
         if self._deferred:  # count leaks found since the last gate operation
@@ -211,6 +212,7 @@ class Gate(Ledger):
         frame = _getframe(1)
         return _Acquire(self, timeout, frame.f_code, frame.f_lasti)
 
+    @ki_protected
     def acquire_nowait(self) -> Token:
         """Take a slot only if one is free and nobody is queued; never waits.
 

@@ -283,6 +283,7 @@ class Ledger:
             for waiter in granted:
                 self._wake(waiter)
 
+    @ki_protected
     def _count_refusal(self, *, rejected: bool = False, timed_out: bool = False) -> int:
         """Count a refused or timed-out acquire; returns ``in_flight`` for the message."""
         lock = self._lock
