@@ -36,8 +36,14 @@ def sdk(request: pytest.FixtureRequest) -> Sdk:
     return value
 
 
+# The adaptive pause after a burst-rate 429 defaults to 5 s of real time; these tests are
+# about retries, so keep the mechanism on but its pause short (it has its own tests).
+QUICK_PAUSE = anygate.AdaptiveConfig(pause_ms=10)
+
+
 def _policy(events: list[Any], *, capacity: int = 2, **kwargs: Any) -> anygate.Policy:
     kwargs.setdefault("retry", FAST)
+    kwargs.setdefault("adaptive_concurrency", QUICK_PAUSE)
     return anygate.Policy(
         name="llm", gate=anygate.Gate(capacity, name="llm"), hooks=[events.append], **kwargs
     )
