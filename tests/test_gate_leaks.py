@@ -116,7 +116,7 @@ def test_gc_storm_with_cyclic_leaks_never_deadlocks() -> None:
     runs, so a thread that finds the gate full runs gc itself and retries.
     """
     gate = Gate(8)
-    leaks_per_thread = 50
+    leaks_per_thread = 25
 
     class Cycle:
         token: Token
