@@ -8,6 +8,15 @@ States::
     half_open ──probe fails──> open (for another recovery_timeout)
     half_open ──probe neutral──> half_open (the next caller becomes the probe)
 
+Each entry into half-open starts a new *episode*, and a probe permit is bound to the
+episode it was admitted in. Only that episode's probe can close, reopen or hand on the
+probe role; a probe whose episode is over (another call's success closed the breaker, or
+the breaker reopened and half-opened again meanwhile) reports like any other call: its
+success still closes the breaker (a success is evidence whoever reports it), its failure
+counts towards ``failure_threshold`` while closed and is ignored otherwise, and its
+neutral outcome does nothing. So a late report can neither let a second probe out nor
+open a closed breaker on a single failure.
+
 A call takes a :class:`Permit` synchronously, *before its first await*, and reports one of
 three outcomes. *Neutral* outcomes (burst-rate exhaustion, non-retriable errors,
 cancellation, declared control-flow exceptions) neither trip nor reset the breaker; a
@@ -136,6 +145,7 @@ class CircuitBreaker:
 
     __slots__ = (
         "_clock",
+        "_episode",
         "_failures",
         "_lock",
         "_name",
@@ -172,6 +182,8 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_until = 0.0
         self._probe_out = False
+        # Numbers the half-open episodes; a probe permit remembers its own (see _record).
+        self._episode = 0
         self._opened = 0
         self._rejected = 0
 
@@ -272,7 +284,7 @@ class CircuitBreaker:
                     self._rejected += 1
                     raise CircuitOpen(name=self._name, retry_after=0.0)
                 self._probe_out = True
-                return Permit(self, probe=True, change=change)
+                return Permit(self, probe=True, change=change, episode=self._episode)
         return Permit(self, probe=False, change=None)
 
     def would_admit(self) -> bool:
@@ -305,6 +317,8 @@ class CircuitBreaker:
             retry_after = self._recovery
         elif new is BreakerState.CLOSED:
             self._probe_out = False
+        else:  # half-open: a new episode; probes of earlier ones are stale from now on
+            self._episode += 1
         return BreakerStateChanged(
             breaker=self._name,
             old=old.value,
@@ -316,25 +330,32 @@ class CircuitBreaker:
     @ki_protected
     def _record(self, permit: Permit, outcome: str) -> BreakerStateChanged | None:
         with self._lock:
+            # The running probe of the current half-open episode, and no other permit.
+            probe = (
+                permit._probe
+                and self._state is BreakerState.HALF_OPEN
+                and permit._episode == self._episode
+            )
             if outcome == "success":
                 self._failures = 0
-                if permit._probe or self._state is BreakerState.HALF_OPEN:
-                    self._probe_out = False
-                # Any success is fresh evidence the provider works, whichever call it is.
+                # Any success is fresh evidence the provider works, whichever call it is
+                # (closing also ends the episode: its probe becomes stale).
                 return self._move_locked(BreakerState.CLOSED)
             if outcome == "failure":
-                if permit._probe:
+                if probe:
                     self._probe_out = False
                     return self._move_locked(BreakerState.OPEN)
                 if self._state is BreakerState.CLOSED:
+                    # Stale probes included: one late failure is one failure, not a trip.
                     self._failures += 1
                     if self._failures >= self._threshold:
                         return self._move_locked(BreakerState.OPEN)
                 # A call admitted before the breaker opened, failing late, neither extends
                 # the open period nor fails the running probe.
                 return None
-            # neutral: hand the probe role on; counters untouched.
-            if permit._probe and self._state is BreakerState.HALF_OPEN:
+            # neutral: the current probe hands its role on; counters untouched. A stale
+            # probe must not: the flag now belongs to another episode's probe.
+            if probe:
                 self._probe_out = False
             return None
 
@@ -370,13 +391,19 @@ class Permit:
         changes: the state changes this permit caused (at admission and at its outcome).
     """
 
-    __slots__ = ("_breaker", "_done", "_probe", "changes")
+    __slots__ = ("_breaker", "_done", "_episode", "_probe", "changes")
 
     def __init__(
-        self, breaker: CircuitBreaker, *, probe: bool, change: BreakerStateChanged | None
+        self,
+        breaker: CircuitBreaker,
+        *,
+        probe: bool,
+        change: BreakerStateChanged | None,
+        episode: int = -1,
     ) -> None:
         self._breaker = breaker
         self._probe = probe
+        self._episode = episode  # the half-open episode a probe belongs to
         self._done = False
         self.changes: list[BreakerStateChanged] = []
         if change is not None:
@@ -385,7 +412,8 @@ class Permit:
 
     @property
     def probe(self) -> bool:
-        """Whether this call is the half-open probe."""
+        """Whether this call was admitted as the half-open probe (it may have gone stale
+        since: see :class:`CircuitBreaker`)."""
         return self._probe
 
     @property
@@ -416,8 +444,12 @@ class Permit:
         return self._report("neutral")
 
     def still_admitted(self) -> bool:
-        """Whether a retry may go on: the probe always may; others only while not open."""
-        return self._probe or self._breaker._state is not BreakerState.OPEN
+        """Whether a retry may go on: only while the breaker is not open.
+
+        The running probe always may (only its own failure reopens a half-open breaker);
+        a stale probe is an ordinary call here too.
+        """
+        return self._breaker._state is not BreakerState.OPEN
 
     def __repr__(self) -> str:
         kind = "probe" if self._probe else "call"
