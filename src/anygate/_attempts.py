@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._adaptive import AdaptiveLimit
-    from ._breaker import Permit
     from ._events import Hook
     from ._gate import Gate
     from ._retrying import Retrier, Run
@@ -81,7 +80,6 @@ class Attempts:
     async def run(
         self,
         run: Run,
-        permit: Permit | None,
         testing: TestingState,
         fn: Callable[..., Awaitable[T]],
         args: tuple[Any, ...],
@@ -96,11 +94,15 @@ class Attempts:
         retrier = self.retrier
         attempt_timeout = self.attempt_timeout
         timed = timed or bool(self.hooks)  # the slot wait is measured only when someone reads it
+        permit = run.permit
         while True:
             run.attempt += 1
+            # admit() hands the token over only once it is safe to (it releases it itself
+            # on any BaseException until then), and the try that releases it starts at once:
+            # nothing runs between the two that could raise.
             token = await self.admit(run, testing, timed=timed)
-            run.phase = "attempt"
             try:
+                run.phase = "attempt"
                 try:
                     if attempt_timeout is None:
                         result = await _invoke(fn, args, kwargs)
@@ -146,20 +148,22 @@ class Attempts:
                 ),
             )
         token = await gate.acquire(timeout=self.busy_wait)
-        pause = adaptive.pause_left()
-        if pause > 0 and not testing.enabled:
-            # Holding the slot while paused is the point: when the pause ends, at most the
-            # (lowered) capacity's worth of attempts go at once, in the gate's FIFO order.
-            try:
+        try:
+            pause = adaptive.pause_left()
+            if pause > 0 and not testing.enabled:
+                # Holding the slot while paused is the point: when the pause ends, at most
+                # the (lowered) capacity's worth of attempts go at once, in FIFO order.
                 self.check_pause(pause)
                 await anyio.sleep(pause)
-            except BaseException:
-                token.release()
-                raise
-        run.generation = adaptive.generation
-        if hooks:
-            waited = anyio.current_time() - run.slot_started
-            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.generation = adaptive.generation
+            if hooks:
+                waited = anyio.current_time() - run.slot_started
+                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+        except BaseException:
+            # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
+            # slot is ours until the caller has it, so it is ours to give back.
+            token.release()
+            raise
         return token
 
     def check_pause(self, pause: float) -> None:
@@ -174,7 +178,6 @@ class Attempts:
     def run_sync(
         self,
         run: Run,
-        permit: Permit | None,
         testing: TestingState,
         seconds: float | None,
         fn: Callable[..., T],
@@ -184,11 +187,12 @@ class Attempts:
         """The blocking twin of :meth:`run`; ``seconds`` is the caller's deadline, if any."""
         retrier = self.retrier
         deadline = math.inf if seconds is None else time.monotonic() + seconds
+        permit = run.permit
         while True:
             run.attempt += 1
-            token = self.admit_sync(run, testing, deadline)
-            run.phase = "attempt"
+            token = self.admit_sync(run, testing, deadline)  # see run(): no gap before try
             try:
+                run.phase = "attempt"
                 try:
                     result = fn(*args, **kwargs)
                 finally:
@@ -234,9 +238,9 @@ class Attempts:
                 ),
             )
         token = gate.acquire_sync(timeout=timeout)
-        pause = adaptive.pause_left()
-        if pause > 0 and not testing.enabled:
-            try:
+        try:
+            pause = adaptive.pause_left()
+            if pause > 0 and not testing.enabled:
                 self.check_pause(pause)
                 if time.monotonic() + pause >= deadline:
                     if run.verdict is not None:
@@ -248,12 +252,13 @@ class Attempts:
                         waited=time.monotonic() - now,
                     )
                 time.sleep(pause)
-            except BaseException:
-                token.release()
-                raise
-        run.generation = adaptive.generation
-        if hooks:
-            emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, time.monotonic() - now))
+            run.generation = adaptive.generation
+            if hooks:
+                waited = time.monotonic() - now
+                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+        except BaseException:
+            token.release()
+            raise
         return token
 
 

@@ -3,8 +3,16 @@
 A policy reports what it does through *hooks*: plain callables that receive one event
 record each, synchronously, in the task or thread making the call. Hooks are for
 telemetry, progress messages and tests; they cannot change what the policy does. A hook
-that raises is logged (under ``anygate``) and otherwise ignored, so a broken dashboard can
-never break a provider call. Hooks must not block: hand slow work to a queue.
+that raises an ``Exception`` is logged (under ``anygate``) and otherwise ignored, so a
+broken dashboard can never break a provider call. Hooks must not block: hand slow work to
+a queue.
+
+A hook that raises a ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+``SystemExit``, or a Ctrl-C that trio delivers inside the hook) is *not* contained: the
+user asked the program to stop, and swallowing that would be worse than any telemetry gap.
+It propagates out of the call after the call has cleaned up: the breaker permit is
+settled (neutral unless the call had already failed for good), the attempt's slot is
+released, and the hooks after it do not see that event. Nothing is stranded.
 
 Every text field (``message``, ``detail``) has secrets redacted before the record exists.
 """
@@ -177,7 +185,12 @@ Hook: TypeAlias = Callable[[Event], object]
 
 
 def emit(hooks: Sequence[Hook], event: Event) -> None:
-    """Deliver ``event`` to each hook in order; a hook's exception is logged and dropped."""
+    """Deliver ``event`` to each hook in order; a hook's exception is logged and dropped.
+
+    A ``BaseException`` that is not an ``Exception`` propagates (see the module docstring);
+    callers emit only where every slot and permit they hold is already protected by a
+    ``try`` that gives it back.
+    """
     for hook in hooks:
         try:
             hook(event)

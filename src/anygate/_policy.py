@@ -326,19 +326,21 @@ class Policy:
         seconds = check_deadline(deadline)
         testing = testing_state()
         retrier = self._retrier
-        permit = retrier.admit(self._breaker)  # before the first await: claims the probe atomically
         run = Run()
         try:
+            # Before the first await (claims the probe atomically), and inside the try whose
+            # finally settles it: nothing after the permit exists can strand it.
+            retrier.admit(self._breaker, run)
             if seconds is None:
                 # No scope of our own: an enclosing one still bounds everything, and
                 # skipping it keeps the uncontended call cheap (AnyIO clock reads cost).
-                return await self._loop.run(run, permit, testing, fn, args, kwargs, timed=False)
+                return await self._loop.run(run, testing, fn, args, kwargs, timed=False)
             with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-                return await self._loop.run(run, permit, testing, fn, args, kwargs, timed=True)
+                return await self._loop.run(run, testing, fn, args, kwargs, timed=True)
             # Only our deadline lands here: the scope swallowed its own cancellation.
             retrier.deadline_failure(run, seconds, anyio.current_time() - run.slot_started)
         finally:
-            retrier.settle(permit, run.outcome)
+            retrier.settle(run)
 
     # ------------------------------------------------------------------ sync
 
@@ -368,9 +370,9 @@ class Policy:
             raise RuntimeError(msg)
         testing = testing_state()
         retrier = self._retrier
-        permit = retrier.admit(self._breaker)
         run = Run()
         try:
-            return self._loop.run_sync(run, permit, testing, seconds, fn, args, kwargs)
+            retrier.admit(self._breaker, run)
+            return self._loop.run_sync(run, testing, seconds, fn, args, kwargs)
         finally:
-            retrier.settle(permit, run.outcome)
+            retrier.settle(run)

@@ -24,11 +24,13 @@ from ._events import (
     user_message,
 )
 from ._redact import redact
+from ._waiters import ki_protected
 
 if TYPE_CHECKING:
     from ._adaptive import AdaptiveLimit, LimitChange
     from ._breaker import CircuitBreaker, Permit
     from ._config import PolicyConfig
+    from ._events import BreakerStateChanged
     from ._gate import Gate
     from ._testing import TestingState
 
@@ -58,6 +60,7 @@ class Run:
         "exc",
         "generation",
         "outcome",
+        "permit",
         "phase",
         "prev_ms",
         "slot_started",
@@ -73,8 +76,27 @@ class Run:
         self.verdict: Verdict | None = None
         self.exc: BaseException | None = None
         self.outcome = NEUTRAL  # what the breaker hears if the call ends now
+        # The breaker permit, stored here by Retrier.admit inside KI-protected code so the
+        # caller's finally (Retrier.settle) sees it whatever interrupts the call afterwards.
+        self.permit: Permit | None = None
         self.phase = "slot"  # "slot", "attempt" or "sleep": what a deadline interrupted
         self.slot_started = 0.0
+
+
+@ki_protected
+def _take_permit(breaker: CircuitBreaker, run: Run) -> None:
+    # Protected: between acquire() returning and the store, a Ctrl-C under trio would
+    # otherwise leave a claimed probe that nobody reports.
+    run.permit = breaker.acquire()
+
+
+@ki_protected
+def _report(permit: Permit, outcome: str) -> BreakerStateChanged | None:
+    if outcome == SUCCESS:
+        return permit.success()
+    if outcome == FAILURE:
+        return permit.failure()
+    return permit.neutral()
 
 
 def check_deadline(deadline: object) -> float | None:
@@ -128,26 +150,38 @@ class Retrier:
         self.control_types = control_types
         self.control_names = control_names
 
-    def admit(self, breaker: CircuitBreaker | None) -> Permit | None:
+    def admit(self, breaker: CircuitBreaker | None, run: Run) -> None:
+        """Take the breaker permit into ``run.permit``, then report the state changes.
+
+        Call it as the first thing inside the ``try`` whose ``finally`` calls
+        :meth:`settle`: the permit is on ``run`` from the moment it exists, so a hook
+        raising a ``BaseException`` here (or a Ctrl-C under trio) cannot strand a probe.
+
+        Raises:
+            CircuitOpen: the breaker is open; ``run.permit`` stays ``None``.
+        """
         if breaker is None:
-            return None
-        permit = breaker.acquire()  # CircuitOpen propagates as is
-        if self.hooks:
+            return
+        _take_permit(breaker, run)  # CircuitOpen propagates as is
+        permit = run.permit
+        if self.hooks and permit is not None:
             for change in permit.changes:
                 emit(self.hooks, change)
-        return permit
 
-    def settle(self, permit: Permit | None, outcome: str) -> None:
-        """Report how the call ended: to the adaptive limit (a success grows it) and to
-        the breaker."""
+    def settle(self, run: Run) -> None:
+        """Report how the call ended: to the breaker and to the adaptive limit (a success
+        grows it); then tell the hooks. Every state change happens before any hook runs,
+        so a hook raising a ``BaseException`` leaves nothing unsettled."""
+        outcome = run.outcome
+        change = None
+        permit = run.permit
+        if permit is not None:
+            change = _report(permit, outcome)
+        grown = None
         if outcome == SUCCESS and self.adaptive is not None:
             grown = self.adaptive.on_success()
-            if grown is not None:
-                self._limit_changed(grown)
-        if permit is None:
-            return
-        report = {SUCCESS: permit.success, FAILURE: permit.failure}.get(outcome, permit.neutral)
-        change = report()
+        if grown is not None:
+            self._limit_changed(grown)
         if change is not None and self.hooks:
             emit(self.hooks, change)
 

@@ -131,9 +131,10 @@ async def retry_async(policy: Policy, attempt: Callable[[Run], Awaitable[T]]) ->
     """
     retrier = _retrier(policy)
     testing = testing_state()
-    permit = retrier.admit(policy.breaker)  # before the first await: claims the probe
     run = Run()
     try:
+        retrier.admit(policy.breaker, run)  # before the first await, inside the try
+        permit = run.permit
         while True:
             run.attempt += 1
             run.phase = "attempt"
@@ -159,16 +160,17 @@ async def retry_async(policy: Policy, attempt: Callable[[Run], Awaitable[T]]) ->
                 run.outcome = SUCCESS
                 return result
     finally:
-        retrier.settle(permit, run.outcome)
+        retrier.settle(run)
 
 
 def retry_sync(policy: Policy, attempt: Callable[[Run], T]) -> T:
     """The blocking twin of :func:`retry_async` (``time.sleep`` between attempts)."""
     retrier = _retrier(policy)
     testing = testing_state()
-    permit = retrier.admit(policy.breaker)
     run = Run()
     try:
+        retrier.admit(policy.breaker, run)
+        permit = run.permit
         while True:
             run.attempt += 1
             run.phase = "attempt"
@@ -188,7 +190,7 @@ def retry_sync(policy: Policy, attempt: Callable[[Run], T]) -> T:
                 run.outcome = SUCCESS
                 return result
     finally:
-        retrier.settle(permit, run.outcome)
+        retrier.settle(run)
 
 
 def final_response(exc: ErrorResponse) -> Any:

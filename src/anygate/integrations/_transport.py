@@ -210,10 +210,12 @@ class TransportCore:
                     raise TimeoutError(msg)
             else:
                 response = await self._send_async(request, guarded=guarded)
+            # Inside the try: once the body owns the token nothing else can raise here, and
+            # until then a BaseException (a Ctrl-C under trio included) gives the slot back.
+            return self._tie(response, token, request, self.flavour.async_body)
         except BaseException:
-            token.release()
+            token.release()  # idempotent: a no-op if the body already finished
             raise
-        return self._tie(response, token, request, self.flavour.async_body)
 
     async def _acquire_async(self, run: Run) -> Token:
         admission = self.admission
@@ -255,10 +257,10 @@ class TransportCore:
                 finally:
                     stream.close()
                 raise self._error_response(request, response, raw)
+            return self._tie(response, token, request, self.flavour.sync_body)
         except BaseException:
             token.release()
             raise
-        return self._tie(response, token, request, self.flavour.sync_body)
 
     def _acquire_sync(self, run: Run) -> Token:
         admission = self.admission
