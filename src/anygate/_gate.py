@@ -169,21 +169,31 @@ class Gate(Ledger):
         """A consistent snapshot of the gate's state and cumulative counters."""
         if self._deferred:  # count leaks found since the last gate operation
             self._drain()
+        # Read under the lock, build outside it: an allocation in a locked section can start
+        # a collection, and finalizers then run while we hold the lock (see _release).
+        # Plain local reads allocate nothing.
         with self._lock:
-            stats = GateStatistics(
-                name=self._name,
-                capacity=self._capacity,
-                in_flight=self._in_flight,
-                waiting=self._live,
-                admitted=self._admitted,
-                rejected=self._rejected,
-                timed_out=self._timed_out,
-                cancelled=self._cancelled,
-                leaked=self._leaked,
-            )
+            capacity = self._capacity
+            in_flight = self._in_flight
+            waiting = self._live
+            admitted = self._admitted
+            rejected = self._rejected
+            timed_out = self._timed_out
+            cancelled = self._cancelled
+            leaked = self._leaked
         if self._deferred:
             self._drain()
-        return stats
+        return GateStatistics(
+            name=self._name,
+            capacity=capacity,
+            in_flight=in_flight,
+            waiting=waiting,
+            admitted=admitted,
+            rejected=rejected,
+            timed_out=timed_out,
+            cancelled=cancelled,
+            leaked=leaked,
+        )
 
     def __repr__(self) -> str:
         cap = "inf" if self._limit == UNLIMITED else self._limit

@@ -24,7 +24,7 @@ I5  Releasing is synchronous, idempotent and never awaits. (``_release``)
 I6  No event loop is bound: waiters carry their own wake-up route (``_waiters``).
 I7  Work found where the lock cannot be waited for (a finalizer running on a thread that
     already holds it) is deferred, never dropped: every locked step drains ``_deferred``
-    right after unlocking. (``_drain``)
+    right after unlocking. (``_drain``; a user finalizer's ``release()``: ``_release``)
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ._waiters import DEAD, GONE, GRANTED, WAITING, Waiter, ki_protected
+from ._waiters import DEAD, GONE, GRANTED, WAITING, Waiter, _protected, ki_protected
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from ._token import Token
 
 __all__ = ["UNLIMITED", "Ledger"]
@@ -75,10 +77,11 @@ class Ledger:
         self._queue: deque[Waiter] = deque()
         self._live = 0  # queued waiters still WAITING; the rest of _queue are GONE
         self._lock = threading.Lock()
-        # Work that must not wait for the lock: leaked slots (None) found by Token.__del__
-        # and waiters abandoned by an exception, possibly from a finalizer running while
-        # this thread holds _lock. Appending is atomic; see _drain for who processes it.
-        self._deferred: list[Waiter | None] = []
+        # Work that must not wait for the lock: leaked slots (None) found by Token.__del__,
+        # waiters abandoned by an exception, and tokens released by a user finalizer,
+        # possibly running while this thread holds _lock. Appending is atomic; see _drain
+        # for who processes it.
+        self._deferred: list[Waiter | Token | None] = []
         self._admitted = 0
         self._rejected = 0
         self._timed_out = 0
@@ -169,7 +172,20 @@ class Ledger:
         """Give ``token``'s slot back (I5): hand it to the head waiter or free it."""
         successor = None
         lock = self._lock
-        lock.acquire()
+        # Try first: a user's __del__ calling release() can run from a collection inside
+        # one of our own locked sections on this thread (any allocation there, or on 3.12+
+        # any call), and blocking on our own lock would hang the thread for good. The
+        # non-blocking try costs ~20 ns; the stack check runs only when the lock is taken.
+        if not lock.acquire(False):
+            if _inside_locked_step():
+                # Deferred (I7): the section we interrupted drains right after unlocking.
+                # A false positive (another thread holds the lock while we are merely in
+                # some protected frame) is harmless: that thread drains after unlocking,
+                # and our append comes before our own failed try.
+                self._deferred.append(token)
+                self._drain()
+                return
+            lock.acquire()
         try:
             if token._gate is not None:  # else another releaser won the race: no-op
                 token._gate = None
@@ -268,6 +284,11 @@ class Ledger:
                     if item is None:  # a leaked token's slot
                         self._leaked += 1
                         successor = self._handoff_locked()
+                    elif not isinstance(item, Waiter):  # a token released by a finalizer
+                        successor = None
+                        if item._gate is not None:  # idempotent, as in _release
+                            item._gate = None
+                            successor = self._handoff_locked()
                     else:  # an abandoned waiter
                         if item.state != DEAD:  # a dead waiter was counted by _wake
                             self._cancelled += 1
@@ -299,3 +320,28 @@ class Ledger:
             if self._deferred:
                 self._drain()
         return in_flight
+
+
+# The code objects of every @ki_protected function: each of the gate's locked steps is one
+# (trio's KI discipline requires it), so a frame running one of them on this thread means
+# the lock may be ours. Built lazily, once all modules have registered theirs.
+_locked_codes: frozenset[object] = frozenset()
+_locked_count = 0
+
+
+def _inside_locked_step() -> bool:
+    """Whether this thread is running inside a ``@ki_protected`` function (stack walk).
+
+    Only called when the gate's lock is taken, from :meth:`Ledger._release`.
+    """
+    global _locked_codes, _locked_count
+    if _locked_count != len(_protected):
+        _locked_codes = frozenset(getattr(fn, "__code__", None) for fn in _protected)
+        _locked_count = len(_protected)
+    codes = _locked_codes
+    frame: FrameType | None = sys._getframe(2)  # skip ourselves and _release
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,160 @@
+"""Token.release() from a user ``__del__`` that runs inside one of the gate's locked steps.
+
+Regression tests for issue 9, fault 4. ``docs/gate.md`` promises that release works from
+``__del__``; a collection can start at any allocation (on 3.12+ at any call) inside a
+locked step, and a user finalizer calling ``release()`` then blocked on the
+non-reentrant lock its own thread held: the thread hung for good.
+
+Deterministic: the garbage is created by a ``gc.callbacks`` hook at the start of a
+collection that runs while the gate's lock is held, so that very collection finalizes it
+inside the locked step. Each scenario runs in a daemon thread so a regression fails the
+test (the thread is still stuck) instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from typing import TYPE_CHECKING, Any
+
+from anygate import Busy, Gate, Token
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+
+class ReleasesOnDel:
+    """A user object that owns a token and releases it when it is finalized."""
+
+    def __init__(self, token: Token) -> None:
+        self.token = token
+        self.cycle: object = self  # only the cyclic collector can free it
+
+    def __del__(self) -> None:
+        self.token.release()
+
+
+@contextlib.contextmanager
+def garbage_inside_the_lock(gate: Gate, token: Token) -> Iterator[list[bool]]:
+    """While active, the first collection that starts with ``gate``'s lock held finalizes
+    a :class:`ReleasesOnDel` owning ``token``. Yields ``[fired]``."""
+    fired = [False]
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and not fired[0] and gate._lock.locked():
+            fired[0] = True
+            ReleasesOnDel(token)  # unreachable at once: collected by this very collection
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(callback)
+    gc.set_threshold(1)  # collect at (nearly) every allocation
+    try:
+        yield fired
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(callback)
+
+
+def run_bounded(work: Callable[[], None], seconds: float = 10.0) -> None:
+    """Run ``work`` in a daemon thread; fail if it is still running after ``seconds``."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "deadlocked: release() blocked on the gate's own lock"
+    if errors:
+        raise errors[0]
+
+
+def churn_the_queue(gate: Gate) -> None:
+    """Timed-out waits until the queue compacts (an allocation under the lock)."""
+    for _ in range(80):
+        with contextlib.suppress(Busy):
+            gate.acquire_sync(timeout=1e-6).release()
+
+
+def read_statistics(gate: Gate) -> None:
+    """statistics() used to build its record under the lock."""
+    for _ in range(50):
+        gate.statistics()
+
+
+def test_a_user_finalizer_releasing_inside_a_locked_step_does_not_deadlock() -> None:
+    """The release is deferred and applied when the step unlocks: the slot comes back and
+    the thread goes on (before the fix: a permanent self-deadlock)."""
+    gate = Gate(1, name="fin")
+    token = gate.acquire_nowait()
+    with garbage_inside_the_lock(gate, token) as fired:
+        run_bounded(lambda: churn_the_queue(gate))
+    assert fired[0]
+    stats = gate.statistics()
+    assert token.released
+    assert (stats.in_flight, stats.waiting, stats.leaked) == (0, 0, 0)
+
+
+def test_statistics_allocates_nothing_under_the_lock() -> None:
+    """With a collection due at every allocation, none starts while statistics() holds the
+    lock (it used to build its record there, which deadlocked the finalizer above)."""
+    gate = Gate(1, name="fin")
+    token = gate.acquire_nowait()
+    with garbage_inside_the_lock(gate, token) as fired:
+        run_bounded(lambda: read_statistics(gate))
+    assert not fired[0]
+    token.release()
+
+
+def test_a_deferred_release_hands_the_slot_to_the_head_waiter() -> None:
+    """A release deferred from a finalizer still serves the queue in FIFO order (I2)."""
+    gate = Gate(1, name="fin")
+    token = gate.acquire_nowait()
+    got: list[Token] = []
+
+    def waiter() -> None:
+        got.append(gate.acquire_sync(timeout=10))
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    while not gate.waiting:
+        threading.Event().wait(0.0005)  # another thread's step: nothing to await
+    with garbage_inside_the_lock(gate, token) as fired:
+        run_bounded(lambda: churn_the_queue(gate))
+    thread.join(10)
+    assert fired[0]
+    assert len(got) == 1
+    assert gate.in_flight == 1
+    got[0].release()
+    assert gate.statistics().in_flight == 0
+
+
+def test_a_second_release_of_a_deferred_token_is_a_no_op() -> None:
+    """Idempotence holds for deferred releases: two finalizer releases give back one slot."""
+    gate = Gate(2, name="fin")
+    token = gate.acquire_nowait()
+    other = gate.acquire_nowait()
+    fired = [0]
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and fired[0] < 2 and gate._lock.locked():
+            fired[0] += 1
+            ReleasesOnDel(token)
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(callback)
+    gc.set_threshold(1)
+    try:
+        run_bounded(lambda: churn_the_queue(gate))
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(callback)
+    assert fired[0] >= 1
+    assert gate.statistics().in_flight == 1
+    other.release()
+    assert gate.statistics().in_flight == 0
