@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from starlette.applications import Starlette  # noqa: E402 - after the importorskip
-from starlette.responses import StreamingResponse  # noqa: E402
-from starlette.routing import Route  # noqa: E402
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
-import anygate.starlette  # noqa: E402
+import anygate.starlette
 
 pytestmark = pytest.mark.anyio
 on_servers = pytest.mark.parametrize(("anyio_backend", "server"), _servers())

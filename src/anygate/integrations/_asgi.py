@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
@@ -225,7 +225,7 @@ class GateMiddleware:
 
 
 async def acquire_watching(
-    gate: Gate, timeout: float | None, receive: Receive, buffered: deque[Message]
+    gate: Gate, wait_s: float | None, receive: Receive, buffered: deque[Message]
 ) -> Token | None:
     """Wait for a slot of ``gate`` while watching ``receive`` for the client leaving.
 
@@ -234,15 +234,15 @@ async def acquire_watching(
     instant is given back). ``http.request`` messages read meanwhile are appended to
     ``buffered`` for the app (up to about 1 MiB, after which the watch stops).
 
-    The uncontended path and ``timeout=0`` do not watch: they never wait, so there is
+    The uncontended path and ``wait_s=0`` do not watch: they never wait, so there is
     nothing to leave, and they cost no task.
 
     Raises:
-        Busy: no slot within ``timeout``.
+        Busy: no slot within ``wait_s`` seconds.
     """
-    if timeout == 0 or (gate.waiting == 0 and gate.in_flight < gate.capacity):
+    if wait_s == 0 or (gate.waiting == 0 and gate.in_flight < gate.capacity):
         # An unlocked hint: if it is stale we queue without watching, as before issue 15.
-        return await gate.acquire(timeout=timeout)
+        return await gate.acquire(timeout=wait_s)
     left = False
     token: Token | None = None
     busy: Busy | None = None
@@ -254,7 +254,7 @@ async def acquire_watching(
             while size <= _MAX_BUFFERED:
                 try:
                     message = await receive()
-                except Exception:  # noqa: BLE001 - the app's own receive() reports it
+                except Exception:
                     return
                 if message["type"] == "http.disconnect":
                     left = True
@@ -265,7 +265,7 @@ async def acquire_watching(
 
         tg.start_soon(watch)
         try:
-            token = await gate.acquire(timeout=timeout)
+            token = await gate.acquire(timeout=wait_s)
         except Busy as exc:
             busy = exc
         tg.cancel_scope.cancel()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.responses import StreamingResponse as _StarletteStreamingResponse
 
@@ -31,7 +32,6 @@ from ._asgi import _check_seconds, acquire_watching
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
 
     from .._token import Token
@@ -162,9 +162,7 @@ class RouteGate:
             watchable = False
         try:
             if watchable:
-                token = await acquire_watching(
-                    self._gate, self._timeout, request.receive, deque()
-                )
+                token = await acquire_watching(self._gate, self._timeout, request.receive, deque())
             else:
                 token = await self._gate.acquire(timeout=self._timeout)
         except Busy as exc:
@@ -201,3 +199,8 @@ class RouteGate:
             return _HeldResponse(response, token)
 
         return gated
+
+
+# FastAPI resolves a dependency's string annotations in the callable's ``__globals__``, which
+# an instance does not have; without the real class, ``request`` would become a query field.
+RouteGate.__call__.__annotations__["request"] = Request
