@@ -22,7 +22,13 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
+    "sphinx_copybutton",  # a copy button on code blocks; pure JS, fetches nothing
 ]
+
+# Copy commands without their prompts ("$ ", ">>> ", "... ") and skip output lines.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
 
 root_doc = "index"
 source_suffix = {".md": "markdown"}

@@ -229,6 +229,13 @@ class Retrier:
             verdict.reason.value,
             round(wait_ms),
             verdict.detail,
+            extra={
+                "gate": self.gate.name,
+                "policy": self.name,
+                "reason": verdict.reason.value,
+                "attempt": run.attempt,
+                "delay_s": wait_s,
+            },
         )
         if self.hooks:
             emit(
@@ -267,6 +274,7 @@ class Retrier:
                 change.old,
                 change.new,
                 change.maximum,
+                extra={"gate": gate, "policy": self.name, "reason": change.reason},
             )
         else:
             logger.debug(
@@ -275,6 +283,7 @@ class Retrier:
                 change.old,
                 change.new,
                 change.maximum,
+                extra={"gate": gate, "policy": self.name, "reason": change.reason},
             )
         if self.hooks:
             emit(
@@ -319,6 +328,12 @@ class Retrier:
             why,
             verdict.reason.value,
             verdict.detail,
+            extra={
+                "gate": self.gate.name,
+                "policy": self.name,
+                "reason": verdict.reason.value,
+                "attempt": run.attempt,
+            },
         )
         if self.hooks:
             emit(
