@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

@@ -57,7 +57,7 @@ def test_sync_mix_up_is_refused() -> None:
 def test_import_without_the_library_names_the_extra(lib: str) -> None:
     """``import anygate.httpx`` where httpx is not installed says which extra to install."""
     code = f"import sys; sys.modules[{lib!r}] = None; import anygate.{lib}"
-    done = subprocess.run(  # noqa: S603 - our own interpreter
+    done = subprocess.run(
         [sys.executable, "-c", code],
         env={"PYTHONPATH": str(SRC)},
         capture_output=True,
