@@ -122,3 +122,17 @@ def test_scenario_names_get_did_you_mean(capsys: pytest.CaptureFixture[str]) -> 
     pytest.importorskip("rich")
     assert main(["simulate", "mornin-peak"]) == 2
     assert "did you mean 'morning-peak'?" in capsys.readouterr().err
+
+
+def test_plot_has_a_legend(tmp_path: Path) -> None:
+    """The ``--plot`` image explains its colours: a legend names the line and the bars."""
+    matplotlib = pytest.importorskip("matplotlib")
+    pytest.importorskip("trio")
+    pytest.importorskip("rich")
+    target = tmp_path / "storm.svg"
+    # Keep text as <text> elements so the test can read the legend.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        assert main(["simulate", "steady", "--plot", str(target), "--no-chart"]) == 0
+    svg = target.read_text("utf-8")
+    assert "requests in service (left axis)" in svg
+    assert "429 answers per bucket (right axis)" in svg
