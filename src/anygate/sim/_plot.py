@@ -8,9 +8,13 @@ directly rather than ``pyplot``, so no GUI backend or global figure state is inv
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import ConfigError
 from ._results import SimulationResult, series
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 __all__ = ["SUFFIXES", "write_plot"]
 
@@ -90,7 +94,7 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
             loc="left",
         )
     # One legend for the figure: the colours mean the same in every panel.
-    legend: dict[str, object] = {}
+    legend: dict[str, Artist] = {}
     for ax in figure.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
