@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, final
 
 try:
     import httpx2
-except ImportError as exc:
+except ImportError as _exc:
     from .integrations._transport import missing_library
 
-    raise missing_library("httpx2") from exc
+    raise missing_library("httpx2") from _exc
 
 from .integrations import _transport
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 try:
     import opentelemetry.metrics as _metrics  # noqa: F401 - only to give a helpful error
-except ImportError as exc:  # pragma: no cover - exercised in a venv without the extra
-    msg = "anygate.otel needs the OpenTelemetry API: pip install 'anygate[otel]'"
-    raise ImportError(msg) from exc
+except ImportError as _exc:  # pragma: no cover - exercised in a venv without the extra
+    _msg = "anygate.otel needs the OpenTelemetry API: pip install 'anygate[otel]'"
+    raise ImportError(_msg) from _exc
 
 from .integrations._otel import Telemetry, throttle_kind
 

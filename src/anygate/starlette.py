@@ -15,9 +15,9 @@ from __future__ import annotations
 
 try:
     import starlette as _starlette  # noqa: F401 - only to give a helpful error
-except ImportError as exc:  # pragma: no cover - exercised in a venv without starlette
-    msg = "anygate.starlette needs Starlette (FastAPI brings it): pip install 'anygate[starlette]'"
-    raise ImportError(msg) from exc
+except ImportError as _exc:  # pragma: no cover - exercised in a venv without starlette
+    _msg = "anygate.starlette needs Starlette (FastAPI brings it): pip install 'anygate[starlette]'"
+    raise ImportError(_msg) from _exc
 
 from .integrations._starlette import RouteGate, StreamingResponse
 
