@@ -22,11 +22,17 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
+    "sphinx_copybutton",  # a copy button on code blocks; pure JS, fetches nothing
 ]
+
+# Copy commands without their prompts ("$ ", ">>> ", "... ") and skip output lines.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
 
 root_doc = "index"
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_static"]
 
 # MyST: ::: fences for admonitions, definition lists, and anchors for `page.md#section` links.
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -52,6 +58,8 @@ autodoc_preserve_defaults = True
 autodoc_default_options = {"members": True}
 
 html_theme = "furo"
+html_static_path = ["_static"]
+html_css_files = ["anygate.css"]
 html_title = f"anygate {release}"
 
 # Classes users obtain but never construct: their constructor only raises TypeError, so

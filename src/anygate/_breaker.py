@@ -371,11 +371,20 @@ def _log_change(change: BreakerStateChanged) -> None:
             change.breaker,
             change.failures,
             change.retry_after,
+            extra={"breaker": change.breaker, "state": change.new, "delay_s": change.retry_after},
         )
     elif change.new == "closed":
-        logger.info("circuit %r closed: the provider recovered", change.breaker)
+        logger.info(
+            "circuit %r closed: the provider recovered",
+            change.breaker,
+            extra={"breaker": change.breaker, "state": change.new},
+        )
     else:
-        logger.info("circuit %r half-open: probing the provider", change.breaker)
+        logger.info(
+            "circuit %r half-open: probing the provider",
+            change.breaker,
+            extra={"breaker": change.breaker, "state": change.new},
+        )
 
 
 @final

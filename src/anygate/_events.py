@@ -195,7 +195,12 @@ def emit(hooks: Sequence[Hook], event: Event) -> None:
         try:
             hook(event)
         except Exception:  # noqa: PERF203 - each hook is isolated from the others on purpose
-            logger.exception("anygate hook %r raised on %s; ignored", hook, type(event).__name__)
+            logger.exception(
+                "anygate hook %r raised on %s; ignored",
+                hook,
+                type(event).__name__,
+                extra={"event": type(event).__name__},
+            )
 
 
 # --------------------------------------------------------------------------- wording

@@ -263,6 +263,13 @@ class Retrier:
             verdict.reason.value,
             round(wait_ms),
             verdict.detail,
+            extra={
+                "gate": self.gate.name,
+                "policy": self.name,
+                "reason": verdict.reason.value,
+                "attempt": run.attempt,
+                "delay_s": wait_s,
+            },
         )
         if self.hooks:
             emit(
@@ -301,6 +308,7 @@ class Retrier:
                 change.old,
                 change.new,
                 change.maximum,
+                extra={"gate": gate, "policy": self.name, "reason": change.reason},
             )
         else:
             logger.debug(
@@ -309,6 +317,7 @@ class Retrier:
                 change.old,
                 change.new,
                 change.maximum,
+                extra={"gate": gate, "policy": self.name, "reason": change.reason},
             )
         if self.hooks:
             emit(
@@ -353,6 +362,12 @@ class Retrier:
             why,
             verdict.reason.value,
             verdict.detail,
+            extra={
+                "gate": self.gate.name,
+                "policy": self.name,
+                "reason": verdict.reason.value,
+                "attempt": run.attempt,
+            },
         )
         if self.hooks:
             emit(

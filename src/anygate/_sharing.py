@@ -74,7 +74,13 @@ def reconcile_capacity(
             f"use another gate_name"
         )
         raise ConfigError(msg, path="llm_call.max_concurrent_calls", value=wanted)
-    logger.info("gate %r resized to %s by policy %r", gate.name, wanted or "no cap", cfg.name)
+    logger.info(
+        "gate %r resized to %s by policy %r",
+        gate.name,
+        wanted or "no cap",
+        cfg.name,
+        extra={"gate": gate.name, "policy": cfg.name},
+    )
     adaptive.resize(cap)
 
 
@@ -181,7 +187,12 @@ def resolve_adaptive(
             f"the gate's"
         )
         raise ConfigError(msg, path="llm_call.adaptive_concurrency", value=acfg)
-    logger.info("adaptive limit of gate %r reconfigured by policy %r", gate.name, cfg.name)
+    logger.info(
+        "adaptive limit of gate %r reconfigured by policy %r",
+        gate.name,
+        cfg.name,
+        extra={"gate": gate.name, "policy": cfg.name},
+    )
     limit.configure(
         enabled=acfg.enabled,
         min_concurrent_calls=acfg.min_concurrent_calls,

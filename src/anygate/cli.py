@@ -189,9 +189,18 @@ def _check_config(args: argparse.Namespace) -> int:
     import inspect
 
     from ._breaker import CircuitBreaker
-    from ._loader import load_config
+    from ._checkconfig import check_file
 
-    config = load_config(args.file)
+    checked, errors = check_file(args.file)
+    if errors:
+        # Every problem at once: fixing a file one error per run is slow (issue 15).
+        for error in errors:
+            print(f"anygate: error: {error}", file=sys.stderr)
+        if len(errors) > 1:
+            print(f"anygate: {args.file}: {len(errors)} errors", file=sys.stderr)
+        return 2
+    assert checked is not None
+    config = checked
     effective = config.to_mapping()
     # Unset breaker settings mean "keep the shared breaker's, or the defaults when this
     # policy creates it": show the defaults, and say so, rather than a bare null.
@@ -212,18 +221,35 @@ def _check_config(args: argparse.Namespace) -> int:
             adaptive[key] = value
             inherited.append(f"llm_call.adaptive_concurrency.{key}")
     if args.json:
-        print(json.dumps(effective, indent=2))
-        return 0
+        return _write_stdout(json.dumps(effective, indent=2) + "\n")
     import yaml
 
-    print(f"# {args.file}: valid. Effective values, defaults filled in:")
-    print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
+    lines = [
+        f"# {args.file}: valid. Effective values, defaults filled in:",
+        yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip(),
+    ]
     if inherited:
-        print(
+        lines.append(
             f"# not set in the file: {', '.join(inherited)}; the defaults above apply when "
             "this policy creates its breaker (or its gate's adaptive limit), while one "
             "already shared under the same name keeps its own values."
         )
+    return _write_stdout("\n".join(lines) + "\n")
+
+
+def _write_stdout(text: str) -> int:
+    """Write and flush ``text``; a reader that went away (``| head``) is not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would otherwise report the failed flush again at exit, with a traceback.
+        # Point stdout at /dev/null (the Python docs' recipe for SIGPIPE) and stop quietly.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return 0
 
 

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-import httpx
+try:
+    import httpx
+except ImportError as _exc:
+    from .integrations._transport import missing_library
+
+    raise missing_library("httpx") from _exc
 
 from .integrations import _transport
 
@@ -122,6 +127,8 @@ class GatedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        if not isinstance(request, httpx.Request):
+            raise _transport.wrong_client("httpx", request)
         response: httpx.Response = await self._core.send_async(request)
         return response
 
@@ -189,6 +196,8 @@ class SyncGatedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        if not isinstance(request, httpx.Request):
+            raise _transport.wrong_client("httpx", request)
         response: httpx.Response = self._core.send_sync(request)
         return response
 

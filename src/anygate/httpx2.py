@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-import httpx2
+try:
+    import httpx2
+except ImportError as _exc:
+    from .integrations._transport import missing_library
+
+    raise missing_library("httpx2") from _exc
 
 from .integrations import _transport
 
@@ -122,6 +127,8 @@ class GatedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        if not isinstance(request, httpx2.Request):
+            raise _transport.wrong_client("httpx2", request)
         response: httpx2.Response = await self._core.send_async(request)
         return response
 
@@ -189,6 +196,8 @@ class SyncGatedTransport(httpx2.BaseTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
+        if not isinstance(request, httpx2.Request):
+            raise _transport.wrong_client("httpx2", request)
         response: httpx2.Response = self._core.send_sync(request)
         return response
 

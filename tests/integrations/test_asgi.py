@@ -242,11 +242,12 @@ async def test_app_that_raises_returns_the_slot(server: str) -> None:
 
 
 @on_servers
-async def test_disconnect_returns_the_slot_before_the_app_ends(server: str) -> None:
-    """The slot comes back as soon as the app hears ``http.disconnect``, even if it keeps
-    running for a while after."""
+async def test_disconnect_keeps_the_slot_until_the_app_ends(server: str) -> None:
+    """A client that hangs up does not free the slot while the app still works for it:
+    the slot bounds the app's work, and comes back when the app returns (issue 15)."""
     controls = Controls()
     gate = anygate.Gate(1, name="chat")
+    saw_disconnect = anyio.Event()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -254,6 +255,7 @@ async def test_disconnect_returns_the_slot_before_the_app_ends(server: str) -> N
             return
         await receive()  # the request body
         assert (await receive())["type"] == "http.disconnect"
+        saw_disconnect.set()
         await controls.proceed.wait()  # slow clean-up after the client left
 
     async with serve(_stack(controls, gate, inner=app), server=server) as url:
@@ -262,11 +264,13 @@ async def test_disconnect_returns_the_slot_before_the_app_ends(server: str) -> N
                 tg.start_soon(client.get, "/v1/chat/x")
                 await controls.wait_until(lambda c: c.entered == 1)
                 tg.cancel_scope.cancel()  # the client gives up and hangs up
-        await _slot_comes_back(gate)
-        assert controls.finished == 0
+        with anyio.fail_after(10):
+            await saw_disconnect.wait()
+        assert (gate.in_flight, controls.finished) == (1, 0)
         controls.proceed.set()
         await controls.wait_until(lambda c: c.finished == 1)
-    assert gate.in_flight == 0
+        assert gate.in_flight == 0
+        await _slot_comes_back(gate)
 
 
 @on_servers

@@ -1,24 +1,39 @@
 """GateMiddleware: admit an ASGI HTTP request only with a gate slot, else answer 429.
 
 The slot is taken before the app runs and given back exactly once, by whichever comes
-first: the last byte of the response was handed to the server, the server reported the
-client gone (``http.disconnect`` from ``receive``, or ``send`` raising), or the app
-returned or raised. The last of these always happens, so even a streaming body that never
-started (lilbee's case: the client left before the generator's first iteration, so the
-generator's ``finally`` never ran) cannot strand the slot. Pure ASGI 3; no framework import.
+first: the last byte of the response was handed to the server, or the app returned or
+raised. A client that disconnects does *not* free the slot by itself: the app's work for
+that request (a model still generating, a streaming body's clean-up) goes on until the app
+returns, and the slot bounds that work. The app returning always happens, so even a
+streaming body that never started (lilbee's case) cannot strand the slot.
+
+While a request is queued, the middleware reads from the client so that a client that
+hangs up in the queue leaves it: its handler never runs (paid model work for nobody).
+The body read meanwhile is replayed to the app. Pure ASGI 3; no framework import.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
 
 from .._errors import Busy
 from .._gate import Gate
 
-__all__ = ["ASGIApp", "GateMiddleware"]
+if TYPE_CHECKING:
+    from .._token import Token
+
+__all__ = ["ASGIApp", "GateMiddleware", "acquire_watching"]
+
+# How much request body a queued request may buffer while we watch for its client leaving.
+# Past this the watch stops (the rest of the body waits in the server's flow control, as it
+# would without us) and a later disconnect is noticed only after admission.
+_MAX_BUFFERED = 1 << 20
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -74,14 +89,18 @@ class GateMiddleware:
     and a JSON body ``{"error": {"type": "busy", "code": "gate_busy", "message": ...}}``,
     without running the app.
 
-    The slot is held until the response has been completely handed to the server, and no
-    longer: work the app does after that (Starlette background tasks) runs without it. It
-    comes back earlier if the client disconnects (as soon as the server tells the app) or
-    the app raises, and always when the app returns, exactly once.
+    The slot is held until the response has been completely handed to the server, or the
+    app returns or raises, whichever comes first: work the app does after the last byte
+    (Starlette background tasks) runs without it. A client that disconnects mid-response
+    does not free the slot early: the app is still working for it until it returns, and
+    the slot bounds that work. (Starlette's own ``StreamingResponse`` leaves a body
+    generator that was stopped at a ``yield`` to the garbage collector, so its ``finally``
+    runs after the app returned; :class:`anygate.starlette.StreamingResponse` closes it
+    before returning.) A client that hangs up while *queued* leaves the queue and its
+    request never runs.
 
     Lifespan and websocket traffic, and HTTP paths outside ``paths``, pass straight
-    through. This is not a rate limiter: it bounds how many requests run at once. A client
-    that leaves while *queued* is noticed only once its request is admitted.
+    through. This is not a rate limiter: it bounds how many requests run at once.
 
     Args:
         app: the ASGI 3 application to protect.
@@ -143,41 +162,42 @@ class GateMiddleware:
         ):
             await self._app(scope, receive, send)
             return
+        buffered: deque[Message] = deque()
         try:
-            token = await self._gate.acquire(timeout=self._timeout)
+            token = await acquire_watching(self._gate, self._timeout, receive, buffered)
         except Busy as exc:
             await self._reject(send, exc)
             return
+        if token is None:
+            return  # the client hung up while queued: nobody to run the request for
         release = token.release
         trailers = False
 
-        async def gated_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                release()  # the client is gone; nothing we send will reach it
-            return message
+        async def replaying_receive() -> Message:
+            if buffered:
+                return buffered.popleft()  # body read while we watched the queued client
+            return await receive()
 
         async def gated_send(message: Message) -> None:
             nonlocal trailers
             kind = message["type"]
             if kind == "http.response.start":
                 trailers = bool(message.get("trailers", False))
-            try:
-                await send(message)
-            except BaseException:
-                release()  # the server could not deliver it: the client is gone
-                raise
+            await send(message)
             if (
                 (kind == "http.response.body" and not trailers and not message.get("more_body"))
                 or (kind == "http.response.trailers" and not message.get("more_trailers"))
                 or kind == "http.response.pathsend"
             ):
-                release()  # the whole response is with the server
+                release()  # the whole response is with the server; background work is free
 
         try:
-            await self._app(scope, gated_receive, gated_send)
+            await self._app(scope, replaying_receive if buffered else receive, gated_send)
         finally:
-            release()  # returned or raised: the last chance, and it always comes
+            # Returned or raised: the last chance, and it always comes. A disconnect or a
+            # failed send does not release earlier: the app may still be working (issue 15:
+            # a generator's clean-up ran after the slot went to the next request).
+            release()
 
     async def _reject(self, send: Send, busy: Busy) -> None:
         body = json.dumps(
@@ -202,3 +222,56 @@ class GateMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def acquire_watching(
+    gate: Gate, wait_s: float | None, receive: Receive, buffered: deque[Message]
+) -> Token | None:
+    """Wait for a slot of ``gate`` while watching ``receive`` for the client leaving.
+
+    Returns the token, or ``None`` when an ``http.disconnect`` came first (the wait is
+    abandoned, so the queue position goes to the next caller; a slot granted in the same
+    instant is given back). ``http.request`` messages read meanwhile are appended to
+    ``buffered`` for the app (up to about 1 MiB, after which the watch stops).
+
+    The uncontended path and ``wait_s=0`` do not watch: they never wait, so there is
+    nothing to leave, and they cost no task.
+
+    Raises:
+        Busy: no slot within ``wait_s`` seconds.
+    """
+    if wait_s == 0 or (gate.waiting == 0 and gate.in_flight < gate.capacity):
+        # An unlocked hint: if it is stale we queue without watching, as before issue 15.
+        return await gate.acquire(timeout=wait_s)
+    left = False
+    token: Token | None = None
+    busy: Busy | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal left
+            size = 0
+            while size <= _MAX_BUFFERED:
+                try:
+                    message = await receive()
+                except Exception:
+                    return
+                if message["type"] == "http.disconnect":
+                    left = True
+                    tg.cancel_scope.cancel()
+                    return
+                buffered.append(message)
+                size += len(message.get("body", b""))
+
+        tg.start_soon(watch)
+        try:
+            token = await gate.acquire(timeout=wait_s)
+        except Busy as exc:
+            busy = exc
+        tg.cancel_scope.cancel()
+    if busy is not None:
+        raise busy
+    if left and token is not None:
+        token.release()  # granted in the same instant the client left
+        return None
+    return token

@@ -430,3 +430,30 @@ class SyncBody(_Body):
                 self._inner.close()
             finally:
                 self._finish()
+
+
+def wrong_client(flavour: str, request: object) -> TypeError:
+    """The error for a gated transport of one library installed on the other's client.
+
+    Without it the mix-up fails with a bare ``AssertionError`` deep inside the client
+    (httpx and httpx2 check the response type they get back).
+    """
+    got = type(request).__module__.split(".")[0]
+    other = "httpx2" if flavour == "httpx" else "httpx"
+    msg = (
+        f"anygate.{flavour}.GatedTransport was handed a {type(request).__module__}."
+        f"{type(request).__qualname__}: it is installed on a {got} client, but it serves "
+        f"{flavour} clients only. Use anygate.{other}.GatedTransport with {other} clients "
+        "(the OpenAI 3.x and Anthropic 2.x SDKs are built on httpx2)"
+    )
+    return TypeError(msg)
+
+
+def missing_library(flavour: str) -> ImportError:
+    """The error for importing ``anygate.httpx`` / ``anygate.httpx2`` without the library."""
+    msg = (
+        f"anygate.{flavour} needs {flavour}: pip install 'anygate[{flavour}]' (anygate.httpx "
+        "serves httpx clients, anygate.httpx2 httpx2 clients, which the OpenAI 3.x and "
+        "Anthropic 2.x SDKs use)"
+    )
+    return ImportError(msg)

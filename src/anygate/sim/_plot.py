@@ -8,9 +8,13 @@ directly rather than ``pyplot``, so no GUI backend or global figure state is inv
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import ConfigError
 from ._results import SimulationResult, series
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 __all__ = ["SUFFIXES", "write_plot"]
 
@@ -56,7 +60,7 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
             align="edge",
             color="tab:red",
             alpha=0.5,
-            label="429s",
+            label="429 answers per bucket (right axis)",
         )
         if any(data.rejected_503):
             rejects.bar(
@@ -67,11 +71,17 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
                 bottom=data.rejected_429,
                 color="tab:purple",
                 alpha=0.5,
-                label="503s",
+                label="503 answers per bucket (right axis)",
             )
         rejects.set_ylim(0, max(1, top_rejects) * 1.05)
         rejects.set_ylabel("rejections / bucket")
-        ax.step(times, data.in_flight, where="post", color="tab:blue", label="in service")
+        ax.step(
+            times,
+            data.in_flight,
+            where="post",
+            color="tab:blue",
+            label="requests in service (left axis)",
+        )
         ax.set_ylim(0, top * 1.05)
         ax.set_ylabel("in service")
         ax.set_zorder(rejects.get_zorder() + 1)  # the line above the bars
@@ -83,6 +93,12 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
             fontsize="medium",
             loc="left",
         )
+    # One legend for the figure: the colours mean the same in every panel.
+    legend: dict[str, Artist] = {}
+    for ax in figure.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    figure.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=3)
     axes[-1].set_xlabel("virtual time (s)")
     axes[-1].set_xlim(0, horizon)
     figure.suptitle(

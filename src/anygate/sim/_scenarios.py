@@ -7,6 +7,7 @@ and read with :mod:`importlib.resources`, so they work from a wheel, a zip or a 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -66,6 +67,9 @@ def load_scenario(source: str | Path | Mapping[str, Any] = DEFAULT_SCENARIO) -> 
         known = builtin_scenarios()
         if text not in known:
             msg = f"scenario must be one of {', '.join(known)} or a .yaml file (got {text!r})"
+            close = difflib.get_close_matches(text, known, n=1)
+            if close:
+                msg += f"; did you mean {close[0]!r}?"
             raise ConfigError(msg, path="scenario", value=text)
         return parse_scenario(_package_yaml("scenarios", text))
     path = Path(source)

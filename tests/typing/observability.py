@@ -1,0 +1,42 @@
+"""Type-level tests of anygate.otel, anygate.starlette and anygate.testing (issue 15).
+
+Checked by mypy and pyright, never executed (pytest does not collect this file).
+"""
+
+# pyright: strict, reportUnnecessaryTypeIgnoreComment=error
+
+from __future__ import annotations
+
+from typing_extensions import assert_type
+
+import anygate
+import anygate.otel
+import anygate.starlette
+import anygate.testing
+
+gate = anygate.Gate(4, name="llm")
+policy = anygate.Policy(name="llm", hooks=[anygate.otel.Telemetry()])
+
+telemetry = anygate.otel.Telemetry(spans=True)
+telemetry.observe(policy)
+telemetry.observe(gate)
+telemetry.observe("llm")  # type: ignore[arg-type]
+assert_type(anygate.otel.throttle_kind(anygate.classify(ValueError("x"))), str | None)
+
+
+async def ask() -> str:
+    return "hi"
+
+
+async def traced() -> None:
+    assert_type(await telemetry.call(policy, ask), str)
+
+
+route_gate = anygate.starlette.RouteGate(gate, timeout=30)
+assert_type(route_gate.gate, anygate.Gate)
+anygate.starlette.RouteGate("llm")  # type: ignore[arg-type]
+
+with anygate.testing.isolated():
+    pass
+with anygate.testing.set_testing(True):
+    pass
