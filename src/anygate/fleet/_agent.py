@@ -94,6 +94,7 @@ class Agent:
         self.calls = 0
         self._synced = False
         self._ticket = False
+        self._posted = False
         self._hinted = False
         self._busy_at = -math.inf
         self._valid_until = -math.inf
@@ -293,7 +294,10 @@ class Agent:
         self._set_local(target)
         keep = max(gate.in_flight, target)
         due = not self._synced or self._hinted or keep < held
-        if wantmax > held and (not self._ticket or now >= self._renew_at):
+        if demand > held and (not self._posted or now >= self._renew_at):
+            # Post (and keep renewing) our unmet demand even while our share caps what we
+            # may hold: shares are computed from posted demands, so a process that
+            # stayed silent at its share of 0 would never be given a larger one.
             due = True
         if self._ticket and wantmax <= held:
             due = True  # withdraw the ticket: nobody here waits any more
@@ -314,6 +318,7 @@ class Agent:
             wantmax = keep
         started = time.monotonic()
         self.calls += 1
+        logger.debug("fleet %r %s: %s keep=%s demand=%s wantmax=%s", self.s.name, self.pid, op, keep, demand, wantmax)
         reply = await session.call(
             self.pid,
             keep=keep,
@@ -323,8 +328,10 @@ class Agent:
             lease_ms=int(self.s.lease_ttl * 1000),
             ticket_ms=int(self.s.ticket_ttl * 1000),
             grace_ms=int(self.s.restart_grace * 1000),
+            epoch=self.epoch,
             op=op,
         )
+        logger.debug("fleet %r %s: -> held=%s limit=%s used=%s", self.s.name, self.pid, reply.held, reply.limit, reply.used)
         with self._lock:
             self.held = reply.held
             self.limit = reply.limit
@@ -335,6 +342,7 @@ class Agent:
             was_down, self.down = self.down, None
         self._synced = True
         self._ticket = wantmax > reply.held
+        self._posted = demand > reply.held
         self._valid_until = started + self.s.lease_ttl
         self._heartbeat_at = started + self.s.lease_ttl / 3
         self._renew_at = started + self.s.ticket_ttl / 3
@@ -354,6 +362,7 @@ class Agent:
                 pass  # the TTL returns them
 
     def _went_down(self, cause: str) -> None:
+        logger.debug("fleet %r %s: down: %s", self.s.name, self.pid, cause)
         with self._lock:
             first = self.down is None
             self.down = cause

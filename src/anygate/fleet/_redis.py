@@ -131,12 +131,13 @@ class Session:
         lease_ms: int,
         ticket_ms: int,
         grace_ms: int,
+        epoch: str | None = None,
         hint: bool = True,
         op: str = "sync",
     ) -> SyncReply:
         """Run the fleet script once (see ``_scripts``)."""
         args = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms, self._link.prefix]
-        args += ["1" if hint else "0", op, wantmax]
+        args += ["1" if hint else "0", op, wantmax, epoch or ""]
         try:
             with anyio.fail_after(self._link.op_timeout):
                 raw = await self._script(keys=self._link.keys, args=args)

@@ -53,7 +53,8 @@ def keys_for(name: str) -> list[str]:
 # ARGV: 1 process id, 2 keep, 3 demand, 4 capacity to restore if Redis lost it (or to set
 # when 10 = "cap"), 5 lease TTL ms, 6 ticket TTL ms, 7 restart grace ms, 8 key prefix,
 # 9 hint the over-share holders ("1") or not, 10 op: "sync" | "leave" | "cap" | "peek",
-# 11 the most leases the caller wants to hold after this call.
+# 11 the most leases the caller wants to hold after this call, 12 the epoch the caller
+# last saw ("" if none).
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued}.
 SYNC = r"""
 local meta, held, pend, dem, exp, pexp, q, tix, wnt =
@@ -76,7 +77,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Restart detection. An empty Redis forgot every lease; one that was unreachable for a
 -- whole TTL while leases existed let them all lapse unrenewed. Either way surviving
 -- holders are still running: grant nothing new until they had time to re-assert.
-local m = redis.call('HMGET', meta, 'cap', 'epoch', 'grace', 'last')
+local known = ARGV[12]
+local m = redis.call('HMGET', meta, 'cap', 'epoch', 'grace', 'last', 'reset')
 local cap = tonumber(m[1])
 local epoch = m[2]
 local grace_until = tonumber(m[3]) or 0
@@ -84,8 +86,18 @@ local last = tonumber(m[4]) or now
 if cap == nil then
   cap = argcap
   epoch = t[1] .. '.' .. t[2]
-  grace_until = now + grace
+  -- A caller that knew an earlier epoch, or holds leases, survived a reset: hold new
+  -- grants back. A fresh fleet starting on an empty Redis does not wait.
+  if known ~= '' or keep > 0 then
+    grace_until = now + grace
+    redis.call('HSET', meta, 'reset', '1')
+  end
   redis.call('HSET', meta, 'cap', cap, 'epoch', epoch, 'grace', grace_until)
+elseif known ~= '' and known ~= epoch and m[5] ~= '1' then
+  -- The first survivor to arrive after a newcomer re-created the state: the reset
+  -- happened; stop granting until the other survivors had time to re-assert.
+  grace_until = now + grace
+  redis.call('HSET', meta, 'grace', grace_until, 'reset', '1')
 elseif now - last > ttl and redis.call('HLEN', held) > 0 then
   grace_until = now + grace
   redis.call('HSET', meta, 'grace', grace_until)

@@ -1,0 +1,62 @@
+"""Fleet fixtures: a real redis-server on 127.0.0.1, started by the tests themselves.
+
+Skipped with the reason when redis-server cannot be started here; under ``CI=true`` that
+is a failure instead (CI installs redis-server, see ``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .redis_proc import RedisProc, RedisUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+pytest.importorskip("coredis", reason="the fleet gate needs coredis (pip install anygate[redis])")
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and redis-server cannot be started: {reason}")
+    pytest.skip(f"redis-server cannot be started here: {reason}")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisProc]:
+    """One redis-server for the whole session (tests use distinct gate names)."""
+    try:
+        server = RedisProc()
+        server.start()
+    except RedisUnavailable as exc:
+        _unavailable(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_factory() -> Iterator[Callable[[], RedisProc]]:
+    """Dedicated servers for tests that kill and restart Redis; all stopped afterwards."""
+    started: list[RedisProc] = []
+
+    def make() -> RedisProc:
+        try:
+            server = RedisProc()
+            server.start()
+        except RedisUnavailable as exc:
+            _unavailable(str(exc))
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def gate_name(request: pytest.FixtureRequest) -> str:
+    """A gate name unique to the test (and backend), so tests never share fleet state."""
+    return "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
