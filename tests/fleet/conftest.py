@@ -6,6 +6,7 @@ is a failure instead (CI installs redis-server, see ``.ci/run``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import TYPE_CHECKING
 
@@ -59,4 +60,5 @@ def redis_factory() -> Iterator[Callable[[], RedisProc]]:
 @pytest.fixture
 def gate_name(request: pytest.FixtureRequest) -> str:
     """A gate name unique to the test (and backend), so tests never share fleet state."""
-    return "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
+    return "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name)[:40] + digest

@@ -185,6 +185,8 @@ class Agent:
         self._started.set()
         while True:
             try:
+                if self.down is not None:
+                    await self.link.probe()
                 async with self.link.session() as session:
                     await self._serve(session)
                 return  # closing

@@ -19,6 +19,7 @@ This module is the only one that imports coredis.
 from __future__ import annotations
 
 import contextlib
+from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -83,6 +84,24 @@ class Link:
         """The server, for error messages (credentials stripped)."""
         tail = self.url.rsplit("@", 1)[-1]
         return tail.split("://", 1)[-1]
+
+    async def probe(self) -> None:
+        """Check that the server accepts connections, without coredis.
+
+        coredis 6.9 leaks a connection's internal streams (ResourceWarning) for every
+        connection attempt that fails, so while Redis is down the agent knocks with a plain
+        socket and only builds a client once something answers.
+        """
+        parts = urlsplit(self.url)
+        try:
+            with anyio.fail_after(self.op_timeout):
+                if parts.scheme == "unix":
+                    stream: Any = await anyio.connect_unix(parts.path)
+                else:
+                    stream = await anyio.connect_tcp(parts.hostname or "localhost", parts.port or 6379)
+                await stream.aclose()
+        except (OSError, TimeoutError) as exc:
+            raise LinkDown(_describe(exc)) from exc
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Session]:
