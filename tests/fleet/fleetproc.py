@@ -29,7 +29,10 @@ class Fleet:
             cmd = [*(prefix or []), sys.executable, str(WORKER), json.dumps(cfg)]
             self.procs.append(
                 subprocess.Popen(
-                    cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    cmd,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                 )
             )

@@ -28,9 +28,7 @@ def jain(values: list[float]) -> float:
 
 
 def _configs(n: int, **common: Any) -> list[dict[str, Any]]:
-    return [
-        {**common, "backend": "asyncio" if i % 2 == 0 else "trio", "seed": i} for i in range(n)
-    ]
+    return [{**common, "backend": "asyncio" if i % 2 == 0 else "trio", "seed": i} for i in range(n)]
 
 
 def _maximum(server: RedisProc, name: str) -> int:
@@ -41,8 +39,15 @@ def _maximum(server: RedisProc, name: str) -> int:
 def _run_mixed(server: RedisProc, name: str, duration: float) -> list[dict[str, Any]]:
     fleet = Fleet(
         _configs(
-            8, name=name, url=server.url, counter_url=server.url, capacity=16, tasks=50,
-            duration=duration, hold=(0.002, 0.03), lease_ttl=5.0,
+            8,
+            name=name,
+            url=server.url,
+            counter_url=server.url,
+            capacity=16,
+            tasks=50,
+            duration=duration,
+            hold=(0.002, 0.03),
+            lease_ttl=5.0,
         )
     )
     try:
@@ -53,7 +58,9 @@ def _run_mixed(server: RedisProc, name: str, duration: float) -> list[dict[str, 
     return results
 
 
-def test_eight_mixed_processes_never_exceed_capacity(redis_server: RedisProc, gate_name: str) -> None:
+def test_eight_mixed_processes_never_exceed_capacity(
+    redis_server: RedisProc, gate_name: str
+) -> None:
     """8 processes (4 asyncio, 4 trio) x 50 tasks, capacity 16: never more than 16 at once,
     and every process is served (a short run; the 20 s soak is the slow test below)."""
     results = _run_mixed(redis_server, gate_name, duration=3.0)
@@ -87,15 +94,23 @@ def test_sigkilled_holder_slots_come_back_within_the_ttl(
     holder = Fleet(
         [
             {
-                "name": gate_name, "url": redis_server.url, "capacity": 4, "tasks": 4,
-                "duration": 600, "hold": (600, 600), "backend": "trio", "lease_ttl": ttl,
+                "name": gate_name,
+                "url": redis_server.url,
+                "capacity": 4,
+                "tasks": 4,
+                "duration": 600,
+                "hold": (600, 600),
+                "backend": "trio",
+                "lease_ttl": ttl,
                 "ticket_ttl": 0.5,
             }
         ]
     )
     try:
         holder.go()
-        fleet = FleetGate(gate_name, capacity=4, url=redis_server.url, lease_ttl=ttl, ticket_ttl=0.5)
+        fleet = FleetGate(
+            gate_name, capacity=4, url=redis_server.url, lease_ttl=ttl, ticket_ttl=0.5
+        )
         try:
 
             async def main() -> float:
@@ -108,10 +123,8 @@ def test_sigkilled_holder_slots_come_back_within_the_ttl(
                         await anyio.sleep(0.05)
                 holder.kill()  # SIGKILL
                 killed = time.monotonic()
-                tokens = []
                 with anyio.fail_after(ttl + 2.0):
-                    for _ in range(4):
-                        tokens.append(await fleet.acquire())
+                    tokens = [await fleet.acquire() for _ in range(4)]
                 for token in tokens:
                     token.release()
                 return time.monotonic() - killed
@@ -141,9 +154,21 @@ def test_redis_killed_and_restarted_empty_mid_run(
     duration = 9.0
     fleet = Fleet(
         _configs(
-            8, name=name, url=fleet_redis.url, counter_url=redis_server.url, capacity=16,
-            tasks=20, duration=duration, hold=(0.005, 0.05), lease_ttl=2.0, ticket_ttl=0.5,
-            restart_grace=1.0, op_timeout=0.5, mode=mode, times=True, acquire_timeout=5.0,
+            8,
+            name=name,
+            url=fleet_redis.url,
+            counter_url=redis_server.url,
+            capacity=16,
+            tasks=20,
+            duration=duration,
+            hold=(0.005, 0.05),
+            lease_ttl=2.0,
+            ticket_ttl=0.5,
+            restart_grace=1.0,
+            op_timeout=0.5,
+            mode=mode,
+            times=True,
+            acquire_timeout=5.0,
         )
     )
     try:

@@ -125,7 +125,9 @@ if __name__ == "__main__":
     if os.environ.get("ANYGATE_FLEET_DEBUG"):
         import logging
 
-        logging.basicConfig(level=logging.DEBUG, format="%(relativeCreated)d %(threadName)s %(message)s")
+        logging.basicConfig(
+            level=logging.DEBUG, format="%(relativeCreated)d %(threadName)s %(message)s"
+        )
     settings = json.loads(sys.argv[1])
     result = anyio.run(main, settings, backend=settings["backend"])
     print(json.dumps(result), flush=True)

@@ -24,6 +24,5 @@ from ._fleet import FleetStatistics as FleetStatistics
 
 __all__ = ["FleetGate", "FleetStatistics", "FleetUnavailable"]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+# Show the public path in reprs and tracebacks (as anygate's own names do).
+FleetGate.__module__ = FleetStatistics.__module__ = FleetUnavailable.__module__ = __name__

@@ -23,6 +23,8 @@ It is lowered *before* a release is sent, and raised only *after* a reply.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import secrets
@@ -33,7 +35,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import logging
 
 from ._redis import Link, LinkDown
 
@@ -79,7 +80,9 @@ class Agent:
         self.gate = gate
         self.pid = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.owner_pid = os.getpid()
-        self.link = Link(settings.url, settings.name, op_timeout=settings.op_timeout, cluster=settings.cluster)
+        self.link = Link(
+            settings.url, settings.name, op_timeout=settings.op_timeout, cluster=settings.cluster
+        )
         self._on_outage = on_outage
         # What Redis last confirmed; read by other threads for statistics (plain reads of
         # ints are atomic; _lock keeps the multi-field snapshot consistent).
@@ -116,7 +119,9 @@ class Agent:
         """Start the agent thread (idempotent)."""
         if self._thread is not None:
             return
-        thread = threading.Thread(target=self._run, name=f"anygate-fleet-{self.s.name}", daemon=True)
+        thread = threading.Thread(
+            target=self._run, name=f"anygate-fleet-{self.s.name}", daemon=True
+        )
         self._thread = thread
         thread.start()
         self._started.wait(5.0)
@@ -207,10 +212,10 @@ class Agent:
             self._apply_outage_mode()
             await self._wait(min(deadline - time.monotonic(), self.s.idle_poll_interval))
 
-    async def _wait(self, timeout: float) -> None:
+    async def _wait(self, seconds: float) -> None:
         event = self._event
         assert event is not None
-        with anyio.move_on_after(max(timeout, 0.0)):
+        with anyio.move_on_after(max(seconds, 0.0)):
             await event.wait()
         self._event = anyio.Event()  # before looking: a kick from now on is not lost
 
@@ -311,8 +316,14 @@ class Agent:
         return keep, demand, wantmax
 
     async def _call(
-        self, session: Session, *, keep: int | None = None, demand: int = 0, wantmax: int = 0,
-        op: str = "sync", cap: int | None = None,
+        self,
+        session: Session,
+        *,
+        keep: int | None = None,
+        demand: int = 0,
+        wantmax: int = 0,
+        op: str = "sync",
+        cap: int | None = None,
     ) -> SyncReply:
         if keep is None:  # a capacity change: restate what we hold, change nothing else
             keep = min(self.held, max(self.gate.in_flight, int(self.gate.capacity)))
@@ -320,7 +331,15 @@ class Agent:
             wantmax = keep
         started = time.monotonic()
         self.calls += 1
-        logger.debug("fleet %r %s: %s keep=%s demand=%s wantmax=%s", self.s.name, self.pid, op, keep, demand, wantmax)
+        logger.debug(
+            "fleet %r %s: %s keep=%s demand=%s wantmax=%s",
+            self.s.name,
+            self.pid,
+            op,
+            keep,
+            demand,
+            wantmax,
+        )
         reply = await session.call(
             self.pid,
             keep=keep,
@@ -333,7 +352,14 @@ class Agent:
             epoch=self.epoch,
             op=op,
         )
-        logger.debug("fleet %r %s: -> held=%s limit=%s used=%s", self.s.name, self.pid, reply.held, reply.limit, reply.used)
+        logger.debug(
+            "fleet %r %s: -> held=%s limit=%s used=%s",
+            self.s.name,
+            self.pid,
+            reply.held,
+            reply.limit,
+            reply.used,
+        )
         with self._lock:
             self.held = reply.held
             self.limit = reply.limit
@@ -358,10 +384,9 @@ class Agent:
         self._set_local(0)
         in_use = self.gate.in_flight
         with anyio.CancelScope(shield=True):
-            try:
-                await self._call(session, keep=in_use, demand=in_use, wantmax=in_use, op="leave" if in_use == 0 else "sync")
-            except LinkDown:
-                pass  # the TTL returns them
+            with contextlib.suppress(LinkDown):  # else the TTL returns them
+                op = "leave" if in_use == 0 else "sync"
+                await self._call(session, keep=in_use, demand=in_use, wantmax=in_use, op=op)
 
     def _went_down(self, cause: str) -> None:
         logger.debug("fleet %r %s: down: %s", self.s.name, self.pid, cause)

@@ -37,7 +37,9 @@ class FleetUnavailable(Busy):
         )
 
 
-def _rebuild(fleet: str, cause: str, capacity: float, in_flight: int, waited: float) -> FleetUnavailable:
+def _rebuild(
+    fleet: str, cause: str, capacity: float, in_flight: int, waited: float
+) -> FleetUnavailable:
     return FleetUnavailable(
         fleet=fleet, cause=cause, capacity=capacity, in_flight=in_flight, waited=waited
     )

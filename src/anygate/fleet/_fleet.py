@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import math
 import os
 import threading
@@ -225,7 +226,9 @@ class FleetGate:
         self._agent: Agent | None = None
         self._closed = False
         # Async waiters to fail at once when Redis goes away in closed mode.
-        self._waiters: dict[int, tuple[anyio.CancelScope, Callable[[Callable[[], object]], object]]] = {}
+        self._waiters: dict[
+            int, tuple[anyio.CancelScope, Callable[[Callable[[], object]], object]]
+        ] = {}
 
     # ------------------------------------------------------------------ introspection
 
@@ -281,7 +284,7 @@ class FleetGate:
 
     # ------------------------------------------------------------------ capacity
 
-    async def set_capacity(self, capacity: int, *, timeout: float = 5.0) -> None:
+    async def set_capacity(self, capacity: int, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - the wait happens in the agent thread, not under a cancel scope here
         """Set the fleet-wide capacity, for every process, and wait until Redis applied it.
 
         Raising it grants queued processes at once; lowering it revokes nothing (holders
@@ -361,11 +364,11 @@ class FleetGate:
             self._refuse_if_down(agent, 0.0, exc)
             raise
 
-    async def _acquire(self, timeout: float | None) -> Token:
+    async def _acquire(self, wait_s: float | None) -> Token:
         agent = self._ensure_agent()
         gate = self._gate
         if not (gate.waiting or gate.in_flight >= gate.capacity):
-            return await gate.acquire(timeout=timeout)
+            return await gate.acquire(timeout=wait_s)
         self._refuse_if_down(agent, 0.0)
         agent.kick()
         scope = anyio.CancelScope()
@@ -376,9 +379,9 @@ class FleetGate:
                 self._waiters[key] = (scope, _current_call_soon())
         try:
             with scope:
-                return await gate.acquire(timeout=timeout)
+                return await gate.acquire(timeout=wait_s)
         except Busy as exc:
-            self._refuse_if_down(agent, timeout or 0.0, exc)
+            self._refuse_if_down(agent, wait_s or 0.0, exc)
             raise
         finally:
             if closed:
@@ -388,7 +391,9 @@ class FleetGate:
         # local gate already passed on any slot reserved for us.
         raise self._unavailable(agent.down or "Redis unreachable", 0.0)
 
-    def _refuse_if_down(self, agent: Agent, waited: float, exc: BaseException | None = None) -> None:
+    def _refuse_if_down(
+        self, agent: Agent, waited: float, exc: BaseException | None = None
+    ) -> None:
         cause = agent.down
         if cause is not None and self._settings.on_unavailable == "closed":
             raise self._unavailable(cause, waited) from exc
@@ -409,10 +414,9 @@ class FleetGate:
         with self._lock:
             waiters = list(self._waiters.values())
         for scope, call_soon in waiters:
-            try:
+            # RuntimeError: that loop has ended, and its caller with it.
+            with contextlib.suppress(RuntimeError):
                 call_soon(scope.cancel)
-            except RuntimeError:  # that loop has ended; its caller is gone too
-                pass
 
     def _released(self) -> None:
         agent = self._agent

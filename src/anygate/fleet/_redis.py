@@ -19,8 +19,8 @@ This module is the only one that imports coredis.
 from __future__ import annotations
 
 import contextlib
-from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -98,7 +98,9 @@ class Link:
                 if parts.scheme == "unix":
                     stream: Any = await anyio.connect_unix(parts.path)
                 else:
-                    stream = await anyio.connect_tcp(parts.hostname or "localhost", parts.port or 6379)
+                    stream = await anyio.connect_tcp(
+                        parts.hostname or "localhost", parts.port or 6379
+                    )
                 await stream.aclose()
         except (OSError, TimeoutError) as exc:
             raise LinkDown(_describe(exc)) from exc
@@ -128,14 +130,14 @@ class Session:
     """Calls on one client. Any failure raises :class:`LinkDown`; the client is then unusable."""
 
     def __init__(self, link: Link, client: Any) -> None:
-        import coredis
+        from coredis.exceptions import RedisError
 
         self._link = link
         self._client = client
         self._errors: tuple[type[BaseException], ...] = (
             OSError,
             TimeoutError,
-            coredis.exceptions.RedisError,
+            RedisError,
         )
         self._script = client.register_script(SYNC)
 
@@ -164,16 +166,16 @@ class Session:
             raise LinkDown(_describe(exc)) from exc
         return SyncReply(raw)
 
-    async def wait_hint(self, pid: str, timeout: float) -> bool:
-        """Block on this process's hint list for up to ``timeout`` s; ``True`` if hinted.
+    async def wait_hint(self, pid: str, seconds: float) -> bool:
+        """Block on this process's hint list for up to ``seconds``; ``True`` if hinted.
 
         The server-side timeout ends the pop first; the client deadline only fires when
         the server or the network is gone (coredis would otherwise wait forever).
         """
         key = self._link.prefix + "w:" + pid
         try:
-            with anyio.fail_after(timeout + self._link.op_timeout):
-                reply = await self._client.blpop([key], timeout=timeout)
+            with anyio.fail_after(seconds + self._link.op_timeout):
+                reply = await self._client.blpop([key], timeout=seconds)
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return reply is not None
