@@ -27,11 +27,17 @@ pytest.importorskip("coredis", reason="the fleet gate needs coredis (pip install
 _COREDIS_LEAK = "ignore:Unclosed <MemoryObject:ResourceWarning"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
+    # The soaks (20 s, two network namespaces) stay out of the default run: select them
+    # with `-m slow`.
+    wanted = "slow" in (config.option.markexpr or "")
+    skip = pytest.mark.skip(reason="slow soak; run with -m slow")
     for item in items:
         if str(item.path).startswith(here):
             item.add_marker(pytest.mark.filterwarnings(_COREDIS_LEAK))
+            if "slow" in item.keywords and not wanted:
+                item.add_marker(skip)
 
 
 def _unavailable(reason: str) -> None:
