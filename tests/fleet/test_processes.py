@@ -196,3 +196,70 @@ def test_redis_killed_and_restarted_empty_mid_run(
         assert not late, late
     else:
         assert all(r["unavailable"] == 0 for r in results)
+
+
+@pytest.mark.timeout(90)
+def test_dead_waiter_at_the_head_blocks_nobody_beyond_the_ticket_ttl(
+    redis_server: RedisProc, gate_name: str
+) -> None:
+    """A waiting process queued first is SIGKILLed; when slots free up, the next process gets
+    them within the ticket TTL (0.5 s), not the lease TTL (20 s) of the dead one."""
+    import anyio
+
+    from anygate.fleet import FleetGate
+
+    settings = {"capacity": 2, "url": redis_server.url, "lease_ttl": 20.0, "ticket_ttl": 0.5}
+    holder = FleetGate(gate_name, **settings)
+    second = FleetGate(gate_name, **settings)
+    dead = Fleet(
+        [
+            {
+                "name": gate_name,
+                "url": redis_server.url,
+                "capacity": 2,
+                "tasks": 5,
+                "duration": 600,
+                "hold": (600, 600),
+                "backend": "asyncio",
+                "lease_ttl": 20.0,
+                "ticket_ttl": 0.5,
+            }
+        ]
+    )
+    try:
+
+        async def main() -> float:
+            held = [await holder.acquire(timeout=20) for _ in range(2)]
+            dead.go()
+            queue = f"anygate:{{{gate_name}}}:q"
+            with anyio.fail_after(30):  # the doomed process is queued (first)
+                while b"*1\r\n" not in redis_server.command("ZRANGE", queue, 0, -1):
+                    await anyio.sleep(0.02)
+            got: list[object] = []
+            async with anyio.create_task_group() as tg:
+
+                async def wait() -> None:
+                    got.append(await second.acquire(timeout=30))
+
+                for _ in range(2):
+                    tg.start_soon(wait)
+                with anyio.fail_after(30):  # and the second one queued behind it
+                    while b"*2\r\n" not in redis_server.command("ZRANGE", queue, 0, -1):
+                        await anyio.sleep(0.02)
+                dead.kill()  # SIGKILL while first in line
+                for token in held:
+                    token.release()
+                freed = time.monotonic()
+                with anyio.fail_after(5.0):  # far below the dead process's 20 s lease TTL
+                    while len(got) < 2:
+                        await anyio.sleep(0.01)
+            for token in got:
+                token.release()  # type: ignore[attr-defined]
+            return time.monotonic() - freed
+
+        elapsed = anyio.run(main)
+    finally:
+        dead.kill()
+        holder.close()
+        second.close()
+    assert elapsed < 5.0

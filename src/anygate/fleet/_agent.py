@@ -276,7 +276,8 @@ class Agent:
             self._set_local(self._allowed(reply.held, reply.limit))
         plan = self._plan(time.monotonic())
         if plan is not None:
-            reply = await self._call(session, keep=plan[0], demand=plan[1], wantmax=plan[2])
+            keep, demand, wantmax, want = plan
+            reply = await self._call(session, keep=keep, demand=demand, wantmax=wantmax, want=want)
             self._set_local(self._allowed(reply.held, reply.limit))
 
     @staticmethod
@@ -287,7 +288,7 @@ class Agent:
         if self.gate.capacity != capacity:
             self.gate.capacity = capacity
 
-    def _plan(self, now: float) -> tuple[int, int, int] | None:
+    def _plan(self, now: float) -> tuple[int, int, int, int] | None:
         """Decide what to tell Redis, lowering the local capacity first (A1)."""
         gate = self.gate
         held, limit = self.held, self.limit
@@ -296,7 +297,8 @@ class Agent:
             self._busy_at = now
         bound = math.inf if limit is None else limit
         linger = limit is None and now - self._busy_at < self.s.linger
-        wantmax = int(min(bound, max(demand, held if linger else 0)))
+        want = max(demand, held if linger else 0)
+        wantmax = int(min(bound, want))
         target = min(held, wantmax)
         self._set_local(target)
         keep = max(gate.in_flight, target)
@@ -306,14 +308,14 @@ class Agent:
             # may hold: shares are computed from posted demands, so a process that
             # stayed silent at its share of 0 would never be given a larger one.
             due = True
-        if self._ticket and wantmax <= held:
+        if self._ticket and want <= held:
             due = True  # withdraw the ticket: nobody here waits any more
         if now >= self._heartbeat_at and (held > 0 or self._ticket):
             due = True
         if not due:
             return None
         self._hinted = False
-        return keep, demand, wantmax
+        return keep, demand, wantmax, want
 
     async def _call(
         self,
@@ -322,6 +324,7 @@ class Agent:
         keep: int | None = None,
         demand: int = 0,
         wantmax: int = 0,
+        want: int | None = None,
         op: str = "sync",
         cap: int | None = None,
     ) -> SyncReply:
@@ -329,6 +332,8 @@ class Agent:
             keep = min(self.held, max(self.gate.in_flight, int(self.gate.capacity)))
             demand = self.gate.in_flight + self.gate.waiting
             wantmax = keep
+        if want is None:
+            want = wantmax
         started = time.monotonic()
         self.calls += 1
         logger.debug(
@@ -345,6 +350,7 @@ class Agent:
             keep=keep,
             demand=demand,
             wantmax=wantmax,
+            want=want,
             cap=self.cap if cap is None else cap,
             lease_ms=int(self.s.lease_ttl * 1000),
             ticket_ms=int(self.s.ticket_ttl * 1000),
@@ -369,7 +375,7 @@ class Agent:
             self.grace_left = reply.grace_left
             was_down, self.down = self.down, None
         self._synced = True
-        self._ticket = wantmax > reply.held
+        self._ticket = want > reply.held
         self._posted = demand > reply.held
         self._valid_until = started + self.s.lease_ttl
         self._heartbeat_at = started + self.s.lease_ttl / 3

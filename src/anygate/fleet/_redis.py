@@ -148,6 +148,7 @@ class Session:
         keep: int,
         demand: int,
         wantmax: int,
+        want: int,
         cap: int,
         lease_ms: int,
         ticket_ms: int,
@@ -158,7 +159,7 @@ class Session:
     ) -> SyncReply:
         """Run the fleet script once (see ``_scripts``)."""
         args = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms, self._link.prefix]
-        args += ["1" if hint else "0", op, wantmax, epoch or ""]
+        args += ["1" if hint else "0", op, wantmax, epoch or "", want]
         try:
             with anyio.fail_after(self._link.op_timeout):
                 raw = await self._script(keys=self._link.keys, args=args)

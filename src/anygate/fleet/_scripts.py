@@ -53,8 +53,9 @@ def keys_for(name: str) -> list[str]:
 # ARGV: 1 process id, 2 keep, 3 demand, 4 capacity to restore if Redis lost it (or to set
 # when 10 = "cap"), 5 lease TTL ms, 6 ticket TTL ms, 7 restart grace ms, 8 key prefix,
 # 9 hint the over-share holders ("1") or not, 10 op: "sync" | "leave" | "cap" | "peek",
-# 11 the most leases the caller wants to hold after this call, 12 the epoch the caller
-# last saw ("" if none).
+# 11 the most leases the caller wants to keep holding (its share caps it while others are
+# short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
+# ticket: grants never exceed it).
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued}.
 SYNC = r"""
 local meta, held, pend, dem, exp, pexp, q, tix, wnt =
@@ -70,6 +71,7 @@ local prefix = ARGV[8]
 local hint = ARGV[9] == '1'
 local op = ARGV[10]
 local wantmax = tonumber(ARGV[11])
+local want = tonumber(ARGV[13])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -146,25 +148,31 @@ end
 
 -- The caller's statement.
 local h = 0
+local gotnow = 0  -- leases this call hands the caller (a claimed grant, or new ones)
 local newticket = false
 if op == 'leave' then
   forget(pid)
 elseif op == 'sync' then
-  h = num(held, pid) + num(pend, pid)  -- claim a pending grant
-  redis.call('HDEL', pend, pid)
-  redis.call('ZREM', pexp, pid)
+  h = num(held, pid)
   if h < keep then h = keep end  -- re-assert what may be in use (restart, lapsed lease)
   local top = math.max(keep, wantmax)
   if h > top then h = top end  -- give back what is neither kept nor wanted
-  if h > 0 or wantmax > 0 then
+  -- Then claim a pending grant: granted after the caller last looked, it is not surplus.
+  gotnow = num(pend, pid)
+  h = h + gotnow
+  redis.call('HDEL', pend, pid)
+  redis.call('ZREM', pexp, pid)
+  -- Demand is recorded even when the caller may hold nothing (its share was 0): shares
+  -- come from recorded demand, so an unrecorded one would stay at 0 for ever.
+  if h > 0 or want > 0 or demand > 0 then
     redis.call('HSET', held, pid, h)
     redis.call('HSET', dem, pid, demand)
-    redis.call('HSET', wnt, pid, wantmax)
+    redis.call('HSET', wnt, pid, want)
     redis.call('ZADD', exp, now + ttl, pid)
   else
     forget(pid)
   end
-  if wantmax > h then
+  if want > h then
     newticket = enqueue(pid)
     redis.call('ZADD', tix, now + tttl, pid)
   else
@@ -191,8 +199,23 @@ for i = 1, #dv, 2 do
     table.insert(procs, {dv[i], d})
   end
 end
+-- Equal demands: the remainder of the division goes to processes holding nothing, then to
+-- those that have waited longest (front of the round-robin queue), so with more processes
+-- than slots the shares themselves rotate as processes are served.
+local pos = {}
+local qv = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
+for i = 1, #qv, 2 do pos[qv[i]] = tonumber(qv[i + 1]) end
+local function rank(e)
+  local seq = pos[e[1]] or math.huge
+  if (have[e[1]] or 0) > 0 then return -seq - 2 ^ 52 end  -- holders first: smaller shares
+  return -seq
+end
 table.sort(procs, function(a, b)
-  if a[2] == b[2] then return a[1] < b[1] end
+  if a[2] == b[2] then
+    local ra, rb = rank(a), rank(b)
+    if ra == rb then return a[1] < b[1] end
+    return ra < rb
+  end
   return a[2] < b[2]
 end)
 local share = {}
@@ -214,6 +237,7 @@ local function grant(p, n)
   used = used + n
   if p == pid then
     h = h + n
+    gotnow = gotnow + n
     redis.call('HSET', held, pid, h)
   else
     redis.call('HINCRBY', pend, p, n)
@@ -244,7 +268,9 @@ if grace_left == 0 then
   while free > 0 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if head == nil then break end
-    local n = math.min(free, unmet(head))
+    -- Spread over the waiting processes: one alone gets the batch, many share it.
+    local spread = math.ceil(free / redis.call('ZCARD', q))
+    local n = math.min(free, unmet(head), spread)
     if n <= 0 then
       redis.call('ZREM', q, head)
       redis.call('ZREM', tix, head)
@@ -259,10 +285,15 @@ end
 local deficit = used > cap
 local waiting = redis.call('ZRANGE', q, 0, -1)
 for _, p in ipairs(waiting) do
-  if p ~= pid and (have[p] or 0) < (share[p] or 0) then deficit = true end
+  -- Short: below its share, or holding nothing at all (with more processes than slots
+  -- every share is 0, and holders must still rotate).
+  local n = have[p] or 0
+  if p ~= pid and (n < (share[p] or 0) or n == 0) and unmet(p) > 0 then deficit = true end
 end
 local limit = -1
-if deficit then limit = share[pid] or 0 end
+-- The caller sheds down to its share; what this very call handed it (a grant) it may use
+-- once first, or a process at a share of 0 would give back every grant unused.
+if deficit then limit = (share[pid] or 0) + gotnow end
 
 local function wake(p)
   local key = prefix .. 'w:' .. p
@@ -273,7 +304,8 @@ end
 for p, _ in pairs(granted) do wake(p) end
 -- Tell holders above their share that someone is short, once per new shortage (a waiter
 -- renewing its ticket does not re-hint), and everyone after a capacity change.
-local short = (have[pid] or 0) < (share[pid] or 0) and unmet(pid) > 0
+local mine = have[pid] or 0
+local short = (mine < (share[pid] or 0) or mine == 0) and unmet(pid) > 0
 if (hint and newticket and short) or (deficit and op == 'cap') then
   for p, n in pairs(have) do
     if p ~= pid and not granted[p] and n > (share[p] or 0) then wake(p) end
