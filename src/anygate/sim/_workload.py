@@ -56,15 +56,23 @@ class LowerBound:
         seconds: the bound: the largest of the parts.
         binding: which part it is: ``"slots"``, ``"chain"``, ``"rpm"`` or ``"burst"``.
         slots_s: first start + total service time / slots (the slots are busy the whole
-            time at best).
+            time at best), plus what outages take out of it (see ``outage_s``).
         chain_s: the longest chain: an agent's start plus its calls' service and think
             times, subagent chains counting as their longest one.
         rpm_s: first start + 60 s * (ceil(calls / rpm) - 1) + shortest service time: with at
             most ``rpm`` admissions per sliding minute, admission number ``k * rpm + 1``
             comes at least ``k`` minutes after the first.
         burst_s: with every burst window admitting the most the slope rule allows (a floor,
-            then ``growth`` times the previous window), the window holding the last
-            admission starts no earlier than this, plus the shortest service time.
+            then ``growth`` times the previous window; the highest growth a dynamic
+            threshold can reach), the window holding the last admission starts no earlier
+            than this, plus the shortest service time. ``None`` with ``count_rejected``
+            (rejected arrivals then raise the next window's allowance, so admissions per
+            window have no such bound).
+        outage_s: the part of ``slots_s`` due to outages: no request is admitted during an
+            outage, and requests admitted before it keep their slots for at most the
+            longest service time, so each outage that starts more than one longest service
+            time before the work could be done adds its length minus the longest service
+            time (never less than 0).
     """
 
     seconds: float
@@ -73,6 +81,7 @@ class LowerBound:
     chain_s: float
     rpm_s: float | None
     burst_s: float | None
+    outage_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,19 +101,27 @@ class Workload:
         first = self.first_start
         total = len(self.calls)
         shortest = min(call.service_s for call in self.calls)
+        longest = max(call.service_s for call in self.calls)
+        slots = first + math.fsum(call.service_s for call in self.calls) / provider.slots
+        outage = 0.0
+        for window in provider.outages:  # sorted by start
+            # If the work could finish by the outage's start plus one longest call, the
+            # outage need not delay it; otherwise no admission happens until it ends.
+            if window.start_s + longest < slots + outage:
+                outage += max(0.0, (window.end_s - max(window.start_s, first)) - longest)
         parts: dict[str, float] = {
-            "slots": first + math.fsum(call.service_s for call in self.calls) / provider.slots,
+            "slots": slots + outage,
             "chain": max(_agent_span(agent) for agent in self.agents),
         }
         if provider.rpm is not None:
             parts["rpm"] = first + 60.0 * (math.ceil(total / provider.rpm) - 1) + shortest
         burst = provider.burst
-        if burst is not None:
+        if burst is not None and not burst.count_rejected:
             window = math.floor(first / burst.window_s)
             allowed = burst.floor
             admitted = allowed
             while admitted < total:
-                allowed = max(burst.floor, math.floor(burst.growth * allowed))
+                allowed = max(burst.floor, math.floor(burst.highest_growth * allowed))
                 admitted += allowed
                 window += 1
             parts["burst"] = max(first, window * burst.window_s) + shortest
@@ -116,6 +133,7 @@ class Workload:
             chain_s=parts["chain"],
             rpm_s=parts.get("rpm"),
             burst_s=parts.get("burst"),
+            outage_s=outage,
         )
 
 
