@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from anygate.cli import main
+from anygate.sim._spec import DEFAULT_STRATEGIES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,12 +61,16 @@ def test_simulate_json_to_stdout(scenario: Path, capsys: pytest.CaptureFixture[s
     data = json.loads(capsys.readouterr().out)
     assert data["scenario"] == "tiny"
     assert data["seed"] == 3
-    assert [s["name"] for s in data["strategies"]] == ["naive", "seed", "anygate"]
+    assert [s["name"] for s in data["strategies"]] == list(DEFAULT_STRATEGIES)
+    assert data["lower_bound"]["seconds"] > 0
     for strategy in data["strategies"]:
         assert strategy["ok"] + strategy["failed"] == data["calls"] == 16
-        assert {"makespan_s", "ratio", "rate_429", "latency", "slot_wait", "series"} <= set(
-            strategy
-        )
+        # The JSON contract scripts depend on (issue 8).
+        contract = {"name", "makespan_s", "ok", "failed", "rate_429", "calls_with_429"}
+        assert contract | {"lost", "oracle_ratio", "ratio", "series"} <= set(strategy)
+        assert sum(strategy["lost"].values()) == strategy["failed"]
+        if strategy["failed"]:
+            assert strategy["ratio"] is None and strategy["oracle_ratio"] is None
 
 
 def test_simulate_json_file_seed_only_and_extra_strategy(

@@ -10,7 +10,7 @@ import anygate
 from anygate import ConfigError, sim
 from anygate.sim._parse import parse_scenario
 from anygate.sim._scenarios import builtin_policy, deep_merge
-from anygate.sim._spec import BurstRule, Lognormal
+from anygate.sim._spec import DEFAULT_STRATEGIES, BurstRule, Lognormal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,7 +61,7 @@ pytest.importorskip("yaml")
         ({"time_limit_s": 0}, "time_limit_s", "> 0"),
         ({"name": ""}, "name", "a non-empty string"),
         ({"providers": {}}, "providers", "not a known key"),
-        ({"strategies": {"mine": {}}}, "strategies.mine", "{naive: {...}} or {policy:"),
+        ({"strategies": {"mine": {}}}, "strategies.mine", "{naive: {...}}, {policy:"),
         (
             {"strategies": {"mine": {"naive": {}, "policy": {}}}},
             "strategies.mine",
@@ -175,7 +175,8 @@ def test_resolve_strategies_order_config_and_only(tmp_path: Path) -> None:
     mine.write_text("llm_call: {max_concurrent_calls: 3}\n")
     scenario = parse_scenario({"strategies": {"slow": {"naive": {"base_delay_s": 5}}}})
     names = [s.name for s in sim.resolve_strategies(scenario, extra=[("x", mine)])]
-    assert names == ["naive", "seed", "anygate", "slow", "x"]
+    assert names == [*DEFAULT_STRATEGIES, "slow", "x"]
+    assert "cookbook" in [s.name for s in sim.resolve_strategies(scenario, only=["all"])]
     (chosen,) = sim.resolve_strategies(scenario, config=mine, only=["anygate"])
     assert chosen.policy == {"llm_call": {"max_concurrent_calls": 3}}
     with pytest.raises(ConfigError, match="--only"):

@@ -319,7 +319,7 @@ def parse_strategy(name: str, value: object, path: str, *, base_dir: Path | None
     _check_keys(data, path, ("naive", "policy", "factory"))
     kinds = [key for key in ("naive", "policy", "factory") if key in data]
     if len(kinds) > 1:
-        raise _fail(path, dict(data), "one of {naive: ...}, {policy: ...}, {factory: ...}")
+        raise _fail(path, dict(data), "exactly one of {naive: ...}, {policy: ...}, {factory: ...}, not both")
     builtin = name in BUILTIN_STRATEGIES
     if builtin and name not in (*_POLICY_BUILTINS, "naive"):
         if data:
