@@ -70,7 +70,8 @@ def test_simulate_json_to_stdout(scenario: Path, capsys: pytest.CaptureFixture[s
         assert contract | {"lost", "oracle_ratio", "ratio", "series"} <= set(strategy)
         assert sum(strategy["lost"].values()) == strategy["failed"]
         if strategy["failed"]:
-            assert strategy["ratio"] is None and strategy["oracle_ratio"] is None
+            assert strategy["ratio"] is None
+            assert strategy["oracle_ratio"] is None
 
 
 def test_simulate_json_file_seed_only_and_extra_strategy(

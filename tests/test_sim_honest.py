@@ -63,8 +63,16 @@ def test_oracle_is_never_rejected_and_never_beats_the_bound_builtin(name: str) -
     "provider",
     [
         {},
-        {"burst": {"window_s": 5, "growth": 2.0, "floor": 8, "growth_min": 1.2,
-                   "growth_max": 3.0, "drift": 0.5}},
+        {
+            "burst": {
+                "window_s": 5,
+                "growth": 2.0,
+                "floor": 8,
+                "growth_min": 1.2,
+                "growth_max": 3.0,
+                "drift": 0.5,
+            }
+        },
         {"burst": {"window_s": 5, "growth": 1.5, "floor": 4, "count_rejected": True}},
         {"outages": [{"start_s": 5, "end_s": 20}, {"start_s": 30, "end_s": 32}]},
         {"on_full": "queue", "max_queue": 2, "slots": 2},
@@ -95,7 +103,8 @@ def test_lost_calls_never_shorten_the_reported_makespan() -> None:
     (lost,) = result.strategies
     assert lost.failures == {"gave_up": 1}
     assert lost.makespan_s == pytest.approx(3.0)
-    assert lost.ratio is None and lost.oracle_ratio is None
+    assert lost.ratio is None
+    assert lost.oracle_ratio is None
     assert lost.to_dict(horizon=3.0)["lost"] == {"gave_up": 1}
 
 
@@ -118,8 +127,9 @@ def test_unfinished_calls_make_the_makespan_the_time_limit() -> None:
     assert oracle.ratio is None
 
 
-@pytest.mark.parametrize(("on_failure", "lost"), [("stop", {"gave_up": 1, "not_run": 2}),
-                                                  ("continue", {"gave_up": 3})])
+@pytest.mark.parametrize(
+    ("on_failure", "lost"), [("stop", {"gave_up": 1, "not_run": 2}), ("continue", {"gave_up": 3})]
+)
 def test_on_failure_stops_or_continues_the_chain(on_failure: str, lost: dict[str, int]) -> None:
     """A chain whose call failed for good stops (its later calls are lost as not_run), or
     with on_failure: continue makes them anyway."""
@@ -130,7 +140,9 @@ def test_on_failure_stops_or_continues_the_chain(on_failure: str, lost: dict[str
             "strategies": {"n": {"naive": {"max_attempts": 1}}},
         }
     )
-    (naive,) = sim.simulate(scenario, strategies=sim.resolve_strategies(scenario, only=["n"])).strategies
+    (naive,) = sim.simulate(
+        scenario, strategies=sim.resolve_strategies(scenario, only=["n"])
+    ).strategies
     assert naive.failures == lost
     assert naive.attempts == lost.get("gave_up", 0)
 
@@ -222,7 +234,8 @@ def test_strategy_factory_from_the_command_line_form() -> None:
     assert spec.factory == "tests.test_sim_honest:Spy"
     SEEN.clear()
     (result,) = sim.simulate(scenario, strategies=[spec]).strategies
-    assert result.summary == Spy.summary and len(SEEN) == 1
+    assert result.summary == Spy.summary
+    assert len(SEEN) == 1
     bad = sim.resolve_strategies(scenario, extra=[("b", "tests.test_sim_honest:Nope")], only=["b"])
     with pytest.raises(ConfigError, match="cannot load"):
         sim.simulate(scenario, strategies=bad)

@@ -124,7 +124,9 @@ def _sweep(args: argparse.Namespace, extra: list[tuple[str, str]], only: list[st
     source = args.target if args.scenario == "sweep" else args.scenario
     base, base_dir = scenario_mapping(source or sim.DEFAULT_SCENARIO)
     scenario = sim.load_scenario(source or sim.DEFAULT_SCENARIO)
-    names = [s.name for s in sim.resolve_strategies(scenario, config=args.config, extra=extra, only=only)]
+    names = [
+        s.name for s in sim.resolve_strategies(scenario, config=args.config, extra=extra, only=only)
+    ]
     if args.jobs is not None and args.jobs < 1:
         print(f"anygate: --jobs must be >= 1 (got {args.jobs})", file=sys.stderr)
         return 2

@@ -41,9 +41,9 @@ import functools
 import importlib
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -52,6 +52,9 @@ from ._provider import ProviderError, ProviderModel
 from ._results import Recorder, SimulationResult, StrategyResult, summarize
 from ._spec import Scenario, StrategySpec
 from ._workload import AgentPlan, CallPlan, FanOutPlan, LowerBound, Workload, build_workload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
 
 __all__ = ["build_client", "run_scenario", "run_strategy", "seeded_scheduler"]
 
@@ -150,7 +153,7 @@ class _Invoker:
                 await self.client.call(send)
             except CallLost as exc:
                 outcome = exc.cause
-            except Exception as exc:  # noqa: BLE001 - a client's give-up, by its class name
+            except Exception as exc:
                 outcome = type(exc).__name__
             else:
                 outcome = "ok"
@@ -254,9 +257,7 @@ def run_strategy(
     bound = workload.lower_bound(scenario.provider)
     clock = trio.testing.MockClock(autojump_threshold=0)
     with seeded_scheduler(f"anygate.sim:{seed}:trio"):
-        return trio.run(
-            _run, scenario, workload, strategy, seed, bound, progress, clock=clock
-        )
+        return trio.run(_run, scenario, workload, strategy, seed, bound, progress, clock=clock)
 
 
 def _forward(progress: Callable[[str, int, int], None], name: str, total: int, done: int) -> None:
@@ -321,4 +322,9 @@ def run_scenario(
 
 
 def _is_oracle(spec: StrategySpec) -> bool:
-    return spec.name == "oracle" and spec.naive is None and spec.policy is None and spec.factory is None
+    return (
+        spec.name == "oracle"
+        and spec.naive is None
+        and spec.policy is None
+        and spec.factory is None
+    )

@@ -49,7 +49,7 @@ class NaiveClient:
         for attempt in range(1, spec.max_attempts + 1):
             try:
                 await send()
-            except ProviderError as exc:
+            except ProviderError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
                 if attempt == spec.max_attempts:
                     raise CallLost("gave_up") from exc
                 await anyio.sleep(min(delay, spec.max_delay_s))

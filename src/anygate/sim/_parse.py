@@ -148,14 +148,20 @@ def _burst(value: object, path: str) -> BurstRule | None:
         # A dynamic threshold: all three, or a clear error naming the missing one.
         for key in ("growth_min", "growth_max", "drift"):
             if key not in data:
-                raise _fail(_join(path, key), None, "set too when any of growth_min, growth_max, drift is")
+                raise _fail(
+                    _join(path, key), None, "set too when any of growth_min, growth_max, drift is"
+                )
         low = _number(data, "growth_min", path, 1.0, minimum=1.0)
         high = _number(data, "growth_max", path, 1.0, minimum=1.0)
         drift = _number(data, "drift", path, 0.0, strict=True)
         if high < low:
             raise _fail(_join(path, "growth_max"), high, f">= growth_min ({low:g})")
         if not low <= growth <= high:
-            raise _fail(_join(path, "growth"), growth, f"within [growth_min, growth_max] ([{low:g}, {high:g}])")
+            raise _fail(
+                _join(path, "growth"),
+                growth,
+                f"within [growth_min, growth_max] ([{low:g}, {high:g}])",
+            )
     return BurstRule(
         window_s=_number(data, "window_s", path, 10.0, strict=True),
         growth=growth,
@@ -319,7 +325,9 @@ def parse_strategy(name: str, value: object, path: str, *, base_dir: Path | None
     _check_keys(data, path, ("naive", "policy", "factory"))
     kinds = [key for key in ("naive", "policy", "factory") if key in data]
     if len(kinds) > 1:
-        raise _fail(path, dict(data), "exactly one of {naive: ...}, {policy: ...}, {factory: ...}, not both")
+        raise _fail(
+            path, dict(data), "exactly one of {naive: ...}, {policy: ...}, {factory: ...}, not both"
+        )
     builtin = name in BUILTIN_STRATEGIES
     if builtin and name not in (*_POLICY_BUILTINS, "naive"):
         if data:

@@ -34,8 +34,8 @@ __all__ = [
     "SdkError",
     "cookbook_wait",
     "litellm_retry_delay",
-    "openai_retry_delay",
     "openai_retry_after",
+    "openai_retry_delay",
     "openai_should_retry",
     "sdk_request",
     "stamina_backoff",
@@ -85,7 +85,11 @@ def openai_should_retry(status: int, headers: Mapping[str, str]) -> bool:
     """openai-python ``_should_retry``: no when Retry-After > 120 s; obey ``x-should-retry``;
     else retry 408, 409, 429 and >= 500."""
     retry_after = openai_retry_after(headers)
-    if retry_after is not None and math.isfinite(retry_after) and retry_after > OPENAI_MAX_RETRY_AFTER:
+    if (
+        retry_after is not None
+        and math.isfinite(retry_after)
+        and retry_after > OPENAI_MAX_RETRY_AFTER
+    ):
         return False
     flag = headers.get("x-should-retry")
     if flag == "true":
@@ -95,9 +99,7 @@ def openai_should_retry(status: int, headers: Mapping[str, str]) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
-def openai_retry_delay(
-    retries_taken: int, headers: Mapping[str, str], rng: _Random
-) -> float:
+def openai_retry_delay(retries_taken: int, headers: Mapping[str, str], rng: _Random) -> float:
     """openai-python ``_calculate_retry_timeout``, retry number ``retries_taken + 1``.
 
     ``Retry-After`` in ``(0, 120]`` is used as is; else
@@ -105,7 +107,11 @@ def openai_retry_delay(
     then). ``retries_taken`` is ``max_retries - remaining_retries``: 0 before the first retry.
     """
     retry_after = openai_retry_after(headers)
-    if retry_after is not None and math.isfinite(retry_after) and 0 < retry_after <= OPENAI_MAX_RETRY_AFTER:
+    if (
+        retry_after is not None
+        and math.isfinite(retry_after)
+        and 0 < retry_after <= OPENAI_MAX_RETRY_AFTER
+    ):
         return retry_after
     exponent = min(retries_taken, 1000)
     sleep = min(OPENAI_INITIAL_RETRY_DELAY * 2.0**exponent, OPENAI_MAX_RETRY_DELAY)
@@ -113,7 +119,9 @@ def openai_retry_delay(
     return max(timeout, 0.0)
 
 
-def cookbook_wait(attempt_number: int, rng: _Random, *, low: float = 1.0, high: float = 60.0) -> float:
+def cookbook_wait(
+    attempt_number: int, rng: _Random, *, low: float = 1.0, high: float = 60.0
+) -> float:
     """tenacity ``wait_random_exponential(min=1, max=60)`` after attempt ``attempt_number``.
 
     ``wait_exponential``: ``top = max(min, min(multiplier * 2**(attempt_number - 1), max))``
@@ -201,14 +209,18 @@ async def sdk_request(send: Send, rng: _Random, *, max_retries: int = OPENAI_MAX
     for retries_taken in range(max_retries + 1):
         try:
             await send()
-        except ProviderError as exc:
+        except ProviderError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
             remaining = max_retries - retries_taken
             if remaining > 0 and openai_should_retry(exc.status_code, exc.headers):
                 await anyio.sleep(openai_retry_delay(retries_taken, exc.headers, rng))
                 continue
             retry_after = openai_retry_after(exc.headers)
             cause = "gave_up"
-            if retry_after is not None and math.isfinite(retry_after) and retry_after > OPENAI_MAX_RETRY_AFTER:
+            if (
+                retry_after is not None
+                and math.isfinite(retry_after)
+                and retry_after > OPENAI_MAX_RETRY_AFTER
+            ):
                 cause = "retry_after_too_long"
             raise SdkError(exc, cause) from exc
         else:
@@ -252,7 +264,7 @@ class Cookbook:
         while True:
             try:
                 await sdk_request(send, self._sdk_rng)
-            except SdkError as exc:
+            except SdkError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
                 # tenacity computes the wait before it checks the stop condition.
                 wait = cookbook_wait(attempt_number, self._rng)
                 if attempt_number >= 6:
@@ -282,7 +294,7 @@ class Stamina:
         while True:
             try:
                 await sdk_request(send, self._sdk_rng)
-            except SdkError as exc:
+            except SdkError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
                 wait = stamina_backoff(attempt_number, self._rng)
                 # stop_any(stop_after_attempt(10), stop_after_delay(45)): the delay is the
                 # time from the first attempt's start to this failed attempt's end.
@@ -323,7 +335,7 @@ class LiteLLM:
         for current_attempt in range(num_retries):
             try:
                 await send()
-            except ProviderError:
+            except ProviderError:  # noqa: PERF203 - a retry loop, as in the peer's source
                 await anyio.sleep(
                     litellm_retry_delay(current_attempt + 1, original.headers, self._rng)
                 )

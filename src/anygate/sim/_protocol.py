@@ -30,7 +30,7 @@ import importlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from .._errors import ConfigError
 
@@ -56,7 +56,7 @@ class Client(Protocol):
         ...
 
 
-class CallLost(Exception):  # noqa: N818 - it is an outcome, not an "error" in the client
+class CallLost(Exception):
     """Raised by a client when a logical call is lost for good; ``cause`` names why.
 
     Args:
@@ -120,5 +120,4 @@ def load_factory(target: str, *, where: str) -> StrategyFactory:
     if not callable(obj):
         msg = f"{where} must name a callable factory (got {target!r}: {type(obj).__name__})"
         raise ConfigError(msg, path=where, value=target)
-    factory: StrategyFactory = obj  # type: ignore[assignment]
-    return factory
+    return cast("StrategyFactory", obj)

@@ -36,7 +36,9 @@ __all__ = [
 
 def _split_top(text: str) -> list[str]:
     """Split on commas outside brackets and braces (values may be YAML lists/mappings)."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char in "[{":
             depth += 1
@@ -231,7 +233,15 @@ class SweepResult:
         }
 
 
-_Task = tuple[Mapping[str, Any], str | None, tuple[str, ...], tuple[tuple[str, str], ...], str | None, int, str]
+_Task = tuple[
+    Mapping[str, Any],
+    str | None,
+    tuple[str, ...],
+    tuple[tuple[str, str], ...],
+    str | None,
+    int,
+    str,
+]
 
 
 def _run_task(task: _Task) -> Cell:
@@ -370,7 +380,11 @@ def _pair(value: tuple[float, float] | None, lost: int, width: int = 13) -> str:
 def format_sweep(result: SweepResult) -> str:
     """A plain-text table: one line per variation x strategy (medians / worst over seeds)."""
     seeds = result.seeds
-    span = f"{seeds[0]}-{seeds[-1]}" if seeds == tuple(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
+    span = (
+        f"{seeds[0]}-{seeds[-1]}"
+        if seeds == tuple(range(seeds[0], seeds[-1] + 1))
+        else ",".join(map(str, seeds))
+    )
     lines = [
         f"sweep of {result.scenario!r}, seeds {span}: ratio = median/worst over seeds; "
         "'—' = calls were lost in some seed (no ratio for less work)",

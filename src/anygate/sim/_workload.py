@@ -104,11 +104,11 @@ class Workload:
         longest = max(call.service_s for call in self.calls)
         slots = first + math.fsum(call.service_s for call in self.calls) / provider.slots
         outage = 0.0
-        for window in provider.outages:  # sorted by start
+        for down in provider.outages:  # sorted by start
             # If the work could finish by the outage's start plus one longest call, the
             # outage need not delay it; otherwise no admission happens until it ends.
-            if window.start_s + longest < slots + outage:
-                outage += max(0.0, (window.end_s - max(window.start_s, first)) - longest)
+            if down.start_s + longest < slots + outage:
+                outage += max(0.0, (down.end_s - max(down.start_s, first)) - longest)
         parts: dict[str, float] = {
             "slots": slots + outage,
             "chain": max(_agent_span(agent) for agent in self.agents),
