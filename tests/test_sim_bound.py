@@ -131,3 +131,15 @@ def test_burst_bound_uses_the_highest_dynamic_growth_and_none_when_rejections_co
     assert _bound(fleet, slots=1000, burst=dynamic).burst_s == pytest.approx(21.0)
     counting = BurstRule(window_s=10, growth=2, floor=10, count_rejected=True)
     assert _bound(fleet, slots=1000, burst=counting).burst_s is None
+
+
+def test_a_chain_waits_out_an_outage() -> None:
+    """One agent, 2 calls of 1 s, outage [0.5, 10): the first call, admitted at 0, ends at
+    1 s; the second would start at 1 s inside the outage, so at best it runs 10-11 s."""
+    from anygate.sim._spec import Outage
+
+    bound = _bound(
+        _fleet(agents=1, calls_per_agent=2), slots=4, outages=(Outage(start_s=0.5, end_s=10),)
+    )
+    assert bound.chain_s == pytest.approx(11.0)
+    assert (bound.binding, bound.seconds) == ("chain", pytest.approx(11.0))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ._provider import sample
 
 if TYPE_CHECKING:
-    from ._spec import FleetSpec, ProviderSpec
+    from ._spec import FleetSpec, Outage, ProviderSpec
 
 __all__ = ["AgentPlan", "CallPlan", "FanOutPlan", "LowerBound", "Workload", "build_workload"]
 
@@ -58,7 +58,8 @@ class LowerBound:
         slots_s: first start + total service time / slots (the slots are busy the whole
             time at best), plus what outages take out of it (see ``outage_s``).
         chain_s: the longest chain: an agent's start plus its calls' service and think
-            times, subagent chains counting as their longest one.
+            times, subagent chains counting as their longest one, and no call admitted
+            during an outage (a call that would start inside one waits for its end).
         rpm_s: first start + 60 s * (ceil(calls / rpm) - 1) + shortest service time: with at
             most ``rpm`` admissions per sliding minute, admission number ``k * rpm + 1``
             comes at least ``k`` minutes after the first.
@@ -111,7 +112,7 @@ class Workload:
                 outage += max(0.0, (down.end_s - max(down.start_s, first)) - longest)
         parts: dict[str, float] = {
             "slots": slots + outage,
-            "chain": max(_agent_span(agent) for agent in self.agents),
+            "chain": max(_agent_span(agent, provider.outages) for agent in self.agents),
         }
         if provider.rpm is not None:
             parts["rpm"] = first + 60.0 * (math.ceil(total / provider.rpm) - 1) + shortest
@@ -137,18 +138,26 @@ class Workload:
         )
 
 
-def _chain_span(chain: tuple[CallPlan | FanOutPlan, ...]) -> float:
-    span = 0.0
+def _chain_end(
+    chain: tuple[CallPlan | FanOutPlan, ...], start: float, outages: tuple[Outage, ...]
+) -> float:
+    """When a chain started at ``start`` ends at best: its calls in order, each admitted no
+    earlier than its think time allows and never inside an outage (it waits for the end)."""
+    t = start
     for step in chain:
         if isinstance(step, CallPlan):
-            span += step.think_s + step.service_s
+            t += step.think_s
+            for down in outages:  # sorted by start: one pass moves t past each in turn
+                if down.start_s <= t < down.end_s:
+                    t = down.end_s
+            t += step.service_s
         else:
-            span += max(_chain_span(sub) for sub in step.chains)
-    return span
+            t = max(_chain_end(sub, t, outages) for sub in step.chains)
+    return t
 
 
-def _agent_span(agent: AgentPlan) -> float:
-    return agent.start_s + _chain_span(agent.steps)
+def _agent_span(agent: AgentPlan, outages: tuple[Outage, ...] = ()) -> float:
+    return _chain_end(agent.steps, agent.start_s, outages)
 
 
 def build_workload(fleet: FleetSpec, provider: ProviderSpec, seed: int) -> Workload:
