@@ -110,8 +110,9 @@ def test_workload_is_a_function_of_the_seed() -> None:
 
 
 def test_an_outage_adds_its_length_minus_the_longest_call() -> None:
-    """10 agents x 2 calls of 1 s on 1 slot: 20 s of work. An outage [5, 15) starts more
-    than one call (1 s) before 20 s, so it adds 10 - 1 = 9 s; one at [30, 40) adds nothing."""
+    """10 agents x 2 calls of 1 s on 1 slot: 20 s of work. An outage [5, 15): 5 s of work
+    before it, at most the one call in flight (1 s) during it, 14 s after 15 s: ends at 29 s,
+    9 s later than without it. One at [30, 40) starts after the work can be done: 0."""
     fleet = _fleet(agents=10, calls_per_agent=2)
     from anygate.sim._spec import Outage
 

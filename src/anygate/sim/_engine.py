@@ -112,16 +112,19 @@ def build_client(spec: StrategySpec, context: StrategyContext, provider: Provide
 
         return PolicyClient(spec, context)
     if spec.factory is not None:
-        factory = load_factory(spec.factory, where=f"strategy {spec.name!r} factory")
-        return factory(context)
+        factory = spec.factory
+        if isinstance(factory, str):
+            factory = load_factory(factory, where=f"strategy {spec.name!r} factory")
+        client: Client = factory(context)
+        return client
     if spec.name == "oracle":
         return Oracle(provider)
     peer = PEERS.get(spec.name)
     if peer is None:
         msg = f"strategy {spec.name!r} has no naive, policy or factory setting"
         raise ValueError(msg)
-    client: Client = peer(context)  # type: ignore[operator]
-    return client
+    built: Client = peer(context)  # type: ignore[operator]
+    return built
 
 
 class _Invoker:

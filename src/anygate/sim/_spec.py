@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "BUILTIN_STRATEGIES",
@@ -225,14 +225,15 @@ class StrategySpec:
     config mapping (the keys of ``config.example.yaml``); for the built-in ``seed`` and
     ``anygate`` strategies it holds the overrides to merge over the built-in config, and
     ``replace`` says the mapping is complete (a user's ``--config``) instead. ``factory``
-    is ``"module:attribute"``, a user's strategy factory (see
-    :class:`~anygate.sim.StrategyContext`).
+    is a user's strategy factory (see :class:`~anygate.sim.StrategyContext`): the
+    factory itself, or ``"module:attribute"`` (what ``--strategy`` and scenario files give;
+    a sweep's worker processes need that form).
     """
 
     name: str
     naive: NaiveSpec | None = None
     policy: Mapping[str, Any] | None = None
-    factory: str | None = None
+    factory: str | Callable[[Any], Any] | None = None
     replace: bool = False
     source: str = "built-in"
     #: Built-in ``seed`` / ``anygate``: take ``max_concurrent_calls`` from the scenario's

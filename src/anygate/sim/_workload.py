@@ -70,10 +70,9 @@ class LowerBound:
             (rejected arrivals then raise the next window's allowance, so admissions per
             window have no such bound).
         outage_s: the part of ``slots_s`` due to outages: no request is admitted during an
-            outage, and requests admitted before it keep their slots for at most the
-            longest service time, so each outage that starts more than one longest service
-            time before the work could be done adds its length minus the longest service
-            time (never less than 0).
+            outage, and only the calls admitted before it continue (at most the ``slots``
+            longest calls of the workload, each for at most the outage's length), so the
+            work left over waits for the outage's end.
     """
 
     seconds: float
@@ -102,14 +101,11 @@ class Workload:
         first = self.first_start
         total = len(self.calls)
         shortest = min(call.service_s for call in self.calls)
-        longest = max(call.service_s for call in self.calls)
-        slots = first + math.fsum(call.service_s for call in self.calls) / provider.slots
-        outage = 0.0
-        for down in provider.outages:  # sorted by start
-            # If the work could finish by the outage's start plus one longest call, the
-            # outage need not delay it; otherwise no admission happens until it ends.
-            if down.start_s + longest < slots + outage:
-                outage += max(0.0, (down.end_s - max(down.start_s, first)) - longest)
+        work = math.fsum(call.service_s for call in self.calls)
+        slots = first + work / provider.slots
+        outage = _outage_delay(
+            first, work, provider.slots, provider.outages, [c.service_s for c in self.calls]
+        )
         parts: dict[str, float] = {
             "slots": slots + outage,
             "chain": max(_agent_span(agent, provider.outages) for agent in self.agents),
@@ -136,6 +132,36 @@ class Workload:
             burst_s=parts.get("burst"),
             outage_s=outage,
         )
+
+
+def _outage_delay(
+    first: float, work: float, slots: int, outages: tuple[Outage, ...], services: list[float]
+) -> float:
+    """How much later than ``first + work / slots`` the work can end, given the outages.
+
+    Before an outage the slots do at most ``slots`` seconds of work per second; during it
+    only the calls already admitted continue, at most the ``slots`` longest calls, each for
+    no longer than the outage; after it the remaining work needs ``remaining / slots``.
+    """
+    if not outages:
+        return 0.0
+    longest = sorted(services, reverse=True)[:slots]
+    remaining, t = work, first
+    for down in outages:  # sorted by start
+        if down.end_s <= t:
+            continue
+        start = max(down.start_s, t)
+        before = slots * (start - t)
+        if remaining <= before:
+            break
+        remaining -= before
+        if start > first:  # nothing can be in flight before the first agent starts
+            remaining -= min(remaining, math.fsum(min(s, down.end_s - start) for s in longest))
+        t = down.end_s
+        if remaining <= 0:
+            break
+    end = t + max(remaining, 0.0) / slots
+    return max(0.0, end - (first + work / slots))
 
 
 def _chain_end(
