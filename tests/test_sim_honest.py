@@ -239,3 +239,14 @@ def test_strategy_factory_from_the_command_line_form() -> None:
     bad = sim.resolve_strategies(scenario, extra=[("b", "tests.test_sim_honest:Nope")], only=["b"])
     with pytest.raises(ConfigError, match="cannot load"):
         sim.simulate(scenario, strategies=bad)
+
+
+def test_oracle_is_never_rejected_when_the_rpm_window_binds() -> None:
+    """The morning peak with 64 slots: the sliding RPM window binds. ``a + 60 - now`` can
+    round to 0.0 one ulp before the window really frees, which made the oracle send 366
+    requests the provider rejected (seed 1); it now asks again a nanosecond later."""
+    scenario = sim.load_scenario("morning-peak")
+    wide = dataclasses.replace(scenario, provider=dataclasses.replace(scenario.provider, slots=64))
+    oracle = _oracle(wide, seed=1)
+    assert oracle.responses["rpm"] == 0
+    assert not oracle.failed

@@ -61,7 +61,7 @@ class Oracle:
                 if wait is None:
                     await changed.wait()
                 else:
-                    with anyio.move_on_after(max(wait, 1e-9)):
+                    with anyio.move_on_after(wait):
                         await changed.wait()
         finally:
             head = queue[0] is turn

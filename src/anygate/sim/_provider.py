@@ -292,14 +292,17 @@ class ProviderModel:
         """
         spec = self._spec
         now = anyio.current_time() - self._epoch
+        # Never 0 while a rule objects: ``a + 60 - now`` can round to 0.0 when ``a + 60`` is
+        # still (by one ulp) after ``now``; asking again a nanosecond later is exact.
+        tiny = 1e-9
         for outage in spec.outages:
             if outage.start_s <= now < outage.end_s:
-                return outage.end_s - now
+                return max(outage.end_s - now, tiny)
         if spec.rpm is not None and self._rpm_full(now):
-            return self._admissions[0] + 60.0 - now
+            return max(self._admissions[0] + 60.0 - now, tiny)
         burst = spec.burst
         if burst is not None and self._window_count >= self._roll(now):
-            return (self._window + 1) * burst.window_s - now
+            return max((self._window + 1) * burst.window_s - now, tiny)
         if self._slots.in_flight >= spec.slots:
             return None
         return 0.0
