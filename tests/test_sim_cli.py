@@ -237,3 +237,22 @@ def test_plot_without_matplotlib_says_which_extra(
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     assert main(["simulate", "--plot", "storm.png"]) == 1
     assert "anygate[plot]" in capsys.readouterr().err
+
+
+def test_simulate_strategy_factory_from_the_command_line(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--strategy NAME=module:factory plugs in user code through the strategy protocol; its
+    results sit next to the oracle's, with an oracle ratio when it lost nothing."""
+    argv = ["simulate", str(scenario), "--strategy", "spy=tests.test_sim_honest:Spy"]
+    assert main([*argv, "--only", "spy,oracle", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    spy, oracle = data["strategies"]
+    assert spy["name"] == "spy"
+    assert spy["summary"] == "spy: one attempt, no retries"
+    assert oracle["oracle_ratio"] == 1.0
+    assert sum(spy["lost"].values()) == spy["failed"]
+    if not spy["failed"]:
+        assert spy["oracle_ratio"] == pytest.approx(spy["makespan_s"] / oracle["makespan_s"])
+    assert main([*argv[:2], "--strategy", "bad=no_such_module_x:f", "--only", "bad"]) == 2
+    assert "cannot load" in capsys.readouterr().err
