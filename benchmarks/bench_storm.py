@@ -15,6 +15,11 @@ Variations (each one change to ``morning-peak``, so each row says what it tests)
 * the burst rule with a dynamic threshold (growth drifting in [1.5, 3]) and with rejected
   arrivals counted toward the slope.
 
+Besides every built-in it runs one diagnostic strategy, ``anygate+cap32``: the library's
+defaults with the cap people pick when nothing is published (32, as the ``+cap`` peers
+use; ``anygate_cap32.yaml``), to separate what the missing cap costs from what the policy
+does once it has one.
+
 Tuning and reporting are kept apart: nothing here chooses a default. The built-in
 ``anygate`` strategy is the library's defaults plus the scenario's published facts; no
 value in it was picked on any of these variations (the policy issue that follows tunes on
@@ -31,12 +36,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from anygate import sim
 from anygate.sim._scenarios import scenario_mapping
 from anygate.sim._spec import BUILTIN_STRATEGIES
 from anygate.sim._sweep import SweepResult, format_sweep, parse_seeds, parse_vary, run_sweep
+
+#: A diagnostic extra: the library's defaults with a hand-picked cap of 32 (see the file).
+CAP32 = ("anygate+cap32", str(Path(__file__).with_name("anygate_cap32.yaml")))
 
 #: One-change variations of morning-peak: (label, --vary items).
 SWEEP: tuple[tuple[str, list[str]], ...] = (
@@ -68,8 +77,10 @@ def _where_anygate_loses(results: list[SweepResult]) -> list[str]:
             key = ", ".join(f"{k}={v}" for k, v in row.variation.items()) or result.scenario
             by_variation.setdefault(key, []).append(row)
         for label, rows in by_variation.items():
-            anygate = next(r for r in rows if r.strategy == "anygate")
-            peers = [r for r in rows if r.strategy not in ("anygate", "oracle")]
+            anygate = next((r for r in rows if r.strategy == "anygate"), None)
+            peers = [r for r in rows if r.strategy not in ("anygate", "oracle", CAP32[0])]
+            if anygate is None or not peers:
+                continue
             lost = sum(anygate.lost.values())
             best = min(peers, key=lambda r: (sum(r.lost.values()), (r.bound_ratio or (9e9,))[0]))
             best_lost = sum(best.lost.values())
@@ -94,7 +105,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="scenarios only, no sweep")
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
-    names = args.only.split(",") if args.only else list(BUILTIN_STRATEGIES)
+    names = args.only.split(",") if args.only else [*BUILTIN_STRATEGIES, CAP32[0]]
+    extra = [CAP32]
     started = time.perf_counter()
     results: list[SweepResult] = []
     print(
@@ -104,21 +116,21 @@ def main() -> None:
     )
     for scenario in sim.builtin_scenarios():
         base, _ = scenario_mapping(scenario)
-        result = run_sweep(base, [], seeds, names, jobs=args.jobs)
+        result = run_sweep(base, [], seeds, names, extra=extra, jobs=args.jobs)
         results.append(result)
         print(format_sweep(result), end="\n\n", flush=True)
     if not args.quick:
         base, _ = scenario_mapping(sim.DEFAULT_SCENARIO)
         for label, vary in SWEEP:
-            result = run_sweep(base, parse_vary(vary), seeds, names, jobs=args.jobs)
+            result = run_sweep(base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs)
             results.append(result)
             print(f"-- sweep: {label} (morning-peak with one change)")
             print(format_sweep(result), end="\n\n", flush=True)
-    print("where the built-in anygate (library defaults + published facts) loses:")
-    print("\n".join(_where_anygate_loses(results)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([r.to_dict() for r in results], fh, indent=1)
+    print("where the built-in anygate (library defaults + published facts) loses:")
+    print("\n".join(_where_anygate_loses(results)))
     print(f"\n(wall time {time.perf_counter() - started:.0f}s)")
 
 
