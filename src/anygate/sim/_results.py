@@ -157,6 +157,10 @@ class StrategyResult:
         limit_cuts: times the adaptive concurrency limit was lowered after a burst-rate
             throttle.
         lowest_limit: the lowest capacity it went to (``None``: never lowered).
+        oracle_ratio: ``makespan_s`` / the oracle's makespan on the same workload
+            (``None`` when calls were lost, or when no oracle ran).
+        bound_ratio: ``makespan_s`` / the lower bound even when calls were lost (for the
+            record; reports show ``ratio``).
     """
 
     name: str
