@@ -107,3 +107,40 @@ def test_workload_is_a_function_of_the_seed() -> None:
     assert a != build_workload(fleet, provider, seed=4)
     assert len(a.calls) == fleet.total_calls
     assert [c.index for c in a.calls] == list(range(fleet.total_calls))
+
+
+def test_an_outage_adds_its_length_minus_the_longest_call() -> None:
+    """10 agents x 2 calls of 1 s on 1 slot: 20 s of work. An outage [5, 15): 5 s of work
+    before it, at most the one call in flight (1 s) during it, 14 s after 15 s: ends at 29 s,
+    9 s later than without it. One at [30, 40) starts after the work can be done: 0."""
+    fleet = _fleet(agents=10, calls_per_agent=2)
+    from anygate.sim._spec import Outage
+
+    bound = _bound(fleet, slots=1, outages=(Outage(start_s=5, end_s=15),))
+    assert bound.outage_s == pytest.approx(9.0)
+    assert bound.slots_s == pytest.approx(29.0)
+    late = _bound(fleet, slots=1, outages=(Outage(start_s=30, end_s=40),))
+    assert late.outage_s == 0.0
+
+
+def test_burst_bound_uses_the_highest_dynamic_growth_and_none_when_rejections_count() -> None:
+    """floor 10, growth up to 3 per 10 s window: 10 + 30 + 90 >= 100 calls -> the window at
+    20 s holds the last admission (21 s with a 1 s call). Counting rejected arrivals lets a
+    strategy raise the allowance, so there is no burst bound then."""
+    fleet = _fleet(agents=100, calls_per_agent=1)
+    dynamic = BurstRule(window_s=10, growth=2, floor=10, growth_min=1.5, growth_max=3, drift=0.2)
+    assert _bound(fleet, slots=1000, burst=dynamic).burst_s == pytest.approx(21.0)
+    counting = BurstRule(window_s=10, growth=2, floor=10, count_rejected=True)
+    assert _bound(fleet, slots=1000, burst=counting).burst_s is None
+
+
+def test_a_chain_waits_out_an_outage() -> None:
+    """One agent, 2 calls of 1 s, outage [0.5, 10): the first call, admitted at 0, ends at
+    1 s; the second would start at 1 s inside the outage, so at best it runs 10-11 s."""
+    from anygate.sim._spec import Outage
+
+    bound = _bound(
+        _fleet(agents=1, calls_per_agent=2), slots=4, outages=(Outage(start_s=0.5, end_s=10),)
+    )
+    assert bound.chain_s == pytest.approx(11.0)
+    assert (bound.binding, bound.seconds) == ("chain", pytest.approx(11.0))

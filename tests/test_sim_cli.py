@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from anygate.cli import main
+from anygate.sim._spec import DEFAULT_STRATEGIES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,12 +61,17 @@ def test_simulate_json_to_stdout(scenario: Path, capsys: pytest.CaptureFixture[s
     data = json.loads(capsys.readouterr().out)
     assert data["scenario"] == "tiny"
     assert data["seed"] == 3
-    assert [s["name"] for s in data["strategies"]] == ["naive", "seed", "anygate"]
+    assert [s["name"] for s in data["strategies"]] == list(DEFAULT_STRATEGIES)
+    assert data["lower_bound"]["seconds"] > 0
     for strategy in data["strategies"]:
         assert strategy["ok"] + strategy["failed"] == data["calls"] == 16
-        assert {"makespan_s", "ratio", "rate_429", "latency", "slot_wait", "series"} <= set(
-            strategy
-        )
+        # The JSON contract scripts depend on (issue 8).
+        contract = {"name", "makespan_s", "ok", "failed", "rate_429", "calls_with_429"}
+        assert contract | {"lost", "oracle_ratio", "ratio", "series"} <= set(strategy)
+        assert sum(strategy["lost"].values()) == strategy["failed"]
+        if strategy["failed"]:
+            assert strategy["ratio"] is None
+            assert strategy["oracle_ratio"] is None
 
 
 def test_simulate_json_file_seed_only_and_extra_strategy(
@@ -231,3 +237,22 @@ def test_plot_without_matplotlib_says_which_extra(
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     assert main(["simulate", "--plot", "storm.png"]) == 1
     assert "anygate[plot]" in capsys.readouterr().err
+
+
+def test_simulate_strategy_factory_from_the_command_line(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--strategy NAME=module:factory plugs in user code through the strategy protocol; its
+    results sit next to the oracle's, with an oracle ratio when it lost nothing."""
+    argv = ["simulate", str(scenario), "--strategy", "spy=tests.test_sim_honest:Spy"]
+    assert main([*argv, "--only", "spy,oracle", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    spy, oracle = data["strategies"]
+    assert spy["name"] == "spy"
+    assert spy["summary"] == "spy: one attempt, no retries"
+    assert oracle["oracle_ratio"] == 1.0
+    assert sum(spy["lost"].values()) == spy["failed"]
+    if not spy["failed"]:
+        assert spy["oracle_ratio"] == pytest.approx(spy["makespan_s"] / oracle["makespan_s"])
+    assert main([*argv[:2], "--strategy", "bad=no_such_module_x:f", "--only", "bad"]) == 2
+    assert "cannot load" in capsys.readouterr().err

@@ -170,3 +170,16 @@ async def test_service_time_and_trace(anyio_backend: Any) -> None:
     assert anyio.current_time() - start == pytest.approx(2.5)
     assert provider.trace.in_service == [(0.0, 0), (0.0, 1), (pytest.approx(2.5), 0)]
     assert provider.trace.counts["ok"] == 1
+
+
+async def test_count_rejected_arrivals_raise_the_next_window(anyio_backend: Any) -> None:
+    """Floor 2, growth 1, 10 s windows, 5 arrivals in window 0: 2 admitted, 3 throttled.
+    Counting admissions, window 1 allows max(2, 1 * 2) = 2; counting arrivals, 5."""
+    for count_rejected, allowed in ((False, 2), (True, 5)):
+        rule = BurstRule(window_s=10, growth=1.0, floor=2, count_rejected=count_rejected)
+        provider = _provider(slots=100, burst=rule)
+        first = [await _outcome(provider, 0.01) for _ in range(5)]
+        assert first == ["ok", "ok", "burst", "burst", "burst"]
+        await anyio.sleep(10.0)
+        second = [await _outcome(provider, 0.01) for _ in range(6)]
+        assert second.count("ok") == allowed, count_rejected

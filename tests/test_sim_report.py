@@ -27,7 +27,7 @@ def _result(
         name=name,
         summary=f"{name} strategy",
         makespan_s=in_service[-1][0],
-        ratio=1.25,
+        ratio=1.25 if ok == 10 else None,
         calls=10,
         ok=ok,
         failures={} if ok == 10 else {"gave_up": 10 - ok},
@@ -41,6 +41,7 @@ def _result(
         slot_wait=Percentiles(0.0, 0.5, 0.7),
         in_service=in_service,
         rejects=rejects,
+        oracle_ratio=1.1 if ok == 10 else None,
     )
 
 
@@ -108,7 +109,8 @@ def test_chart_shares_scales_and_axis() -> None:
 
 
 def test_print_report_shows_every_strategy_and_metric() -> None:
-    """The table lists each strategy, the ratio, failures and the bound; the chart follows."""
+    """The table lists each strategy, its lost calls by cause, both ratios (none for the one
+    that lost calls) and the bound; the chart follows."""
     pytest.importorskip("rich")
     from rich.console import Console
 
@@ -117,15 +119,19 @@ def test_print_report_shows_every_strategy_and_metric() -> None:
 
     print_report(_simulation(), console, description="a test scenario")
     text = console.export_text()
+    stormy_row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("stormy"))
+    assert "—" in stormy_row
+    assert "1.25x" not in stormy_row
     for needle in (
         "a test scenario",
         "steady",
         "stormy",
         "1.25x",
-        "gave up",
-        "429 burst rate",
+        "1.10x",
+        "gave up 2",
+        "b2",
         "lower bound 8.0s, set by slots",
-        "slot wait p50/95/99",
+        "latency p50/95",
         "stormy: stormy strategy",
         "in service (max 4)",
     ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -9,8 +11,9 @@ import pytest
 import anygate
 from anygate import ConfigError, sim
 from anygate.sim._parse import parse_scenario
+from anygate.sim._provider import ProviderModel
 from anygate.sim._scenarios import builtin_policy, deep_merge
-from anygate.sim._spec import BurstRule, Lognormal
+from anygate.sim._spec import DEFAULT_STRATEGIES, BurstRule, Lognormal, ProviderSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,7 +64,7 @@ pytest.importorskip("yaml")
         ({"time_limit_s": 0}, "time_limit_s", "> 0"),
         ({"name": ""}, "name", "a non-empty string"),
         ({"providers": {}}, "providers", "not a known key"),
-        ({"strategies": {"mine": {}}}, "strategies.mine", "{naive: {...}} or {policy:"),
+        ({"strategies": {"mine": {}}}, "strategies.mine", "{naive: {...}}, {policy:"),
         (
             {"strategies": {"mine": {"naive": {}, "policy": {}}}},
             "strategies.mine",
@@ -175,10 +178,97 @@ def test_resolve_strategies_order_config_and_only(tmp_path: Path) -> None:
     mine.write_text("llm_call: {max_concurrent_calls: 3}\n")
     scenario = parse_scenario({"strategies": {"slow": {"naive": {"base_delay_s": 5}}}})
     names = [s.name for s in sim.resolve_strategies(scenario, extra=[("x", mine)])]
-    assert names == ["naive", "seed", "anygate", "slow", "x"]
+    assert names == [*DEFAULT_STRATEGIES, "slow", "x"]
+    assert "cookbook" in [s.name for s in sim.resolve_strategies(scenario, only=["all"])]
     (chosen,) = sim.resolve_strategies(scenario, config=mine, only=["anygate"])
     assert chosen.policy == {"llm_call": {"max_concurrent_calls": 3}}
     with pytest.raises(ConfigError, match="--only"):
         sim.resolve_strategies(scenario, only=["nope"])
     with pytest.raises(ConfigError, match="--strategy"):
         sim.resolve_strategies(scenario, extra=[("seed", mine)])
+
+
+def test_dynamic_growth_drifts_within_its_range_along_a_seeded_path() -> None:
+    """The growth factor starts at ``growth``, moves by at most ``drift`` per window, stays
+    in [growth_min, growth_max], and the same generator seed gives the same path."""
+    rule = BurstRule(window_s=10, growth=2.0, floor=5, growth_min=1.5, growth_max=2.5, drift=0.3)
+    spec = ProviderSpec(burst=rule)
+
+    def path(seed: int) -> list[float]:
+        model = ProviderModel(spec, random.Random(0), growth_rng=random.Random(seed))
+        return [model.growth(k) for k in range(200)]
+
+    first = path(1)
+    assert first[0] == 2.0
+    assert all(1.5 <= g <= 2.5 for g in first)
+    assert all(abs(b - a) <= 0.3 + 1e-12 for a, b in itertools.pairwise(first))
+    assert len(set(first)) > 50
+    assert path(1) == first != path(2)
+    fixed = ProviderModel(
+        ProviderSpec(burst=BurstRule(window_s=10, growth=2.0, floor=5)), random.Random(0)
+    )
+    assert {fixed.growth(k) for k in range(20)} == {2.0}
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "message"),
+    [
+        ({"published": {"rpm": -1}}, "published.rpm", ">= 1"),
+        ({"published": {"slots": 3}}, "published.slots", "not a known key"),
+        ({"fleet": {"on_failure": "retry"}}, "fleet.on_failure", '"stop" or "continue"'),
+        (
+            {"provider": {"burst": {"growth_min": 1.5}}},
+            "provider.burst.growth_max",
+            "set too",
+        ),
+        (
+            {"provider": {"burst": {"growth": 4, "growth_min": 1, "growth_max": 3, "drift": 1}}},
+            "provider.burst.growth",
+            "within [growth_min, growth_max]",
+        ),
+        (
+            {"provider": {"burst": {"count_rejected": "yes"}}},
+            "provider.burst.count_rejected",
+            "true or false",
+        ),
+        (
+            {"strategies": {"mine": {"factory": "no-colon"}}},
+            "strategies.mine.factory",
+            "module:attribute",
+        ),
+        ({"strategies": {"sdk": {"naive": {}}}}, "strategies.sdk", "built-in peer"),
+    ],
+)
+def test_new_keys_are_validated(data: dict[str, Any], path: str, message: str) -> None:
+    """published, fleet.on_failure, the dynamic burst keys and factory entries are checked
+    like every other key: the error names the path and the rule."""
+    with pytest.raises(ConfigError) as info:
+        parse_scenario(data)
+    assert info.value.path == path
+    assert message in str(info.value)
+
+
+def test_new_keys_parse() -> None:
+    """Valid published facts, on_failure and a dynamic, counting burst rule come through."""
+    scenario = parse_scenario(
+        {
+            "published": {"rpm": 600, "concurrency": 0},
+            "fleet": {"on_failure": "continue"},
+            "provider": {
+                "burst": {
+                    "growth": 2,
+                    "growth_min": 1.5,
+                    "growth_max": 3,
+                    "drift": 0.25,
+                    "count_rejected": True,
+                }
+            },
+        }
+    )
+    assert scenario.published == sim.Published(rpm=600, concurrency=None)
+    assert scenario.fleet.on_failure == "continue"
+    burst = scenario.provider.burst
+    assert burst is not None
+    assert burst.dynamic
+    assert burst.count_rejected
+    assert burst.highest_growth == 3

@@ -1,9 +1,12 @@
 """anygate.sim: a virtual-clock storm simulator for anygate call policies.
 
 It runs a fleet of agents against a model of a provider (slots, an RPM limit, a burst-slope
-throttle, outages, lognormal latency) on trio's ``MockClock``, once per strategy, using the
-library's real :class:`~anygate.Gate` and :class:`~anygate.Policy`. Results are deterministic
-for a seed. The ``anygate simulate`` command is the usual way in; this module is the same
+throttle, outages, lognormal latency) on trio's ``MockClock``, once per strategy: the peers
+users really run (the openai SDK's retries, the cookbook's tenacity recipe, stamina, LiteLLM's
+Router, with and without a semaphore cap), the library's real :class:`~anygate.Gate` and
+:class:`~anygate.Policy`, your own strategies (:class:`StrategyContext` describes the
+protocol) and an ``oracle`` that knows the provider's hidden rules. Results are
+deterministic for a seed. The ``anygate simulate`` command is the usual way in; this module is the same
 thing for scripts and notebooks::
 
     from anygate import sim
@@ -11,7 +14,7 @@ thing for scripts and notebooks::
     scenario = sim.load_scenario("morning-peak")
     result = sim.simulate(scenario, seed=1)
     for strategy in result.strategies:
-        print(strategy.name, f"{strategy.ratio:.2f}x", f"{strategy.rate_429:.1%}")
+        print(strategy.name, strategy.ratio, strategy.oracle_ratio, dict(strategy.failures))
 
 It needs trio and PyYAML (the ``cli`` extra); nothing here is imported by ``import anygate``.
 """
@@ -21,6 +24,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._engine import run_scenario
+from ._protocol import CallLost as CallLost
+from ._protocol import Client as Client
+from ._protocol import Send as Send
+from ._protocol import StrategyContext as StrategyContext
+from ._protocol import StrategyFactory as StrategyFactory
+from ._provider import ProviderError as ProviderError
 from ._results import Percentiles as Percentiles
 from ._results import SimulationResult as SimulationResult
 from ._results import StrategyResult as StrategyResult
@@ -28,6 +37,7 @@ from ._scenarios import DEFAULT_SCENARIO as DEFAULT_SCENARIO
 from ._scenarios import builtin_scenarios as builtin_scenarios
 from ._scenarios import load_scenario as load_scenario
 from ._scenarios import resolve_strategies as resolve_strategies
+from ._spec import Published as Published
 from ._spec import Scenario as Scenario
 from ._spec import StrategySpec as StrategySpec
 from ._workload import LowerBound as LowerBound
@@ -38,10 +48,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SCENARIO",
+    "CallLost",
+    "Client",
     "LowerBound",
     "Percentiles",
+    "ProviderError",
+    "Published",
     "Scenario",
+    "Send",
     "SimulationResult",
+    "StrategyContext",
+    "StrategyFactory",
     "StrategyResult",
     "StrategySpec",
     "builtin_scenarios",
@@ -64,8 +81,8 @@ def simulate(
     Args:
         scenario: from :func:`load_scenario`.
         seed: overrides the scenario's seed; the same seed gives the same result.
-        strategies: what to compare; default :func:`resolve_strategies` (``naive``,
-            ``seed``, ``anygate`` and the scenario's own).
+        strategies: what to compare; default :func:`resolve_strategies` (the built-ins
+            and the scenario's own).
         config: the user's policy config for the ``anygate`` strategy (ignored when
             ``strategies`` is given).
         progress: called as ``progress(strategy, finished_calls, total_calls)``.
@@ -73,11 +90,9 @@ def simulate(
     Raises:
         anygate.ConfigError: an invalid strategy or policy config.
     """
-    from ._policy_strategy import PolicyInvoker, quiet_policy_logs
+    from ._policy_strategy import quiet_policy_logs
 
     if strategies is None:
         strategies = resolve_strategies(scenario, config=config)
     with quiet_policy_logs():
-        return run_scenario(
-            scenario, strategies, seed=seed, policy_factory=PolicyInvoker, progress=progress
-        )
+        return run_scenario(scenario, strategies, seed=seed, progress=progress)

@@ -39,38 +39,24 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import random
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import anyio
 
-from ._naive import NaiveInvoker
-from ._provider import ProviderModel
+from ._protocol import CallLost, Client, StrategyContext, load_factory
+from ._provider import ProviderError, ProviderModel
 from ._results import Recorder, SimulationResult, StrategyResult, summarize
 from ._spec import Scenario, StrategySpec
 from ._workload import AgentPlan, CallPlan, FanOutPlan, LowerBound, Workload, build_workload
 
-__all__ = ["Invoker", "run_scenario", "run_strategy", "seeded_scheduler"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
 
-
-class Invoker(Protocol):
-    """A strategy, ready to run inside one simulation: makes one logical call at a time."""
-
-    @property
-    def summary(self) -> str:
-        """One line describing the strategy."""
-        ...
-
-    async def __call__(self, call: CallPlan) -> None:
-        """Make ``call``, retrying as the strategy does, and record the outcome."""
-        ...
-
-
-#: Builds the invoker for a policy strategy; set by ``_policy_strategy`` (kept apart so the
-#: naive baseline and the engine import nothing of the policy).
-PolicyFactory = Callable[[StrategySpec, ProviderModel, Recorder, int], Invoker]
+__all__ = ["build_client", "run_scenario", "run_strategy", "seeded_scheduler"]
 
 #: trio's switch between its two batch-ordering modes (see :func:`seeded_scheduler`).
 _MODE = "_ALLOW_DETERMINISTIC_SCHEDULING"
@@ -106,21 +92,106 @@ def seeded_scheduler(seed: str) -> Iterator[None]:
         shuffler.setstate(state)
 
 
-async def _chain(steps: Sequence[CallPlan | FanOutPlan], invoke: Invoker) -> None:
-    for step in steps:
+def build_client(spec: StrategySpec, context: StrategyContext, provider: ProviderModel) -> Client:
+    """The client for one run of ``spec``: every kind goes through the strategy protocol.
+
+    Only the ``oracle`` is handed ``provider``; every other strategy sees the provider
+    through ``context.published`` alone.
+
+    Raises:
+        ConfigError: an invalid policy config or an unloadable factory.
+    """
+    from ._naive import NaiveClient
+    from ._oracle import Oracle
+    from ._peers import PEERS
+
+    if spec.naive is not None:
+        return NaiveClient(spec.naive)
+    if spec.policy is not None:
+        from ._policy_strategy import PolicyClient
+
+        return PolicyClient(spec, context)
+    if spec.factory is not None:
+        factory = spec.factory
+        if isinstance(factory, str):
+            factory = load_factory(factory, where=f"strategy {spec.name!r} factory")
+        client: Client = factory(context)
+        return client
+    if spec.name == "oracle":
+        return Oracle(provider)
+    peer = PEERS.get(spec.name)
+    if peer is None:
+        msg = f"strategy {spec.name!r} has no naive, policy or factory setting"
+        raise ValueError(msg)
+    built: Client = peer(context)  # type: ignore[operator]
+    return built
+
+
+class _Invoker:
+    """Makes one logical call with a client and records it (attempts, 429s, outcome)."""
+
+    def __init__(self, client: Client, provider: ProviderModel, recorder: Recorder) -> None:
+        self.client = client
+        self._provider = provider
+        self._recorder = recorder
+
+    async def __call__(self, call: CallPlan) -> bool:
+        recorder = self._recorder
+        record = recorder.begin(call.index)
+        provider = self._provider
+
+        async def send() -> None:
+            record.attempts += 1
+            try:
+                await provider.serve(call.service_s)
+            except ProviderError as exc:
+                record.got_429 |= exc.status_code == 429
+                raise
+
+        deadline = recorder.call_deadline_s
+        outcome = "deadline"
+        # A caller's deadline bounds the whole call, as an enclosing timeout would.
+        with anyio.move_on_after(math.inf if deadline is None else deadline):
+            try:
+                await self.client.call(send)
+            except CallLost as exc:
+                outcome = exc.cause
+            except Exception as exc:
+                outcome = type(exc).__name__
+            else:
+                outcome = "ok"
+        recorder.finish(record, outcome)
+        return outcome == "ok"
+
+
+def _calls_in(steps: Sequence[CallPlan | FanOutPlan]) -> int:
+    return sum(
+        1 if isinstance(step, CallPlan) else sum(_calls_in(sub) for sub in step.chains)
+        for step in steps
+    )
+
+
+async def _chain(
+    steps: Sequence[CallPlan | FanOutPlan], invoke: _Invoker, recorder: Recorder, stop: bool
+) -> None:
+    for position, step in enumerate(steps):
         if isinstance(step, CallPlan):
             if step.think_s:
                 await anyio.sleep(step.think_s)
-            await invoke(step)
+            if not await invoke(step) and stop:
+                # An agent turn ends on an error: the rest of this chain never runs. (A
+                # subagent's failure ends the subagent; its lead continues after the fan-out.)
+                recorder.not_run += _calls_in(steps[position + 1 :])
+                return
         else:
             async with anyio.create_task_group() as tg:
                 for sub in step.chains:
-                    tg.start_soon(_chain, sub, invoke)
+                    tg.start_soon(_chain, sub, invoke, recorder, stop)
 
 
-async def _agent(agent: AgentPlan, invoke: Invoker) -> None:
+async def _agent(agent: AgentPlan, invoke: _Invoker, recorder: Recorder, stop: bool) -> None:
     await anyio.sleep(agent.start_s)
-    await _chain(agent.steps, invoke)
+    await _chain(agent.steps, invoke, recorder, stop)
 
 
 async def _run(
@@ -129,26 +200,37 @@ async def _run(
     strategy: StrategySpec,
     seed: int,
     bound: LowerBound,
-    policy_factory: PolicyFactory | None,
     progress: Callable[[int], None] | None,
 ) -> StrategyResult:
-    provider = ProviderModel(scenario.provider, random.Random(f"anygate.sim:{seed}:provider"))
+    provider = ProviderModel(
+        scenario.provider,
+        random.Random(f"anygate.sim:{seed}:provider"),
+        growth_rng=random.Random(f"anygate.sim:{seed}:burst-growth"),
+    )
     recorder = Recorder(
         len(workload.calls), progress, call_deadline_s=scenario.fleet.call_deadline_s
     )
-    invoke: Invoker
-    if strategy.naive is not None:
-        invoke = NaiveInvoker(strategy.naive, provider, recorder)
-    elif policy_factory is None:
-        msg = f"strategy {strategy.name!r} needs a policy factory"
-        raise RuntimeError(msg)
-    else:
-        invoke = policy_factory(strategy, provider, recorder, seed)
+    context = StrategyContext(
+        name=strategy.name,
+        published=scenario.published,
+        seed=seed,
+        call_deadline_s=scenario.fleet.call_deadline_s,
+        _stats=recorder,
+    )
+    invoke = _Invoker(build_client(strategy, context, provider), provider, recorder)
+    stop = scenario.fleet.on_failure == "stop"
     with anyio.move_on_after(scenario.time_limit_s):
         async with anyio.create_task_group() as tg:
             for agent in workload.agents:
-                tg.start_soon(_agent, agent, invoke)
-    return summarize(strategy.name, invoke.summary, recorder, provider.trace, bound)
+                tg.start_soon(_agent, agent, invoke, recorder, stop)
+    return summarize(
+        strategy.name,
+        invoke.client.summary,
+        recorder,
+        provider.trace,
+        bound,
+        run_end=anyio.current_time(),
+    )
 
 
 def run_strategy(
@@ -157,22 +239,20 @@ def run_strategy(
     strategy: StrategySpec,
     *,
     seed: int,
-    policy_factory: PolicyFactory | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> StrategyResult:
     """Simulate one strategy on ``workload`` in a fresh virtual-clock trio run.
 
     Args:
-        scenario: provider and limits.
+        scenario: provider, published facts and limits.
         workload: the fleet's calls (the same for every strategy of one comparison).
         strategy: what to run.
-        seed: seeds the provider, the policy's jitter and trio's scheduler.
-        policy_factory: builds policy strategies (``seed``, ``anygate``, custom ones).
+        seed: seeds the provider, the strategy's jitter and trio's scheduler.
         progress: called with the number of finished calls as the run goes.
 
     Raises:
-        RuntimeError: a policy strategy without ``policy_factory``, or called inside a
-            running trio run (runs do not nest).
+        ConfigError: an invalid policy config or an unloadable factory.
+        RuntimeError: called inside a running trio run (runs do not nest).
     """
     import trio
     import trio.testing
@@ -180,21 +260,24 @@ def run_strategy(
     bound = workload.lower_bound(scenario.provider)
     clock = trio.testing.MockClock(autojump_threshold=0)
     with seeded_scheduler(f"anygate.sim:{seed}:trio"):
-        return trio.run(
-            _run,
-            scenario,
-            workload,
-            strategy,
-            seed,
-            bound,
-            policy_factory,
-            progress,
-            clock=clock,
-        )
+        return trio.run(_run, scenario, workload, strategy, seed, bound, progress, clock=clock)
 
 
 def _forward(progress: Callable[[str, int, int], None], name: str, total: int, done: int) -> None:
     progress(name, done, total)
+
+
+def with_oracle_ratios(
+    results: Sequence[StrategyResult], oracle_makespan: float | None
+) -> tuple[StrategyResult, ...]:
+    """Each result with ``oracle_ratio`` filled in (``None`` when it lost calls)."""
+    out = []
+    for result in results:
+        ratio = None
+        if oracle_makespan and not result.failed:
+            ratio = result.makespan_s / oracle_makespan
+        out.append(replace(result, oracle_ratio=ratio))
+    return tuple(out)
 
 
 def run_scenario(
@@ -202,17 +285,20 @@ def run_scenario(
     strategies: Sequence[StrategySpec],
     *,
     seed: int | None = None,
-    policy_factory: PolicyFactory | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    reference: bool = True,
 ) -> SimulationResult:
     """Simulate every strategy on the same workload, one after another.
+
+    The ``oracle`` is the yardstick of ``oracle_ratio``: when it is not among
+    ``strategies`` (and ``reference`` is true) it runs once more, unreported.
 
     Args:
         scenario: what to simulate.
         strategies: in display order.
         seed: overrides ``scenario.seed``.
-        policy_factory: builds policy strategies.
         progress: called as ``progress(strategy_name, finished_calls, total_calls)``.
+        reference: run the oracle for ``oracle_ratio`` when it is not selected.
     """
     seed = scenario.seed if seed is None else seed
     workload = build_workload(scenario.fleet, scenario.provider, seed)
@@ -223,21 +309,25 @@ def run_scenario(
         if progress is not None:
             progress(strategy.name, 0, total)
             report = functools.partial(_forward, progress, strategy.name, total)
-
-        results.append(
-            run_strategy(
-                scenario,
-                workload,
-                strategy,
-                seed=seed,
-                policy_factory=policy_factory,
-                progress=report,
-            )
-        )
+        results.append(run_strategy(scenario, workload, strategy, seed=seed, progress=report))
+    oracle = next((r for r, s in zip(results, strategies, strict=True) if _is_oracle(s)), None)
+    if oracle is None and reference:
+        oracle = run_strategy(scenario, workload, StrategySpec(name="oracle"), seed=seed)
+    oracle_makespan = oracle.makespan_s if oracle is not None and not oracle.failed else None
     return SimulationResult(
         scenario=scenario.name,
         seed=seed,
         calls=total,
         bound=workload.lower_bound(scenario.provider),
-        strategies=tuple(results),
+        strategies=with_oracle_ratios(results, oracle_makespan),
+        oracle_makespan_s=oracle_makespan,
+    )
+
+
+def _is_oracle(spec: StrategySpec) -> bool:
+    return (
+        spec.name == "oracle"
+        and spec.naive is None
+        and spec.policy is None
+        and spec.factory is None
     )

@@ -26,9 +26,13 @@ from ._spec import (
     NaiveSpec,
     Outage,
     ProviderSpec,
+    Published,
     Scenario,
     StrategySpec,
 )
+
+#: Built-in strategies configured by a policy mapping (the rest take no settings).
+_POLICY_BUILTINS = ("seed", "anygate")
 
 __all__ = ["load_yaml", "parse_scenario", "parse_strategy"]
 
@@ -121,15 +125,60 @@ def _lognormal(value: object, path: str, default: Lognormal) -> Lognormal:
     return Lognormal(median_s=median, sigma=sigma, min_s=low, max_s=high)
 
 
+def _boolean(data: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise _fail(_join(path, key), value, "true or false")
+    return value
+
+
 def _burst(value: object, path: str) -> BurstRule | None:
     if value is None:
         return None
     data = _mapping(value, path)
-    _check_keys(data, path, ("window_s", "growth", "floor"))
+    _check_keys(
+        data,
+        path,
+        ("window_s", "growth", "floor", "growth_min", "growth_max", "drift", "count_rejected"),
+    )
+    growth = _number(data, "growth", path, 2.0, minimum=1.0)
+    low = high = None
+    drift = 0.0
+    if "growth_min" in data or "growth_max" in data or "drift" in data:
+        # A dynamic threshold: all three, or a clear error naming the missing one.
+        for key in ("growth_min", "growth_max", "drift"):
+            if key not in data:
+                raise _fail(
+                    _join(path, key), None, "set too when any of growth_min, growth_max, drift is"
+                )
+        low = _number(data, "growth_min", path, 1.0, minimum=1.0)
+        high = _number(data, "growth_max", path, 1.0, minimum=1.0)
+        drift = _number(data, "drift", path, 0.0, strict=True)
+        if high < low:
+            raise _fail(_join(path, "growth_max"), high, f">= growth_min ({low:g})")
+        if not low <= growth <= high:
+            raise _fail(
+                _join(path, "growth"),
+                growth,
+                f"within [growth_min, growth_max] ([{low:g}, {high:g}])",
+            )
     return BurstRule(
         window_s=_number(data, "window_s", path, 10.0, strict=True),
-        growth=_number(data, "growth", path, 2.0, minimum=1.0),
+        growth=growth,
         floor=_integer(data, "floor", path, 20, minimum=1),
+        growth_min=low,
+        growth_max=high,
+        drift=drift,
+        count_rejected=_boolean(data, "count_rejected", path, False),
+    )
+
+
+def _published(value: object, path: str) -> Published:
+    data = _mapping({} if value is None else value, path)
+    _check_keys(data, path, ("rpm", "concurrency"))
+    return Published(
+        rpm=_optional_int(data, "rpm", path, minimum=1),
+        concurrency=_optional_int(data, "concurrency", path, minimum=1),
     )
 
 
@@ -223,8 +272,12 @@ def _fleet(value: object, path: str) -> FleetSpec:
             "think",
             "fanout",
             "call_deadline_s",
+            "on_failure",
         ),
     )
+    on_failure = data.get("on_failure", base.on_failure)
+    if on_failure not in ("stop", "continue"):
+        raise _fail(_join(path, "on_failure"), on_failure, '"stop" or "continue"')
     calls = _integer(data, "calls_per_agent", path, base.calls_per_agent, minimum=1)
     think = data.get("think")
     deadline = data.get("call_deadline_s")
@@ -240,6 +293,7 @@ def _fleet(value: object, path: str) -> FleetSpec:
         call_deadline_s=None
         if deadline is None
         else _number(data, "call_deadline_s", path, 0.0, strict=True),
+        on_failure=on_failure,
     )
 
 
@@ -256,21 +310,38 @@ def _naive(value: object, path: str) -> NaiveSpec:
 
 
 def parse_strategy(name: str, value: object, path: str, *, base_dir: Path | None) -> StrategySpec:
-    """One ``strategies.<name>`` entry: ``{naive: {...}}`` or ``{policy: mapping-or-path}``.
+    """One ``strategies.<name>`` entry: ``{naive: {...}}``, ``{policy: mapping-or-path}`` or
+    ``{factory: "module:attribute"}``.
 
     A ``policy`` given as a string is a path to a policy YAML file, relative to
     ``base_dir`` (the scenario file's directory). The file is read here; its *contents* are
-    validated later by the policy's loader.
+    validated later by the policy's loader. A ``factory`` is imported when the run starts.
 
     Raises:
-        ConfigError: unknown keys, both or neither of ``naive``/``policy``, an unreadable file.
+        ConfigError: unknown keys, not exactly one kind, an unreadable file, settings for a
+            built-in peer.
     """
     data = _mapping({} if value is None else value, path)
-    _check_keys(data, path, ("naive", "policy"))
-    if "naive" in data and "policy" in data:
-        raise _fail(path, dict(data), "either {naive: ...} or {policy: ...}, not both")
+    _check_keys(data, path, ("naive", "policy", "factory"))
+    kinds = [key for key in ("naive", "policy", "factory") if key in data]
+    if len(kinds) > 1:
+        raise _fail(
+            path, dict(data), "exactly one of {naive: ...}, {policy: ...}, {factory: ...}, not both"
+        )
+    builtin = name in BUILTIN_STRATEGIES
+    if builtin and name not in (*_POLICY_BUILTINS, "naive"):
+        if data:
+            raise _fail(path, dict(data), f"empty: {name!r} is a built-in peer with fixed settings")
+        return StrategySpec(name=name)
+    if "factory" in data:
+        if builtin:
+            raise _fail(_join(path, "factory"), data["factory"], f"absent: {name!r} is built in")
+        factory = data["factory"]
+        if not isinstance(factory, str) or factory.count(":") != 1 or factory.startswith(":"):
+            raise _fail(_join(path, "factory"), factory, 'a "module:attribute" string')
+        return StrategySpec(name=name, factory=factory, source=factory)
     if "naive" in data:
-        if name in ("seed", "anygate"):
+        if name in _POLICY_BUILTINS:
             raise _fail(
                 _join(path, "naive"), data["naive"], f"absent: {name!r} is a policy strategy"
             )
@@ -280,8 +351,8 @@ def parse_strategy(name: str, value: object, path: str, *, base_dir: Path | None
             raise _fail(path, dict(data), "{naive: {...}} for the built-in naive strategy")
         return StrategySpec(name=name, naive=NaiveSpec())
     raw = data.get("policy")
-    if raw is None and name not in BUILTIN_STRATEGIES:
-        raise _fail(path, dict(data), "{naive: {...}} or {policy: mapping or path}")
+    if raw is None and name not in _POLICY_BUILTINS:
+        raise _fail(path, dict(data), "{naive: {...}}, {policy: mapping or path} or {factory: ...}")
     if isinstance(raw, str):
         file = Path(raw) if base_dir is None else base_dir / raw
         return StrategySpec(
@@ -289,7 +360,7 @@ def parse_strategy(name: str, value: object, path: str, *, base_dir: Path | None
         )
     policy = _mapping({} if raw is None else raw, _join(path, "policy"))
     # A custom strategy's mapping is complete; for seed/anygate it overrides the built-in.
-    return StrategySpec(name=name, policy=policy, replace=name not in BUILTIN_STRATEGIES)
+    return StrategySpec(name=name, policy=policy, replace=name not in _POLICY_BUILTINS)
 
 
 def _strategies(value: object, path: str, base_dir: Path | None) -> tuple[StrategySpec, ...]:
@@ -339,7 +410,16 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     _check_keys(
         top,
         "",
-        ("name", "description", "seed", "time_limit_s", "provider", "fleet", "strategies"),
+        (
+            "name",
+            "description",
+            "seed",
+            "time_limit_s",
+            "provider",
+            "fleet",
+            "published",
+            "strategies",
+        ),
     )
     name = top.get("name", "unnamed")
     if not isinstance(name, str) or not name:
@@ -354,5 +434,6 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
         time_limit_s=_number(top, "time_limit_s", "", 3600.0, strict=True),
         provider=_provider(top.get("provider"), "provider"),
         fleet=_fleet(top.get("fleet"), "fleet"),
+        published=_published(top.get("published"), "published"),
         strategies=_strategies(top.get("strategies"), "strategies", base_dir),
     )

@@ -86,10 +86,12 @@ def write_plot(result: SimulationResult, path: str | Path, *, buckets: int = 200
         ax.set_ylabel("in service")
         ax.set_zorder(rejects.get_zorder() + 1)  # the line above the bars
         ax.patch.set_visible(False)
+        versus = (
+            f"{strategy.ratio:.2f}x bound" if strategy.ratio is not None else "no ratio: lost calls"
+        )
         ax.set_title(
-            f"{strategy.name}: makespan {strategy.makespan_s:.0f}s "
-            f"({strategy.ratio:.2f}x bound), {strategy.rate_429:.1%} calls got a 429, "
-            f"{strategy.failed} failed",
+            f"{strategy.name}: makespan {strategy.makespan_s:.0f}s ({versus}), "
+            f"{strategy.rate_429:.1%} calls got a 429, {strategy.failed} lost",
             fontsize="medium",
             loc="left",
         )

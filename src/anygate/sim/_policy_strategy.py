@@ -1,4 +1,4 @@
-"""Policy strategies (``seed``, ``anygate``, users' own): the library's real Policy, simulated.
+"""Policy strategies (``seed``, ``anygate``, users' configs): the library's real Policy.
 
 The strategy's config mapping goes through :meth:`anygate.Policy.from_config`, the same
 loader users' YAML goes through, so a config that the simulator accepts is a config the
@@ -9,17 +9,20 @@ simulation, through the policy's own injection points:
   (instead of the process-wide shared gate, which would leak state between runs);
 * ``breaker``: a fresh :class:`anygate.CircuitBreaker` on the virtual clock;
 * ``clock``: the virtual clock, for the gate's adaptive limit (fresh with the gate);
-* ``rng``: ``random.Random`` seeded from the run's seed and the strategy's name;
+* ``rng``: ``random.Random`` seeded from the run's seed (not the strategy's name);
 * ``hooks``: one hook that files slot waits under the call the running task is making (a
   context variable), and counts breaker trips and adaptive limit cuts, for the report.
+
+The fleet's per-call deadline goes to the policy's own ``deadline=`` (the simulator also
+bounds every strategy's call by it).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,19 +32,18 @@ from .._errors import Busy, CallFailed, CircuitOpen, ConfigError
 from .._events import BreakerStateChanged, Event, LimitChanged, SlotAdmitted
 from .._gate import Gate
 from .._policy import Policy
-from ._provider import ProviderError
-from ._results import current_call
+from ._protocol import CallLost
+from ._results import RunStats, current_call
+from ._scenarios import deep_merge
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .._config import PolicyConfig
-    from ._provider import ProviderModel
-    from ._results import CallRecord, Recorder
+    from ._protocol import Send, StrategyContext
     from ._spec import StrategySpec
-    from ._workload import CallPlan
 
-__all__ = ["PolicyInvoker", "quiet_policy_logs", "strategy_config"]
+__all__ = ["PolicyClient", "quiet_policy_logs", "strategy_config"]
 
 
 def strategy_config(spec: StrategySpec) -> PolicyConfig:
@@ -79,22 +81,32 @@ def quiet_policy_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-class PolicyInvoker:
+class PolicyClient:
     """Makes each simulated call through an :class:`anygate.Policy` built from the spec.
+
+    A client of the public strategy protocol, like every built-in. When the spec says
+    ``from_published`` (the built-in ``seed`` and ``anygate``), the published concurrency,
+    if any, becomes ``max_concurrent_calls``; the published RPM is not used yet: the gate
+    has no rate admission to give it to (it is being built separately; this is the one
+    place to wire it in).
 
     Args:
         spec: the strategy; its ``policy`` mapping is complete (built-ins resolved).
-        provider: the simulated provider.
-        recorder: where call records go.
-        seed: the run's seed; the policy's jitter draws from it.
+        context: the run's context (published facts, seed).
 
     Raises:
         ConfigError: the policy mapping is invalid.
     """
 
-    def __init__(
-        self, spec: StrategySpec, provider: ProviderModel, recorder: Recorder, seed: int
-    ) -> None:
+    def __init__(self, spec: StrategySpec, context: StrategyContext) -> None:
+        if spec.from_published and context.published.concurrency is not None:
+            spec = replace(
+                spec,
+                policy=deep_merge(
+                    spec.policy or {},
+                    {"llm_call": {"max_concurrent_calls": context.published.concurrency}},
+                ),
+            )
         config = strategy_config(spec)
         cap = config.max_concurrent_calls
         breaker_cfg = config.circuit_breaker
@@ -111,15 +123,16 @@ class PolicyInvoker:
             config,
             gate=Gate(cap if cap else math.inf, name=f"sim-{spec.name}"),
             breaker=breaker,
-            rng=random.Random(f"anygate.sim:{seed}:policy"),
+            rng=context.rng("policy"),
             hooks=[self._hook],
             # The adaptive limit's pauses run on the virtual clock (a fresh limit per run:
             # it belongs to the fresh gate above).
             clock=anyio.current_time,
         )
         self._config = config
-        self._provider = provider
-        self._recorder = recorder
+        self._deadline = context.call_deadline_s
+        stats = context._stats
+        self._stats: RunStats | None = stats if isinstance(stats, RunStats) else None
 
     @property
     def policy(self) -> Policy:
@@ -157,41 +170,30 @@ class PolicyInvoker:
         return text
 
     def _hook(self, event: Event) -> None:
+        stats = self._stats
+        if stats is None:
+            return
         if isinstance(event, BreakerStateChanged):
             if event.new == "open":
-                self._recorder.breaker_trips += 1
+                stats.breaker_trips += 1
             return
         if isinstance(event, LimitChanged):
-            recorder = self._recorder
             if event.reason == "burst_rate":
-                recorder.limit_cuts += 1
-                low = recorder.lowest_limit
-                recorder.lowest_limit = event.new if low is None else min(low, event.new)
+                stats.limit_cuts += 1
+                low = stats.lowest_limit
+                stats.lowest_limit = event.new if low is None else min(low, event.new)
             return
         record = current_call.get()
         if record is not None and isinstance(event, SlotAdmitted):
             record.slot_wait += event.waited_s
 
-    async def _attempt(self, record: CallRecord, service_s: float) -> None:
-        record.attempts += 1
+    async def call(self, send: Send) -> None:
+        """Make one logical call through the policy; its errors say how it was lost."""
         try:
-            await self._provider.serve(service_s)
-        except ProviderError as exc:
-            record.got_429 |= exc.status_code == 429
-            raise
-
-    async def __call__(self, call: CallPlan) -> None:
-        """Make one logical call through the policy and record how it ended."""
-        recorder = self._recorder
-        record = recorder.begin(call.index)
-        deadline = recorder.call_deadline_s
-        try:
-            await self._policy.call(self._attempt, record, call.service_s, deadline=deadline)
-        except CallFailed:
-            recorder.finish(record, "gave_up")
-        except CircuitOpen:
-            recorder.finish(record, "circuit_open")
-        except Busy:
-            recorder.finish(record, "busy")
-        else:
-            recorder.finish(record, "ok")
+            await self._policy.call(send, deadline=self._deadline)
+        except CallFailed as exc:
+            raise CallLost("gave_up") from exc
+        except CircuitOpen as exc:
+            raise CallLost("circuit_open") from exc
+        except Busy as exc:
+            raise CallLost("busy") from exc

@@ -11,7 +11,15 @@ with an error after a short "reject latency" or served for its service time:
 
 A request that passes rules 2 and 3 counts toward both, even if rule 4 then turns it away:
 the rate limiter sits in front of the model servers, as it does at real providers, so a retry
-storm against full slots burns the rate budget too. A rejected request counts toward nothing.
+storm against full slots burns the rate budget too. A request rejected by rule 2 or 3 counts
+toward nothing, unless the burst rule says ``count_rejected`` (then every arrival outside an
+outage counts toward the slope). With a dynamic threshold the burst rule's growth factor
+drifts from window to window along a path drawn once per seed (the same for every strategy).
+
+The burst rule is *a* slope throttle, not the one DashScope or Volcengine Ark enforce: their
+documentation says only that a sudden surge is throttled and that the threshold "adjusts
+dynamically". The dynamic threshold and ``count_rejected`` exist to test that a strategy does
+not depend on one particular slope rule.
 
 The errors are shaped like the openai / anthropic SDK errors (``status_code``, ``code``,
 ``type``, ``body["error"]``, ``response.headers``) so :func:`anygate.classify` recognises
@@ -34,6 +42,7 @@ from .._gate import Gate
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Callable
 
     from .._token import Token
     from ._spec import Lognormal, ProviderSpec
@@ -157,9 +166,22 @@ class ProviderModel:
     Not thread-safe and not meant to be: it runs inside one virtual-clock trio run.
     """
 
-    def __init__(self, spec: ProviderSpec, rng: random.Random, *, epoch: float = 0.0) -> None:
+    def __init__(
+        self,
+        spec: ProviderSpec,
+        rng: random.Random,
+        *,
+        epoch: float = 0.0,
+        growth_rng: random.Random | None = None,
+    ) -> None:
+        import random as _random
+
         self._spec = spec
         self._rng = rng
+        # The dynamic threshold's path: its own stream, so it is the same for every strategy.
+        self._growth_rng = growth_rng if growth_rng is not None else _random.Random(0)
+        self._growths: list[float] = []
+        self._on_leave: list[Callable[[], None]] = []
         self._epoch = epoch
         self._slots = Gate(spec.slots, name="provider")
         self._in_service = 0
@@ -205,32 +227,85 @@ class ProviderModel:
             return "queue_full"
         return await self._slots.acquire()
 
+    def growth(self, index: int) -> float:
+        """The burst rule's growth factor in window ``index`` (fixed, or the drifting path)."""
+        burst = self._spec.burst
+        if burst is None:
+            return 1.0
+        if not burst.dynamic or burst.growth_min is None or burst.growth_max is None:
+            return burst.growth
+        path = self._growths
+        while len(path) <= index:
+            last = path[-1] if path else burst.growth
+            step = self._growth_rng.uniform(-burst.drift, burst.drift) if path else 0.0
+            path.append(min(max(last + step, burst.growth_min), burst.growth_max))
+        return path[index]
+
+    def _roll(self, now: float) -> int:
+        """Move the burst bookkeeping to the window holding ``now``; its allowance."""
+        burst = self._spec.burst
+        assert burst is not None
+        index = math.floor(now / burst.window_s)
+        if index != self._window:
+            self._previous_count = self._window_count if index == self._window + 1 else 0
+            self._window = index
+            self._window_count = 0
+        return max(burst.floor, math.floor(self.growth(max(index, 0)) * self._previous_count))
+
+    def _rpm_full(self, now: float) -> bool:
+        window = self._admissions
+        while window and window[0] <= now - 60.0:
+            window.popleft()
+        return self._spec.rpm is not None and len(window) >= self._spec.rpm
+
     def _check_rules(self, now: float) -> tuple[str | None, float | None]:
         """Rules 1-3 of the module docstring; records the admission when all pass."""
         spec = self._spec
         for outage in spec.outages:
             if outage.start_s <= now < outage.end_s:
                 return "overloaded", None
-        if spec.rpm is not None:
-            window = self._admissions
-            while window and window[0] <= now - 60.0:
-                window.popleft()
-            if len(window) >= spec.rpm:
-                return "rpm", self._retry_after(window[0] + 60.0 - now)
         burst = spec.burst
+        allowed = self._roll(now) if burst is not None else 0
+        counts_all = burst is not None and burst.count_rejected
+        if spec.rpm is not None and self._rpm_full(now):
+            if counts_all:
+                self._window_count += 1
+            return "rpm", self._retry_after(self._admissions[0] + 60.0 - now)
         if burst is not None:
-            index = math.floor(now / burst.window_s)
-            if index != self._window:
-                self._previous_count = self._window_count if index == self._window + 1 else 0
-                self._window = index
-                self._window_count = 0
-            allowed = max(burst.floor, math.floor(burst.growth * self._previous_count))
             if self._window_count >= allowed:
-                return "burst", self._retry_after((index + 1) * burst.window_s - now)
+                if counts_all:
+                    self._window_count += 1
+                return "burst", self._retry_after((self._window + 1) * burst.window_s - now)
             self._window_count += 1
         if spec.rpm is not None:
             self._admissions.append(now)
         return None, None
+
+    def admission_wait(self) -> float | None:
+        """For the oracle only: how long until a request sent now would be admitted.
+
+        ``0``: a request sent now passes every rule and gets a slot at once; a positive
+        number: rules 1-3 turn requests away for that long at least (ask again then);
+        ``None``: rules 1-3 would pass but every slot is busy (ask again after a request
+        leaves). Reads the provider's hidden state; no strategy but the oracle may call it.
+        It changes nothing a request would not (it only moves the burst window forward).
+        """
+        spec = self._spec
+        now = anyio.current_time() - self._epoch
+        # Never 0 while a rule objects: ``a + 60 - now`` can round to 0.0 when ``a + 60`` is
+        # still (by one ulp) after ``now``; asking again a nanosecond later is exact.
+        tiny = 1e-9
+        for outage in spec.outages:
+            if outage.start_s <= now < outage.end_s:
+                return max(outage.end_s - now, tiny)
+        if spec.rpm is not None and self._rpm_full(now):
+            return max(self._admissions[0] + 60.0 - now, tiny)
+        burst = spec.burst
+        if burst is not None and self._window_count >= self._roll(now):
+            return max((self._window + 1) * burst.window_s - now, tiny)
+        if self._slots.in_flight >= spec.slots:
+            return None
+        return 0.0
 
     def _retry_after(self, until_free: float) -> float | None:
         setting = self._spec.retry_after
@@ -258,3 +333,9 @@ class ProviderModel:
     def _leave(self) -> None:
         self._in_service -= 1
         self.trace.in_service.append((anyio.current_time() - self._epoch, self._in_service))
+        for listener in self._on_leave:
+            listener()
+
+    def on_leave(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever a request leaves its slot (for the oracle)."""
+        self._on_leave.append(listener)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from ._results import Percentiles, SimulationResult, StrategyResult
+    from ._results import SimulationResult, StrategyResult
 
 __all__ = ["print_report"]
 
@@ -27,35 +27,26 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
 
 
-def _triple(p: Percentiles) -> str:
-    return f"{p.p50:.1f}/{p.p95:.1f}/{p.p99:.1f}"
-
-
-def _ratio(s: StrategyResult) -> str:
-    style = "green" if s.ratio <= 1.10 else ("yellow" if s.ratio <= 1.5 else "red")
-    # A strategy that dropped calls finished less work: its makespan flatters it.
-    return f"[{style}]{s.ratio:.2f}x[/]" + ("*" if s.failed else "")
+def _ratio(value: float | None, good: float, fair: float) -> str:
+    # A strategy that lost calls finished less work: no ratio (the lost column says why).
+    if value is None:
+        return "[red]—[/]"
+    style = "green" if value <= good else ("yellow" if value <= fair else "red")
+    return f"[{style}]{value:.2f}x[/]"
 
 
 def _count(value: int, *, bad: bool = True) -> str:
     return f"[red]{value}[/]" if value and bad else str(value)
 
 
-def _response_count(kind: str) -> Callable[[StrategyResult], str]:
-    return lambda s: str(s.responses.get(kind, 0))
+def _causes(s: StrategyResult) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.failures.items()) or ""
 
 
-def _failure_count(reason: str) -> Callable[[StrategyResult], str]:
-    return lambda s: str(s.failures.get(reason, 0))
-
-
-_KIND_LABELS = {
-    "burst": "  429 burst rate",
-    "rpm": "  429 RPM",
-    "concurrency": "  429 concurrency",
-    "overloaded": "  503 overloaded",
-    "queue_full": "  503 queue full",
-}
+def _rejects(s: StrategyResult) -> str:
+    short = {"burst": "b", "rpm": "r", "concurrency": "c", "overloaded": "o", "queue_full": "q"}
+    parts = [f"{short[k]}{s.responses[k]}" for k in KINDS if s.responses.get(k)]
+    return " ".join(parts) or "0"
 
 
 def _cuts(s: StrategyResult) -> str:
@@ -64,40 +55,21 @@ def _cuts(s: StrategyResult) -> str:
     return f"{s.limit_cuts} (to {s.lowest_limit:g})"
 
 
-def _rows(result: SimulationResult) -> list[tuple[str, Callable[[StrategyResult], str]]]:
-    strategies = result.strategies
-    rows: list[tuple[str, Callable[[StrategyResult], str]]] = [
+def _columns() -> list[tuple[str, Callable[[StrategyResult], str]]]:
+    return [
+        ("lost", lambda s: _count(s.failed)),
+        ("lost by cause", _causes),
         ("makespan", lambda s: _seconds(s.makespan_s)),
-        ("÷ lower bound", _ratio),
-        ("calls ok", lambda s: str(s.ok)),
-        ("calls failed", lambda s: _count(s.failed)),
-    ]
-    reasons = sorted({r for s in strategies for r in s.failures})
-    rows.extend((f"  {r.replace('_', ' ')}", _failure_count(r)) for r in reasons)
-    rows.append(
+        ("÷ bound", lambda s: _ratio(s.ratio, 1.10, 1.5)),
+        ("÷ oracle", lambda s: _ratio(s.oracle_ratio, 1.05, 1.3)),
         (
-            "calls that got 429",
+            "got 429",
             lambda s: f"[{'green' if s.rate_429 < 0.01 else 'red'}]{s.rate_429:.1%}[/]",
-        )
-    )
-    rows.extend(
-        (_KIND_LABELS[kind], _response_count(kind))
-        for kind in KINDS
-        if any(s.responses.get(kind) for s in strategies)
-    )
-    rows += [
+        ),
+        ("rejections", _rejects),
         ("attempts", lambda s: str(s.attempts)),
-        ("retries", lambda s: str(s.retries)),
-        ("breaker trips", lambda s: str(s.breaker_trips)),
+        ("latency p50/95", lambda s: f"{s.latency.p50:.1f}/{s.latency.p95:.1f}"),
     ]
-    if any(s.limit_cuts for s in strategies):
-        rows.append(("adaptive limit cuts", _cuts))
-    rows += [
-        ("max concurrency", lambda s: str(s.max_concurrency)),
-        ("latency p50/95/99", lambda s: _triple(s.latency)),
-        ("slot wait p50/95/99", lambda s: _triple(s.slot_wait)),
-    ]
-    return rows
 
 
 def print_report(
@@ -113,6 +85,8 @@ def print_report(
 
     bound = result.bound
     parts = [f"slots {_seconds(bound.slots_s)}", f"longest chain {_seconds(bound.chain_s)}"]
+    if bound.outage_s:
+        parts.append(f"outages add {_seconds(bound.outage_s)}")
     if bound.rpm_s is not None:
         parts.append(f"RPM {_seconds(bound.rpm_s)}")
     if bound.burst_s is not None:
@@ -121,24 +95,25 @@ def print_report(
         title=f"anygate simulate: {result.scenario} (seed {result.seed}, {result.calls} calls)",
         caption=f"lower bound {_seconds(bound.seconds)}, set by {bound.binding} ("
         + ", ".join(parts)
-        + "); times in seconds"
-        + (
-            "; * failed calls shorten the makespan"
-            if any(s.failed for s in result.strategies)
-            else ""
-        ),
+        + "); makespan = until the last call ended, lost or not; — = calls were lost, "
+        "so no ratio; rejections: b burst rate, r RPM, c concurrency (429), "
+        "o overloaded, q queue full (503)",
         title_style="bold",
     )
-    table.add_column("", style="bold")
+    table.add_column("strategy", style="bold", no_wrap=True)
+    columns = _columns()
+    for label, _ in columns:
+        table.add_column(label, justify="left" if label == "lost by cause" else "right")
     for strategy in result.strategies:
-        table.add_column(strategy.name, justify="right")
-    for label, cell in _rows(result):
-        table.add_row(label, *(cell(s) for s in result.strategies))
+        table.add_row(strategy.name, *(cell(strategy) for _, cell in columns))
     if description:
         console.print(Text(description, style="dim"))
     console.print(table)
     for strategy in result.strategies:
-        console.print(Text.assemble((f"{strategy.name}: ", "bold"), strategy.summary))
+        line = strategy.summary
+        if strategy.breaker_trips or strategy.limit_cuts:
+            line += f" [breaker trips {strategy.breaker_trips}, adaptive cuts {_cuts(strategy)}]"
+        console.print(Text.assemble((f"{strategy.name}: ", "bold"), line))
     if not show_chart:
         return
     label_width = 24

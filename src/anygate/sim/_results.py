@@ -26,6 +26,7 @@ __all__ = [
     "CallRecord",
     "Percentiles",
     "Recorder",
+    "RunStats",
     "Series",
     "SimulationResult",
     "StrategyResult",
@@ -55,7 +56,16 @@ class CallRecord:
         self.got_429 = False
 
 
-class Recorder:
+class RunStats:
+    """Counters a strategy's hooks may bump during a run (breaker trips, adaptive cuts)."""
+
+    def __init__(self) -> None:
+        self.breaker_trips = 0
+        self.limit_cuts = 0
+        self.lowest_limit: float | None = None
+
+
+class Recorder(RunStats):
     """Collects call records for one run; calls ``progress(done)`` every so often.
 
     Args:
@@ -71,13 +81,12 @@ class Recorder:
         *,
         call_deadline_s: float | None = None,
     ) -> None:
+        super().__init__()
         self.total = total
         self.call_deadline_s = call_deadline_s
         self.records: list[CallRecord] = []
         self.done = 0
-        self.breaker_trips = 0
-        self.limit_cuts = 0
-        self.lowest_limit: float | None = None
+        self.not_run = 0  # calls of chains that stopped after a failure
         self._progress = progress
         self._step = max(1, total // _PROGRESS_STEPS)
 
@@ -126,12 +135,15 @@ class StrategyResult:
     Attributes:
         name: the strategy.
         summary: one line saying what the strategy does (cap, retries, breaker).
-        makespan_s: virtual time at which the last call ended.
-        ratio: ``makespan_s`` / the lower bound.
+        makespan_s: virtual time at which the last call ended, lost or not (the time
+            limit, when calls were still unfinished).
+        ratio: ``makespan_s`` / the lower bound; ``None`` when calls were lost (less work
+            done: a ratio would flatter it).
         calls: logical calls in the workload.
         ok: calls that succeeded.
-        failures: failed calls by reason (``gave_up``, ``circuit_open``, ``busy``,
-            ``unfinished`` when the time limit stopped them).
+        failures: lost calls by cause (``gave_up``, ``circuit_open``, ``busy``,
+            ``deadline``, ``not_run`` for calls of a chain that stopped after a failure,
+            ``unfinished`` when the time limit stopped them, or a client's own cause).
         responses: provider responses by outcome: ``ok`` and every rejection kind.
         calls_with_429: calls that received at least one 429.
         attempts: requests sent to the provider.
@@ -145,12 +157,16 @@ class StrategyResult:
         limit_cuts: times the adaptive concurrency limit was lowered after a burst-rate
             throttle.
         lowest_limit: the lowest capacity it went to (``None``: never lowered).
+        oracle_ratio: ``makespan_s`` / the oracle's makespan on the same workload
+            (``None`` when calls were lost, or when no oracle ran).
+        bound_ratio: ``makespan_s`` / the lower bound even when calls were lost (for the
+            record; reports show ``ratio``).
     """
 
     name: str
     summary: str
     makespan_s: float
-    ratio: float
+    ratio: float | None
     calls: int
     ok: int
     failures: Mapping[str, int]
@@ -166,6 +182,8 @@ class StrategyResult:
     rejects: tuple[tuple[float, str], ...] = field(repr=False)
     limit_cuts: int = 0
     lowest_limit: float | None = None
+    oracle_ratio: float | None = None
+    bound_ratio: float = math.nan
 
     @property
     def failed(self) -> int:
@@ -193,6 +211,7 @@ class StrategyResult:
         del data["in_service"], data["rejects"]
         data.update(
             failed=self.failed,
+            lost=dict(self.failures),
             rate_429=self.rate_429,
             series=asdict(series(self, horizon=horizon, buckets=buckets)),
         )
@@ -208,6 +227,7 @@ class SimulationResult:
     calls: int
     bound: LowerBound
     strategies: tuple[StrategyResult, ...]
+    oracle_makespan_s: float | None = None
 
     @property
     def horizon(self) -> float:
@@ -221,6 +241,7 @@ class SimulationResult:
             "seed": self.seed,
             "calls": self.calls,
             "lower_bound": asdict(self.bound),
+            "oracle_makespan_s": self.oracle_makespan_s,
             "strategies": [
                 s.to_dict(horizon=self.horizon, buckets=buckets) for s in self.strategies
             ],
@@ -274,8 +295,13 @@ def summarize(
     recorder: Recorder,
     trace: Trace,
     bound: LowerBound,
+    *,
+    run_end: float | None = None,
 ) -> StrategyResult:
-    """Freeze one run's records into a :class:`StrategyResult`."""
+    """Freeze one run's records into a :class:`StrategyResult`.
+
+    ``run_end`` is when the run stopped; it is the makespan when calls were unfinished.
+    """
     records = recorder.records
     finished = [r for r in records if r.outcome]
     makespan = max((r.end for r in finished), default=0.0)
@@ -284,16 +310,21 @@ def summarize(
         if record.outcome != "ok":
             reason = record.outcome or "unfinished"
             failures[reason] = failures.get(reason, 0) + 1
+    if recorder.not_run:
+        failures["not_run"] = recorder.not_run
     # Calls the time limit stopped before they began.
-    missing = recorder.total - len(records)
+    missing = recorder.total - len(records) - recorder.not_run
     if missing:
         failures["unfinished"] = failures.get("unfinished", 0) + missing
+    if failures.get("unfinished") and run_end is not None:
+        makespan = max(makespan, run_end)
+    raw = makespan / bound.seconds if bound.seconds > 0 else math.inf
     attempts = sum(r.attempts for r in records)
     return StrategyResult(
         name=name,
         summary=summary,
         makespan_s=makespan,
-        ratio=makespan / bound.seconds if bound.seconds > 0 else math.inf,
+        ratio=None if failures else raw,
         calls=recorder.total,
         ok=sum(1 for r in records if r.outcome == "ok"),
         failures=dict(sorted(failures.items())),
@@ -309,4 +340,5 @@ def summarize(
         rejects=tuple(trace.rejects),
         limit_cuts=recorder.limit_cuts,
         lowest_limit=recorder.lowest_limit,
+        bound_ratio=raw,
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from ._parse import load_yaml, parse_scenario
-from ._spec import BUILTIN_STRATEGIES, NaiveSpec, Scenario, StrategySpec
+from ._spec import BUILTIN_STRATEGIES, DEFAULT_STRATEGIES, NaiveSpec, Scenario, StrategySpec
 
 __all__ = [
     "DEFAULT_SCENARIO",
@@ -24,6 +24,7 @@ __all__ = [
     "deep_merge",
     "load_scenario",
     "resolve_strategies",
+    "scenario_mapping",
 ]
 
 #: What ``anygate simulate`` runs without arguments.
@@ -76,6 +77,20 @@ def load_scenario(source: str | Path | Mapping[str, Any] = DEFAULT_SCENARIO) -> 
     return parse_scenario(load_yaml(path), base_dir=path.parent)
 
 
+def scenario_mapping(source: str | Path) -> tuple[Mapping[str, Any], Path | None]:
+    """The raw mapping of a built-in scenario or a YAML file, and its base directory.
+
+    Raises:
+        ConfigError: unknown name or unreadable file (as :func:`load_scenario`).
+    """
+    text = str(source)
+    if isinstance(source, Path) or text.endswith((".yaml", ".yml")) or "/" in text:
+        path = Path(source)
+        return load_yaml(path), path.parent
+    load_scenario(text)  # validates the name, with the usual message
+    return _package_yaml("scenarios", text), None
+
+
 def builtin_policy(name: str) -> Mapping[str, Any]:
     """The built-in policy config of the ``seed`` or ``anygate`` strategy, as a mapping."""
     if name not in ("seed", "anygate"):
@@ -102,7 +117,17 @@ def _finish(spec: StrategySpec) -> StrategySpec:
         return spec
     merged = deep_merge(builtin_policy(spec.name), spec.policy)
     source = "built-in" + (" + scenario overrides" if spec.policy else "")
-    return StrategySpec(name=spec.name, policy=merged, replace=True, source=source)
+    return StrategySpec(
+        name=spec.name, policy=merged, replace=True, source=source, from_published=True
+    )
+
+
+def _is_factory(value: str) -> bool:
+    """``module:attribute`` rather than a file path (``--strategy NAME=...``)."""
+    if value.endswith((".yaml", ".yml")) or Path(value).exists():
+        return False
+    module, sep, attribute = value.partition(":")
+    return bool(sep and module and attribute) and "/" not in module and "\\" not in module
 
 
 def resolve_strategies(
@@ -114,24 +139,28 @@ def resolve_strategies(
 ) -> list[StrategySpec]:
     """The strategies to compare, in display order, each ready to build.
 
-    Order: the built-in ``naive``, ``seed`` and ``anygate``, then the scenario's own
-    strategies, then ``extra``. The scenario may override parts of a built-in strategy;
-    ``config`` (the user's policy file) replaces the ``anygate`` strategy's config entirely.
+    Order: the built-ins (:data:`~anygate.sim._spec.BUILTIN_STRATEGIES`), then the
+    scenario's own strategies, then ``extra``. The scenario may override parts of the
+    built-in ``seed`` / ``anygate`` configs; ``config`` (the user's policy file) replaces the
+    ``anygate`` strategy's config entirely.
 
     Args:
         scenario: provides overrides and extra strategies.
         config: path of the user's anygate policy config.
-        extra: ``(name, policy file)`` pairs added by the user.
+        extra: ``(name, policy file or "module:factory")`` pairs added by the user.
         only: keep just these names, in this order.
 
     Raises:
         ConfigError: unreadable files, duplicate or unknown names.
     """
-    specs: dict[str, StrategySpec] = {
-        "naive": StrategySpec(name="naive", naive=NaiveSpec()),
-        "seed": StrategySpec(name="seed", policy={}),
-        "anygate": StrategySpec(name="anygate", policy={}),
-    }
+    specs: dict[str, StrategySpec] = {}
+    for name in BUILTIN_STRATEGIES:
+        if name == "naive":
+            specs[name] = StrategySpec(name=name, naive=NaiveSpec())
+        elif name in ("seed", "anygate"):
+            specs[name] = StrategySpec(name=name, policy={})
+        else:
+            specs[name] = StrategySpec(name=name)
     for spec in scenario.strategies:
         specs[spec.name] = spec
     if config is not None:
@@ -145,12 +174,18 @@ def resolve_strategies(
         if not name or name in specs:
             msg = f"--strategy name must be new and non-empty (got {name!r}; taken: {', '.join(specs)})"
             raise ConfigError(msg, path="--strategy", value=name)
+        text = str(path)
+        if _is_factory(text):
+            specs[name] = StrategySpec(name=name, factory=text, source=text)
+            continue
         specs[name] = StrategySpec(
             name=name,
             policy=load_yaml(Path(path), f"--strategy {name}"),
             replace=True,
-            source=str(path),
+            source=text,
         )
+    if only is not None and list(only) == ["all"]:
+        only = list(specs)
     if only is not None:
         unknown = [name for name in only if name not in specs]
         if unknown:
@@ -158,6 +193,6 @@ def resolve_strategies(
             raise ConfigError(msg, path="--only", value=list(only))
         chosen = [specs[name] for name in only]
     else:
-        builtins = [specs[name] for name in BUILTIN_STRATEGIES]
+        builtins = [specs[name] for name in DEFAULT_STRATEGIES]
         chosen = builtins + [s for name, s in specs.items() if name not in BUILTIN_STRATEGIES]
     return [_finish(spec) for spec in chosen]

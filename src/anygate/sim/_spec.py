@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "BUILTIN_STRATEGIES",
+    "DEFAULT_STRATEGIES",
     "BurstRule",
     "FanOut",
     "FleetSpec",
@@ -24,12 +25,30 @@ __all__ = [
     "NaiveSpec",
     "Outage",
     "ProviderSpec",
+    "Published",
     "Scenario",
     "StrategySpec",
 ]
 
-#: Strategies every run compares unless told otherwise, in display order.
-BUILTIN_STRATEGIES = ("naive", "seed", "anygate")
+#: Every built-in strategy, in display order (each selectable with ``--only``).
+BUILTIN_STRATEGIES = (
+    "naive",
+    "sdk",
+    "sdk+cap",
+    "cookbook",
+    "cookbook+cap",
+    "stamina",
+    "stamina+cap",
+    "litellm",
+    "seed",
+    "anygate",
+    "oracle",
+)
+
+#: What a run compares unless told otherwise (``--only all`` for every built-in). The
+#: uncapped ``cookbook`` and ``stamina`` are left out only to keep the default run a few
+#: seconds: their retry storms cost the most CPU (they are in every benchmark run).
+DEFAULT_STRATEGIES = tuple(s for s in BUILTIN_STRATEGIES if s not in ("cookbook", "stamina"))
 
 
 # ---------------------------------------------------------------------- value objects
@@ -61,6 +80,25 @@ class BurstRule:
     window_s: float
     growth: float
     floor: int
+    #: Dynamic threshold: when set, the growth factor of window ``k`` drifts as a random walk
+    #: within ``[growth_min, growth_max]`` (step drawn uniformly from ``[-drift, drift]``
+    #: per window), the same path for every strategy of one seed. ``growth`` is the start.
+    growth_min: float | None = None
+    growth_max: float | None = None
+    drift: float = 0.0
+    #: Count every arrival toward the slope, rejected ones included (``False``: only
+    #: admitted requests count, as before).
+    count_rejected: bool = False
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the growth factor drifts."""
+        return self.growth_min is not None and self.growth_max is not None and self.drift > 0
+
+    @property
+    def highest_growth(self) -> float:
+        """The largest growth factor any window can have (for the lower bound)."""
+        return self.growth_max if self.dynamic and self.growth_max is not None else self.growth
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +142,23 @@ class ProviderSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Published:
+    """What a client could know about the provider from its published documentation.
+
+    The only provider facts a strategy is given (:class:`~anygate.sim.StrategyContext`);
+    everything else in :class:`ProviderSpec` is hidden, as a real provider's limiter is.
+
+    Attributes:
+        rpm: the published requests-per-minute limit (``None``: not published).
+        concurrency: the published number of requests served at once (a local model
+            server's slot count; hosted providers rarely publish one).
+    """
+
+    rpm: int | None = None
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class FanOut:
     """After lead call number ``after_call``, ``subagents`` subagents each make ``calls``."""
 
@@ -126,6 +181,8 @@ class FleetSpec:
         think: time between consecutive calls of one chain (tool use); ``None``: none.
         fanout: optional subagents spawned mid-chain.
         call_deadline_s: passed to the strategy as each call's deadline (``None``: none).
+        on_failure: ``"stop"``: a chain whose call failed for good makes no further calls
+            (an agent turn ends on an error); ``"continue"``: it goes on to its next call.
     """
 
     agents: int = 100
@@ -135,6 +192,7 @@ class FleetSpec:
     think: Lognormal | None = None
     fanout: FanOut | None = None
     call_deadline_s: float | None = None
+    on_failure: Literal["stop", "continue"] = "stop"
 
     @property
     def total_calls(self) -> int:
@@ -162,17 +220,25 @@ class NaiveSpec:
 class StrategySpec:
     """One strategy to compare.
 
-    Exactly one of ``naive`` and ``policy`` is set. ``policy`` is an anygate policy config
-    mapping (the keys of ``config.example.yaml``); for the built-in ``seed`` and ``anygate``
-    strategies it holds the overrides to merge over the built-in file, and ``replace`` says
-    the mapping is complete (a user's ``--config``) instead.
+    At most one of ``naive``, ``policy`` and ``factory`` is set; none means a built-in
+    peer (``sdk``, ``litellm``, ``oracle``, ...) found by name. ``policy`` is an anygate policy
+    config mapping (the keys of ``config.example.yaml``); for the built-in ``seed`` and
+    ``anygate`` strategies it holds the overrides to merge over the built-in config, and
+    ``replace`` says the mapping is complete (a user's ``--config``) instead. ``factory``
+    is a user's strategy factory (see :class:`~anygate.sim.StrategyContext`): the
+    factory itself, or ``"module:attribute"`` (what ``--strategy`` and scenario files give;
+    a sweep's worker processes need that form).
     """
 
     name: str
     naive: NaiveSpec | None = None
     policy: Mapping[str, Any] | None = None
+    factory: str | Callable[[Any], Any] | None = None
     replace: bool = False
     source: str = "built-in"
+    #: Built-in ``seed`` / ``anygate``: take ``max_concurrent_calls`` from the scenario's
+    #: published concurrency when it publishes one.
+    from_published: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +252,7 @@ class Scenario:
         time_limit_s: virtual-time safety stop; calls unfinished by then count as failed.
         provider: the provider model.
         fleet: the agents.
+        published: what the provider's docs say; the only provider facts strategies see.
         strategies: extra strategies and overrides of the built-in ones, by name.
     """
 
@@ -195,4 +262,5 @@ class Scenario:
     time_limit_s: float = 3600.0
     provider: ProviderSpec = field(default_factory=ProviderSpec)
     fleet: FleetSpec = field(default_factory=FleetSpec)
+    published: Published = field(default_factory=Published)
     strategies: tuple[StrategySpec, ...] = ()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ._provider import sample
 
 if TYPE_CHECKING:
-    from ._spec import FleetSpec, ProviderSpec
+    from ._spec import FleetSpec, Outage, ProviderSpec
 
 __all__ = ["AgentPlan", "CallPlan", "FanOutPlan", "LowerBound", "Workload", "build_workload"]
 
@@ -56,15 +56,23 @@ class LowerBound:
         seconds: the bound: the largest of the parts.
         binding: which part it is: ``"slots"``, ``"chain"``, ``"rpm"`` or ``"burst"``.
         slots_s: first start + total service time / slots (the slots are busy the whole
-            time at best).
+            time at best), plus what outages take out of it (see ``outage_s``).
         chain_s: the longest chain: an agent's start plus its calls' service and think
-            times, subagent chains counting as their longest one.
+            times, subagent chains counting as their longest one, and no call admitted
+            during an outage (a call that would start inside one waits for its end).
         rpm_s: first start + 60 s * (ceil(calls / rpm) - 1) + shortest service time: with at
             most ``rpm`` admissions per sliding minute, admission number ``k * rpm + 1``
             comes at least ``k`` minutes after the first.
         burst_s: with every burst window admitting the most the slope rule allows (a floor,
-            then ``growth`` times the previous window), the window holding the last
-            admission starts no earlier than this, plus the shortest service time.
+            then ``growth`` times the previous window; the highest growth a dynamic
+            threshold can reach), the window holding the last admission starts no earlier
+            than this, plus the shortest service time. ``None`` with ``count_rejected``
+            (rejected arrivals then raise the next window's allowance, so admissions per
+            window have no such bound).
+        outage_s: the part of ``slots_s`` due to outages: no request is admitted during an
+            outage, and only the calls admitted before it continue (at most the ``slots``
+            longest calls of the workload, each for at most the outage's length), so the
+            work left over waits for the outage's end.
     """
 
     seconds: float
@@ -73,6 +81,7 @@ class LowerBound:
     chain_s: float
     rpm_s: float | None
     burst_s: float | None
+    outage_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,19 +101,24 @@ class Workload:
         first = self.first_start
         total = len(self.calls)
         shortest = min(call.service_s for call in self.calls)
+        work = math.fsum(call.service_s for call in self.calls)
+        slots = first + work / provider.slots
+        outage = _outage_delay(
+            first, work, provider.slots, provider.outages, [c.service_s for c in self.calls]
+        )
         parts: dict[str, float] = {
-            "slots": first + math.fsum(call.service_s for call in self.calls) / provider.slots,
-            "chain": max(_agent_span(agent) for agent in self.agents),
+            "slots": slots + outage,
+            "chain": max(_agent_span(agent, provider.outages) for agent in self.agents),
         }
         if provider.rpm is not None:
             parts["rpm"] = first + 60.0 * (math.ceil(total / provider.rpm) - 1) + shortest
         burst = provider.burst
-        if burst is not None:
+        if burst is not None and not burst.count_rejected:
             window = math.floor(first / burst.window_s)
             allowed = burst.floor
             admitted = allowed
             while admitted < total:
-                allowed = max(burst.floor, math.floor(burst.growth * allowed))
+                allowed = max(burst.floor, math.floor(burst.highest_growth * allowed))
                 admitted += allowed
                 window += 1
             parts["burst"] = max(first, window * burst.window_s) + shortest
@@ -116,21 +130,60 @@ class Workload:
             chain_s=parts["chain"],
             rpm_s=parts.get("rpm"),
             burst_s=parts.get("burst"),
+            outage_s=outage,
         )
 
 
-def _chain_span(chain: tuple[CallPlan | FanOutPlan, ...]) -> float:
-    span = 0.0
+def _outage_delay(
+    first: float, work: float, slots: int, outages: tuple[Outage, ...], services: list[float]
+) -> float:
+    """How much later than ``first + work / slots`` the work can end, given the outages.
+
+    Before an outage the slots do at most ``slots`` seconds of work per second; during it
+    only the calls already admitted continue, at most the ``slots`` longest calls, each for
+    no longer than the outage; after it the remaining work needs ``remaining / slots``.
+    """
+    if not outages:
+        return 0.0
+    longest = sorted(services, reverse=True)[:slots]
+    remaining, t = work, first
+    for down in outages:  # sorted by start
+        if down.end_s <= t:
+            continue
+        start = max(down.start_s, t)
+        before = slots * (start - t)
+        if remaining <= before:
+            break
+        remaining -= before
+        if start > first:  # nothing can be in flight before the first agent starts
+            remaining -= min(remaining, math.fsum(min(s, down.end_s - start) for s in longest))
+        t = down.end_s
+        if remaining <= 0:
+            break
+    end = t + max(remaining, 0.0) / slots
+    return max(0.0, end - (first + work / slots))
+
+
+def _chain_end(
+    chain: tuple[CallPlan | FanOutPlan, ...], start: float, outages: tuple[Outage, ...]
+) -> float:
+    """When a chain started at ``start`` ends at best: its calls in order, each admitted no
+    earlier than its think time allows and never inside an outage (it waits for the end)."""
+    t = start
     for step in chain:
         if isinstance(step, CallPlan):
-            span += step.think_s + step.service_s
+            t += step.think_s
+            for down in outages:  # sorted by start: one pass moves t past each in turn
+                if down.start_s <= t < down.end_s:
+                    t = down.end_s
+            t += step.service_s
         else:
-            span += max(_chain_span(sub) for sub in step.chains)
-    return span
+            t = max(_chain_end(sub, t, outages) for sub in step.chains)
+    return t
 
 
-def _agent_span(agent: AgentPlan) -> float:
-    return agent.start_s + _chain_span(agent.steps)
+def _agent_span(agent: AgentPlan, outages: tuple[Outage, ...] = ()) -> float:
+    return _chain_end(agent.steps, agent.start_s, outages)
 
 
 def build_workload(fleet: FleetSpec, provider: ProviderSpec, seed: int) -> Workload:

@@ -1,0 +1,76 @@
+"""The ``oracle``: a client that knows the provider's hidden rules exactly. The yardstick.
+
+It serves the fleet's calls in FIFO order (by the time each call was asked for) and sends
+the head of its queue only at an instant when the provider would admit it: outside any
+outage, under the RPM window, under the burst rule's allowance for the current window (the
+dynamic growth factor included) and with a slot free. So it is never rejected, and every
+strategy's makespan can be put next to it. It is the one strategy that reads the hidden
+provider (:meth:`~anygate.sim._provider.ProviderModel.admission_wait`); no other strategy
+is given it.
+
+It is not optimal: FIFO is not the schedule that minimises makespan (serving the agents
+furthest behind first can be shorter), so a strategy may beat it, which the report shows as
+a ratio below 1. It never beats the lower bound, which is a bound.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from ._protocol import Send
+    from ._provider import ProviderModel
+
+__all__ = ["Oracle"]
+
+
+class Oracle:
+    """FIFO, perfectly paced against the hidden rules; see the module docstring.
+
+    Args:
+        provider: the run's provider (its hidden state is read before each send).
+    """
+
+    summary = "knows the provider's hidden rules; sends only what would be admitted; FIFO"
+
+    def __init__(self, provider: ProviderModel) -> None:
+        self._provider = provider
+        self._queue: deque[anyio.Event] = deque()
+        self._changed = anyio.Event()
+        provider.on_leave(self._notify)
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def call(self, send: Send) -> None:
+        """Wait for this call's turn and for an admissible instant, then send it once."""
+        turn = anyio.Event()
+        queue = self._queue
+        queue.append(turn)
+        if queue[0] is turn:
+            turn.set()
+        try:
+            # Only the head of the queue watches the provider; the others wait their turn,
+            # so a slot freed wakes one task, not the whole queue.
+            await turn.wait()
+            while (wait := self._provider.admission_wait()) != 0.0:
+                self._changed = changed = anyio.Event()
+                if wait is None:
+                    await changed.wait()
+                else:
+                    with anyio.move_on_after(wait):
+                        await changed.wait()
+        finally:
+            head = queue[0] is turn
+            if head:
+                queue.popleft()
+            else:  # left before its turn (a deadline): rare, so the O(n) scan is fine
+                queue.remove(turn)
+            if head and queue:
+                queue[0].set()
+        # No await between the check above and the provider's admission: send() checks
+        # the rules and takes the slot before it first blocks.
+        await send()

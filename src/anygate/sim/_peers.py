@@ -1,0 +1,387 @@
+"""What users really run, written from the peers' current sources: delays and retry loops.
+
+Each peer is a pure delay function (the formula, with its source and version in the
+docstring) and a client that runs the peer's retry loop around
+:data:`~anygate.sim.Send`, on AnyIO time. The random draws happen in the same order as in
+the source (for example tenacity computes the next wait *before* checking whether to stop),
+from a seeded generator instead of the global one.
+
+Sources read for these (late 2026): openai-python 3.57.0 ``_base_client.py`` /
+``_constants.py``; tenacity 9.1.4+ (main at c650fb4) ``wait.py`` / ``__init__.py``; stamina
+26.1.0+ (main at 87ccfa4) ``_core.py``; LiteLLM Router's retry path
+(``async_function_with_retries``, ``_time_to_sleep_before_retry``,
+``litellm.utils._calculate_retry_after``, ``constants.py``). ``docs/simulate.md`` states the
+formulas and what is modelled and what is not.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Final, Protocol
+
+import anyio
+
+from ._protocol import CallLost
+from ._provider import ProviderError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._protocol import Client, Send, StrategyContext
+
+__all__ = [
+    "PEERS",
+    "SdkError",
+    "cookbook_wait",
+    "litellm_retry_delay",
+    "openai_retry_after",
+    "openai_retry_delay",
+    "openai_should_retry",
+    "sdk_request",
+    "stamina_backoff",
+]
+
+# openai-python 3.57.0 _constants.py
+OPENAI_MAX_RETRIES: Final = 2
+OPENAI_INITIAL_RETRY_DELAY: Final = 0.5
+OPENAI_MAX_RETRY_DELAY: Final = 8.0
+OPENAI_MAX_RETRY_AFTER: Final = 120.0
+# litellm constants.py
+LITELLM_INITIAL_RETRY_DELAY: Final = 0.5
+LITELLM_MAX_RETRY_DELAY: Final = 8.0
+LITELLM_JITTER: Final = 0.75
+LITELLM_MAX_RETRY_AFTER: Final = 60
+#: ``+cap`` peers cap at the published concurrency, else at this (the usual hand-picked 32).
+DEFAULT_CAP: Final = 32
+
+
+class _Random(Protocol):
+    def random(self) -> float: ...
+    def uniform(self, a: float, b: float) -> float: ...
+
+
+# ---------------------------------------------------------------------- pure delays
+
+
+def openai_retry_after(headers: Mapping[str, str]) -> float | None:
+    """openai-python ``_parse_retry_after_header``: ``retry-after-ms`` / 1000, else
+    ``retry-after`` as (fractional) seconds. (The HTTP-date form is not modelled: the
+    simulated provider never sends one.)"""
+    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            delay = float(value)
+        except ValueError:
+            continue
+        if delay == math.inf and value.strip().lower() not in ("inf", "+inf", "infinity"):
+            return OPENAI_MAX_RETRY_AFTER + 1
+        return delay / divisor
+    return None
+
+
+def openai_should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    """openai-python ``_should_retry``: no when Retry-After > 120 s; obey ``x-should-retry``;
+    else retry 408, 409, 429 and >= 500."""
+    retry_after = openai_retry_after(headers)
+    if (
+        retry_after is not None
+        and math.isfinite(retry_after)
+        and retry_after > OPENAI_MAX_RETRY_AFTER
+    ):
+        return False
+    flag = headers.get("x-should-retry")
+    if flag == "true":
+        return True
+    if flag == "false":
+        return False
+    return status in (408, 409, 429) or status >= 500
+
+
+def openai_retry_delay(retries_taken: int, headers: Mapping[str, str], rng: _Random) -> float:
+    """openai-python ``_calculate_retry_timeout``, retry number ``retries_taken + 1``.
+
+    ``Retry-After`` in ``(0, 120]`` is used as is; else
+    ``min(0.5 * 2**retries_taken, 8) * (1 - 0.25 * U)``, ``U = rng.random()`` (drawn only
+    then). ``retries_taken`` is ``max_retries - remaining_retries``: 0 before the first retry.
+    """
+    retry_after = openai_retry_after(headers)
+    if (
+        retry_after is not None
+        and math.isfinite(retry_after)
+        and 0 < retry_after <= OPENAI_MAX_RETRY_AFTER
+    ):
+        return retry_after
+    exponent = min(retries_taken, 1000)
+    sleep = min(OPENAI_INITIAL_RETRY_DELAY * 2.0**exponent, OPENAI_MAX_RETRY_DELAY)
+    timeout = sleep * (1 - 0.25 * rng.random())
+    return max(timeout, 0.0)
+
+
+def cookbook_wait(
+    attempt_number: int, rng: _Random, *, low: float = 1.0, high: float = 60.0
+) -> float:
+    """tenacity ``wait_random_exponential(min=1, max=60)`` after attempt ``attempt_number``.
+
+    ``wait_exponential``: ``top = max(min, min(multiplier * 2**(attempt_number - 1), max))``
+    (multiplier 1); then ``random.uniform(min, top)``. So 1 s after the first attempt, then
+    U(1, 2), U(1, 4), U(1, 8), U(1, 16).
+    """
+    exponent = attempt_number - 1
+    if exponent > math.log(high, 2):
+        top = max(low, high)
+    else:
+        top = max(max(0.0, low), min(2.0**exponent, high))
+    return rng.uniform(low, top)
+
+
+def stamina_backoff(
+    num: int,
+    rng: _Random,
+    *,
+    initial: float = 0.1,
+    maximum: float = 5.0,
+    exp_base: float = 2.0,
+    jitter: float = 1.0,
+) -> float:
+    """stamina ``_compute_backoff`` after attempt ``num`` (1-based), its defaults.
+
+    ``min(wait_max, wait_initial * wait_exp_base**(num - 1) + U(0, wait_jitter))``: with
+    the defaults ``min(5, 0.1 * 2**(num - 1) + U(0, 1))``.
+    """
+    extra = rng.uniform(0, jitter) if jitter else 0.0
+    try:
+        return min(maximum, initial * exp_base ** (num - 1) + extra)
+    except OverflowError:
+        return maximum
+
+
+def litellm_retry_after(headers: Mapping[str, str]) -> int | None:
+    """LiteLLM ``_get_retry_after_from_exception_header``: ``int(retry-after)``, else none.
+
+    ``int()`` of a fractional value such as ``"2.500"`` fails, and LiteLLM then falls back
+    to its own backoff, as modelled here. (The HTTP-date form is not modelled.)
+    """
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def litellm_retry_delay(exponent: int, headers: Mapping[str, str], rng: _Random) -> float:
+    """LiteLLM Router, one deployment: ``_calculate_retry_after`` with ``min_timeout=0``.
+
+    ``jitter = 0.75 * U``; an integer ``Retry-After`` in ``(0, 60]``: that plus jitter; else
+    ``min(max(0.5 * 2**exponent, 0), 8) + jitter``. ``exponent`` is
+    ``num_retries - remaining_retries``.
+    """
+    extra = LITELLM_JITTER * rng.random()
+    retry_after = litellm_retry_after(headers)
+    if retry_after is not None and 0 < retry_after <= LITELLM_MAX_RETRY_AFTER:
+        return retry_after + extra
+    sleep = max(LITELLM_INITIAL_RETRY_DELAY * 2.0**exponent, 0)
+    return min(sleep, LITELLM_MAX_RETRY_DELAY) + extra
+
+
+# ---------------------------------------------------------------------- retry loops
+
+
+class SdkError(Exception):
+    """What the simulated openai client raises when it stops retrying (``APIStatusError``)."""
+
+    def __init__(self, error: ProviderError, cause: str) -> None:
+        super().__init__(str(error))
+        self.status_code = error.status_code
+        self.error = error
+        self.cause = cause
+
+
+async def sdk_request(send: Send, rng: _Random, *, max_retries: int = OPENAI_MAX_RETRIES) -> None:
+    """One ``client.chat.completions.create()``: openai-python's own retry loop.
+
+    Raises:
+        SdkError: the last rejection, once the SDK stops retrying.
+    """
+    for retries_taken in range(max_retries + 1):
+        try:
+            await send()
+        except ProviderError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
+            remaining = max_retries - retries_taken
+            if remaining > 0 and openai_should_retry(exc.status_code, exc.headers):
+                await anyio.sleep(openai_retry_delay(retries_taken, exc.headers, rng))
+                continue
+            retry_after = openai_retry_after(exc.headers)
+            cause = "gave_up"
+            if (
+                retry_after is not None
+                and math.isfinite(retry_after)
+                and retry_after > OPENAI_MAX_RETRY_AFTER
+            ):
+                cause = "retry_after_too_long"
+            raise SdkError(exc, cause) from exc
+        else:
+            return
+
+
+class Sdk:
+    """openai-python's built-in retries only (``max_retries=2``)."""
+
+    summary = (
+        "openai-python 3.57 defaults: 2 retries of 408/409/429/5xx, "
+        "min(0.5*2^n, 8)*(1-0.25U) s or Retry-After <= 120 s; no cap"
+    )
+
+    def __init__(self, context: StrategyContext) -> None:
+        self._rng = context.rng("sdk")
+
+    async def call(self, send: Send) -> None:
+        """One SDK call; its own retries only."""
+        try:
+            await sdk_request(send, self._rng)
+        except SdkError as exc:
+            raise CallLost(exc.cause) from exc
+
+
+class Cookbook:
+    """The OpenAI cookbook's tenacity recipe around a default client."""
+
+    summary = (
+        "tenacity wait_random_exponential(min=1, max=60), stop_after_attempt(6), "
+        "around a default SDK client (its 2 retries inside each attempt); no cap"
+    )
+
+    def __init__(self, context: StrategyContext) -> None:
+        self._sdk_rng = context.rng("sdk")
+        self._rng = context.rng("tenacity")
+
+    async def call(self, send: Send) -> None:
+        """``@retry(wait=wait_random_exponential(min=1, max=60), stop=stop_after_attempt(6))``."""
+        attempt_number = 1
+        while True:
+            try:
+                await sdk_request(send, self._sdk_rng)
+            except SdkError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
+                # tenacity computes the wait before it checks the stop condition.
+                wait = cookbook_wait(attempt_number, self._rng)
+                if attempt_number >= 6:
+                    raise CallLost("gave_up") from exc  # tenacity.RetryError
+                await anyio.sleep(wait)
+                attempt_number += 1
+            else:
+                return
+
+
+class Stamina:
+    """stamina's defaults around a default client."""
+
+    summary = (
+        "stamina.retry defaults: 10 attempts or 45 s, min(5, 0.1*2^(n-1) + U(0,1)) s, "
+        "around a default SDK client (its 2 retries inside each attempt); no cap"
+    )
+
+    def __init__(self, context: StrategyContext) -> None:
+        self._sdk_rng = context.rng("sdk")
+        self._rng = context.rng("stamina")
+
+    async def call(self, send: Send) -> None:
+        """``@stamina.retry(on=<the SDK's 429/5xx errors>)`` with every other setting default."""
+        start = anyio.current_time()
+        attempt_number = 1
+        while True:
+            try:
+                await sdk_request(send, self._sdk_rng)
+            except SdkError as exc:  # noqa: PERF203 - a retry loop, as in the peer's source
+                wait = stamina_backoff(attempt_number, self._rng)
+                # stop_any(stop_after_attempt(10), stop_after_delay(45)): the delay is the
+                # time from the first attempt's start to this failed attempt's end.
+                if attempt_number >= 10 or anyio.current_time() - start >= 45.0:
+                    raise CallLost("gave_up") from exc
+                await anyio.sleep(wait)
+                attempt_number += 1
+            else:
+                return
+
+
+class LiteLLM:
+    """LiteLLM Router with one deployment and its defaults (``num_retries`` 2, no cap)."""
+
+    summary = (
+        "LiteLLM Router, one deployment, defaults: num_retries 2, "
+        "min(0.5*2^n, 8) + 0.75U s or int Retry-After <= 60 s (+ jitter); no cap"
+    )
+
+    def __init__(self, context: StrategyContext) -> None:
+        self._rng = context.rng("litellm")
+        self._num_retries = OPENAI_MAX_RETRIES  # Router: num_retries = openai.DEFAULT_MAX_RETRIES
+
+    async def call(self, send: Send) -> None:
+        """``async_function_with_retries``: the first try, then ``num_retries`` more.
+
+        Each sleep reads the *first* error's headers, and the loop sleeps after the last
+        failure too before it raises, as the Router does.
+        """
+        num_retries = self._num_retries
+        try:
+            await send()
+        except ProviderError as first:
+            original = first
+        else:
+            return
+        await anyio.sleep(litellm_retry_delay(0, original.headers, self._rng))
+        for current_attempt in range(num_retries):
+            try:
+                await send()
+            except ProviderError:  # noqa: PERF203 - a retry loop, as in the peer's source
+                await anyio.sleep(
+                    litellm_retry_delay(current_attempt + 1, original.headers, self._rng)
+                )
+            else:
+                return
+        raise CallLost("gave_up") from original
+
+
+class Capped:
+    """``+cap``: a semaphore held around the whole logical call, retries and sleeps included.
+
+    The usual idiom (``async with sem: await call_with_retries()``); it holds the permit
+    through the SDK's and the wrapper's backoff sleeps, which paces a throttled fleet.
+    """
+
+    def __init__(self, inner: Client, cap: int) -> None:
+        self._inner = inner
+        self._cap = cap
+        self._semaphore = anyio.Semaphore(cap)
+
+    @property
+    def summary(self) -> str:
+        """The inner strategy's summary with the cap."""
+        return self._inner.summary.replace("; no cap", "") + f"; semaphore cap {self._cap}"
+
+    async def call(self, send: Send) -> None:
+        """Hold a permit for the whole call."""
+        async with self._semaphore:
+            await self._inner.call(send)
+
+
+def _capped(kind: type[Sdk | Cookbook | Stamina]) -> object:
+    def factory(context: StrategyContext) -> Client:
+        cap = context.published.concurrency or DEFAULT_CAP
+        return Capped(kind(context), cap)
+
+    return factory
+
+
+#: The built-in peer factories, by strategy name (each is a public-protocol factory).
+PEERS: Final = {
+    "sdk": Sdk,
+    "sdk+cap": _capped(Sdk),
+    "cookbook": Cookbook,
+    "cookbook+cap": _capped(Cookbook),
+    "stamina": Stamina,
+    "stamina+cap": _capped(Stamina),
+    "litellm": LiteLLM,
+}

@@ -1,0 +1,123 @@
+"""The strategy plug-in protocol: how any client code, built in or yours, joins a comparison.
+
+A *strategy* is a factory: ``factory(context) -> client``. It is called once per run (one
+strategy, one seed, one scenario), inside the run, so it may create AnyIO primitives. The
+client makes the fleet's logical calls::
+
+    class Client(Protocol):
+        summary: str                                    # one line for the report
+        async def call(self, send: Send) -> None: ...  # one logical call
+
+``send()`` sends one request to the simulated provider and returns when it was served; a
+rejection raises :class:`~anygate.sim.ProviderError`, shaped like the openai / anthropic SDK
+errors (``status_code``, ``response.headers`` with ``retry-after`` when the provider sends
+one, ``body``). ``call`` returns when the logical call succeeded and raises when it gave up:
+:class:`CallLost` names the cause for the report (any other exception counts under its class
+name). Retries, caps, backoff, breakers: all the client's own business, on AnyIO time
+(``anyio.sleep``; the simulator's clock is virtual).
+
+The factory sees the provider only through :attr:`StrategyContext.published`, the facts the
+provider's documentation states. Every built-in strategy uses this same protocol; only the
+``oracle``, the yardstick, is also handed the hidden provider, and no other strategy can be.
+
+Select your own with ``anygate simulate --strategy NAME=module:factory`` or
+``strategies: {NAME: {factory: "module:factory"}}`` in a scenario file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, cast
+
+from .._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._spec import Published
+
+__all__ = ["CallLost", "Client", "Send", "StrategyContext", "StrategyFactory", "load_factory"]
+
+#: Sends one request to the simulated provider (raises ``ProviderError`` when turned away).
+Send = Callable[[], Awaitable[None]]
+
+
+class Client(Protocol):
+    """What a strategy factory returns: makes one logical call at a time (many concurrently)."""
+
+    @property
+    def summary(self) -> str:
+        """One line saying what the strategy does (shown under the report's table)."""
+        ...
+
+    async def call(self, send: Send) -> None:
+        """Make one logical call with ``send``; return on success, raise to give up."""
+        ...
+
+
+class CallLost(Exception):
+    """Raised by a client when a logical call is lost for good; ``cause`` names why.
+
+    Args:
+        cause: a short snake_case reason shown in the report (``gave_up``, ``busy``, ...).
+    """
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class StrategyContext:
+    """What a strategy factory is given for one run.
+
+    Attributes:
+        name: the strategy's name in this comparison.
+        published: the provider's published facts (rpm, concurrency); the only provider
+            facts a strategy gets.
+        seed: the run's seed.
+        call_deadline_s: the fleet's per-call deadline (``None``: none); the simulator
+            already enforces it around each call, a client may also use it.
+    """
+
+    name: str
+    published: Published
+    seed: int
+    call_deadline_s: float | None = None
+    _stats: object = field(default=None, repr=False, compare=False)
+
+    def rng(self, purpose: str = "") -> random.Random:
+        """A ``random.Random`` seeded from the run's seed and ``purpose``, never the global one.
+
+        The stream does not depend on the strategy's name, so two strategies with equal
+        settings draw equal numbers (their results are then equal too).
+        """
+        return random.Random(f"anygate.sim:{self.seed}:client:{purpose}")
+
+
+#: Builds a client for one run.
+StrategyFactory = Callable[[StrategyContext], Client]
+
+
+def load_factory(target: str, *, where: str) -> StrategyFactory:
+    """Import ``"module:attribute"`` (dots allowed in the attribute) and return it.
+
+    Raises:
+        ConfigError: malformed target, module or attribute not found, not callable.
+    """
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        msg = f"{where} must be 'module:attribute' (got {target!r})"
+        raise ConfigError(msg, path=where, value=target)
+    try:
+        obj: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        msg = f"{where}: cannot load {target!r}: {exc}"
+        raise ConfigError(msg, path=where, value=target) from exc
+    if not callable(obj):
+        msg = f"{where} must name a callable factory (got {target!r}: {type(obj).__name__})"
+        raise ConfigError(msg, path=where, value=target)
+    return cast("StrategyFactory", obj)

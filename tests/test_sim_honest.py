@@ -1,0 +1,252 @@
+"""The yardstick is honest: the oracle, lost work, published facts, the plug-in protocol.
+
+* the oracle is never rejected and never beats the lower bound, on every built-in scenario
+  and on variants with a dynamic burst threshold, counted rejections, outages and a queue;
+* lost calls never shorten a reported makespan: a run that lost calls has no ratio, and its
+  makespan runs to the end of the last call, lost or not (or the time limit);
+* the published facts are the only provider facts a strategy sees;
+* a user's factory plugs in through the same protocol as the built-ins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from anygate import ConfigError, sim
+from anygate.sim._engine import run_scenario
+from anygate.sim._provider import ProviderModel, Trace
+from anygate.sim._results import Recorder
+from anygate.sim._spec import ProviderSpec, StrategySpec
+
+pytest.importorskip("trio")
+pytest.importorskip("yaml")
+
+_REJECTIONS = ("burst", "rpm", "concurrency", "overloaded", "queue_full")
+
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "seed": 2,
+    "published": {"rpm": 240},
+    "provider": {
+        "slots": 6,
+        "rpm": 240,
+        "burst": {"window_s": 5, "growth": 2.0, "floor": 8},
+        "latency": {"median_s": 1.0, "sigma": 0.5},
+    },
+    "fleet": {"agents": 30, "ramp_s": 5, "calls_per_agent": 3},
+}
+
+
+def _variant(**provider: Any) -> dict[str, Any]:
+    return {**SMALL, "provider": {**SMALL["provider"], **provider}}
+
+
+def _oracle(scenario: sim.Scenario, seed: int) -> sim.StrategyResult:
+    result = run_scenario(scenario, [StrategySpec(name="oracle")], seed=seed, reference=False)
+    (oracle,) = result.strategies
+    assert oracle.makespan_s >= result.bound.seconds - 1e-9, "the oracle beat the bound"
+    return oracle
+
+
+@pytest.mark.parametrize("name", sim.builtin_scenarios())
+def test_oracle_is_never_rejected_and_never_beats_the_bound_builtin(name: str) -> None:
+    """On every built-in scenario: no rejection of any kind, nothing lost, makespan >= bound."""
+    oracle = _oracle(sim.load_scenario(name), seed=1)
+    assert not oracle.failed
+    assert all(oracle.responses[kind] == 0 for kind in _REJECTIONS)
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        {},
+        {
+            "burst": {
+                "window_s": 5,
+                "growth": 2.0,
+                "floor": 8,
+                "growth_min": 1.2,
+                "growth_max": 3.0,
+                "drift": 0.5,
+            }
+        },
+        {"burst": {"window_s": 5, "growth": 1.5, "floor": 4, "count_rejected": True}},
+        {"outages": [{"start_s": 5, "end_s": 20}, {"start_s": 30, "end_s": 32}]},
+        {"on_full": "queue", "max_queue": 2, "slots": 2},
+        {"rpm": 40, "slots": 20},
+    ],
+)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_oracle_is_never_rejected_and_never_beats_the_bound_variants(
+    provider: dict[str, Any], seed: int
+) -> None:
+    """Dynamic thresholds, counted rejections, outages, queues, a binding RPM: the same."""
+    oracle = _oracle(sim.load_scenario(_variant(**provider)), seed=seed)
+    assert not oracle.failed
+    assert all(oracle.responses[kind] == 0 for kind in _REJECTIONS)
+
+
+def test_lost_calls_never_shorten_the_reported_makespan() -> None:
+    """One call against a provider that is down: naive retries at 0, 1, 3 s and is lost at
+    3 s; the makespan is 3 s (the lost call's end), and there is no ratio of either kind."""
+    scenario = sim.load_scenario(
+        {
+            "provider": {"reject_latency": 0, "outages": [{"start_s": 0, "end_s": 1000}]},
+            "fleet": {"agents": 1, "calls_per_agent": 1, "start_jitter_s": 0},
+            "strategies": {"n": {"naive": {"max_attempts": 3}}},
+        }
+    )
+    result = sim.simulate(scenario, strategies=sim.resolve_strategies(scenario, only=["n"]))
+    (lost,) = result.strategies
+    assert lost.failures == {"gave_up": 1}
+    assert lost.makespan_s == pytest.approx(3.0)
+    assert lost.ratio is None
+    assert lost.oracle_ratio is None
+    assert lost.to_dict(horizon=3.0)["lost"] == {"gave_up": 1}
+
+
+def test_unfinished_calls_make_the_makespan_the_time_limit() -> None:
+    """Calls still running (or not begun) at the time limit are lost as unfinished, and the
+    makespan is the time limit, not the end of the calls that happened to finish: one slot,
+    20 s calls, limit 50 s -> two calls end (20 s, 40 s), one is cut off, one never starts."""
+    scenario = sim.load_scenario(
+        {
+            "time_limit_s": 50,
+            "provider": {"slots": 1, "latency": 20},
+            "fleet": {"agents": 4, "calls_per_agent": 1},
+        }
+    )
+    (oracle,) = sim.simulate(
+        scenario, strategies=sim.resolve_strategies(scenario, only=["oracle"])
+    ).strategies
+    assert oracle.failures == {"unfinished": 2}
+    assert oracle.makespan_s == pytest.approx(50.0)
+    assert oracle.ratio is None
+
+
+@pytest.mark.parametrize(
+    ("on_failure", "lost"), [("stop", {"gave_up": 1, "not_run": 2}), ("continue", {"gave_up": 3})]
+)
+def test_on_failure_stops_or_continues_the_chain(on_failure: str, lost: dict[str, int]) -> None:
+    """A chain whose call failed for good stops (its later calls are lost as not_run), or
+    with on_failure: continue makes them anyway."""
+    scenario = sim.load_scenario(
+        {
+            "provider": {"outages": [{"start_s": 0, "end_s": 1000}]},
+            "fleet": {"agents": 1, "calls_per_agent": 3, "on_failure": on_failure},
+            "strategies": {"n": {"naive": {"max_attempts": 1}}},
+        }
+    )
+    (naive,) = sim.simulate(
+        scenario, strategies=sim.resolve_strategies(scenario, only=["n"])
+    ).strategies
+    assert naive.failures == lost
+    assert naive.attempts == lost.get("gave_up", 0)
+
+
+# ---------------------------------------------------------------------- published facts
+
+SEEN: list[sim.StrategyContext] = []
+
+
+class Spy:
+    """A user strategy: records its context, makes each call once."""
+
+    summary = "spy: one attempt, no retries"
+
+    def __init__(self, context: sim.StrategyContext) -> None:
+        SEEN.append(context)
+
+    async def call(self, send: sim.Send) -> None:
+        await send()
+
+
+def _reachable(root: object, depth: int = 3) -> list[object]:
+    """Every object reachable from ``root`` through attributes and containers, to ``depth``."""
+    found, frontier = [], [root]
+    for _ in range(depth):
+        nxt: list[object] = []
+        for obj in frontier:
+            found.append(obj)
+            if isinstance(obj, dict):
+                nxt += list(obj.values())
+            elif isinstance(obj, list | tuple):
+                nxt += list(obj)
+            elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+                nxt += [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+            elif hasattr(obj, "__dict__"):
+                nxt += list(vars(obj).values())
+        frontier = nxt
+    return found + frontier
+
+
+def test_published_facts_are_the_only_provider_facts_a_strategy_sees() -> None:
+    """A factory gets the scenario's published facts and nothing reachable from its context
+    is the provider, its spec, its trace or a number only the hidden spec holds."""
+    SEEN.clear()
+    scenario = sim.load_scenario(
+        {
+            **SMALL,
+            "published": {"rpm": 240, "concurrency": 5},
+            "provider": {**SMALL["provider"], "slots": 7},
+            "strategies": {"spy": {"factory": "tests.test_sim_honest:Spy"}},
+        }
+    )
+    sim.simulate(scenario, strategies=sim.resolve_strategies(scenario, only=["spy"]))
+    (context,) = SEEN
+    assert context.published == sim.Published(rpm=240, concurrency=5)
+    for obj in _reachable(context):
+        assert not isinstance(obj, ProviderModel | ProviderSpec | Trace), obj
+    fields = {f.name for f in dataclasses.fields(context)}
+    assert fields == {"name", "published", "seed", "call_deadline_s", "_stats"}
+    assert isinstance(context._stats, Recorder)
+
+
+def test_builtins_use_published_concurrency_never_the_hidden_slots() -> None:
+    """anygate caps at the published concurrency or not at all, +cap peers at it or 32;
+    the hidden slot count (7) appears nowhere."""
+    from anygate.sim._engine import build_client
+    from anygate.sim._policy_strategy import PolicyClient
+
+    def caps(published: sim.Published) -> tuple[float, int]:
+        scenario = sim.load_scenario({**SMALL, "provider": {**SMALL["provider"], "slots": 7}})
+        context = sim.StrategyContext(name="x", published=published, seed=1)
+        provider = ProviderModel(scenario.provider, __import__("random").Random(0))
+        specs = {s.name: s for s in sim.resolve_strategies(scenario, only=["anygate", "sdk+cap"])}
+        anygate = build_client(specs["anygate"], context, provider)
+        assert isinstance(anygate, PolicyClient)
+        capped = build_client(specs["sdk+cap"], context, provider)
+        return anygate.policy.gate.capacity, capped._cap  # type: ignore[attr-defined]
+
+    assert caps(sim.Published()) == (float("inf"), 32)
+    assert caps(sim.Published(concurrency=3, rpm=100)) == (3, 3)
+
+
+def test_strategy_factory_from_the_command_line_form() -> None:
+    """--strategy NAME=module:factory resolves to a factory strategy; bad targets say why."""
+    scenario = sim.load_scenario(SMALL)
+    (spec,) = sim.resolve_strategies(
+        scenario, extra=[("spy", "tests.test_sim_honest:Spy")], only=["spy"]
+    )
+    assert spec.factory == "tests.test_sim_honest:Spy"
+    SEEN.clear()
+    (result,) = sim.simulate(scenario, strategies=[spec]).strategies
+    assert result.summary == Spy.summary
+    assert len(SEEN) == 1
+    bad = sim.resolve_strategies(scenario, extra=[("b", "tests.test_sim_honest:Nope")], only=["b"])
+    with pytest.raises(ConfigError, match="cannot load"):
+        sim.simulate(scenario, strategies=bad)
+
+
+def test_oracle_is_never_rejected_when_the_rpm_window_binds() -> None:
+    """The morning peak with 64 slots: the sliding RPM window binds. ``a + 60 - now`` can
+    round to 0.0 one ulp before the window really frees, which made the oracle send 366
+    requests the provider rejected (seed 1); it now asks again a nanosecond later."""
+    scenario = sim.load_scenario("morning-peak")
+    wide = dataclasses.replace(scenario, provider=dataclasses.replace(scenario.provider, slots=64))
+    oracle = _oracle(wide, seed=1)
+    assert oracle.responses["rpm"] == 0
+    assert not oracle.failed
