@@ -387,9 +387,7 @@ class Gate(Ledger):
                 if end is not None:
                     left = end - time.monotonic()
                     if left <= 0:
-                        # A timed-out wait can still have been granted just now: the
-                        # withdrawal under the lock decides.
-                        granted = not self._withdraw(waiter)
+                        granted = self._last_look(waiter) == GRANTED
                         break
                     wait = left if wait is None else min(wait, left)
                 waiter.block(wait)
@@ -439,7 +437,7 @@ class Gate(Ledger):
                 # The timeout fired; a grant can still have won the race. Then the slot is
                 # ours and the timeout's own cancellation was absorbed by the scope.
                 if scope.cancelled_caught:
-                    state = _waiters.WAITING if self._withdraw(waiter) else GRANTED
+                    state = self._last_look(waiter)
         except BaseException:
             if waiter.state != GONE:
                 self._abandon(waiter)
@@ -475,6 +473,17 @@ class Gate(Ledger):
             state = self._poll(waiter, limit_at)
             if state != _waiters.WAITING:
                 return state
+
+    def _last_look(self, waiter: _waiters.Waiter) -> int:
+        """The wait timed out: admit the waiter if it can go right now, else withdraw it.
+
+        A grant may have won the race with the timeout, and a budget that refills exactly
+        at the deadline (the estimate said it would) must not lose to the timer.
+        """
+        state = self._poll(waiter, None)
+        if state == _waiters.WAITING and not self._withdraw(waiter):
+            state = GRANTED  # granted between the two locked steps
+        return state
 
     # ------------------------------------------------------------------ reporting
 

@@ -135,12 +135,12 @@ class Ledger:
         lock = self._lock
         lock.acquire()
         try:
-            admitted = self._in_flight < self._limit and (
-                not self._live or self._overtakes_locked(priority)
-            )
+            admitted = self._in_flight < self._limit
             if admitted:
+                if self._live:
+                    admitted = self._overtakes_locked(priority)
                 budgets = self._budgets
-                if budgets is not None:
+                if budgets is not None and admitted:
                     admitted = budgets.try_take(self._clock(), tokens)
                 if admitted:
                     if self._live:
@@ -395,7 +395,7 @@ class Ledger:
     @ki_protected
     def _release(self, token: Token) -> None:
         """Give ``token``'s slot back (I5): hand it to the next waiter or free it."""
-        wakes: list[Waiter] = []
+        wakes = None  # no list on the uncontended path
         lock = self._lock
         lock.acquire()
         try:
@@ -403,6 +403,7 @@ class Ledger:
                 token._gate = None
                 self._in_flight -= 1
                 if self._live:
+                    wakes = []
                     budgets = self._budgets
                     self._advance_locked(0.0 if budgets is None else self._clock(), wakes)
         finally:
