@@ -423,3 +423,53 @@ def test_acquire_sync_fails_at_once_when_budget_lies_beyond_timeout() -> None:
     assert caught.value.retry_after_s is not None
     assert 59 < caught.value.retry_after_s <= 60
     assert gate.waiting == 0
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_config_keys_build_the_rate_and_the_policy_passes_it_to_its_gate() -> None:
+    """llm_call rate keys load into a Rate; the policy's shared gate gets it."""
+    from anygate import Policy, load_config
+
+    config = load_config(
+        {
+            "llm_call": {
+                "gate_name": "rated",
+                "requests_per_minute": 1200,
+                "tokens_per_minute": 400_000,
+                "ramp": 2,
+                "ramp_window_s": 5,
+            }
+        }
+    )
+    rate = Rate(requests_per_minute=1200, tokens_per_minute=400_000, ramp=2, window_s=5)
+    assert config.rate == rate
+    assert config.to_mapping()["llm_call"]["ramp_window_s"] == 5
+    policy = Policy.from_config(config)
+    assert policy.gate.rate == rate
+    from anygate import ConfigError
+
+    with pytest.raises(ConfigError, match="already has rate"):
+        Policy(gate_name="rated", rate=Rate(requests_per_minute=1))
+    Policy(gate_name="rated", rate=Rate(requests_per_minute=1), reconfigure=True)
+    assert policy.gate.rate == Rate(requests_per_minute=1)
+
+
+@pytest.mark.parametrize(
+    ("llm", "words"),
+    [
+        ({"requests_per_minute": -1}, r"llm_call.requests_per_minute must be .*\(got -1\)"),
+        ({"tokens_per_minute": "many"}, r"llm_call.tokens_per_minute must be .*'many'"),
+        ({"ramp": 1}, r"llm_call.ramp must be a finite number > 1 .*\(got 1\)"),
+        ({"ramp": 2, "ramp_window_s": 0}, r"llm_call.ramp_window_s must be .*\(got 0\)"),
+        ({"ramp_window_s": 10}, "ramp_window_s needs llm_call.ramp"),
+        ({"requests_per_minute": 10**13}, r"llm_call.requests_per_minute must be .*10000000000000"),
+    ],
+)
+def test_bad_rate_config_names_the_key(llm: dict[str, Any], words: str) -> None:
+    """Every bad rate key raises ConfigError naming the key path and the value."""
+    from anygate import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=words):
+        load_config({"llm_call": llm})
