@@ -463,7 +463,12 @@ def _precision() -> None:
     elapsed = time.perf_counter() - start
     times.sort()
     print(f"    {len(times)} admissions in {PRECISION_S:.0f} virtual s ({elapsed:.1f} s real)")
-    report("worst excess per sliding minute over rate + burst", _worst_minute_excess(times, rate), 0, "")
+    report(
+        "worst excess per sliding minute over rate + burst",
+        _worst_minute_excess(times, rate),
+        0,
+        "",
+    )
     aligned, anywhere = _worst_slope_excess(times, rate)
     report("worst excess per tick-aligned window over ramp x prev + floor", aligned, 0, "")
     print(f"    (any sliding window, off the tick grid: worst excess {anywhere:g}; not a target)")

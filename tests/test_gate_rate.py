@@ -78,24 +78,24 @@ def test_rate_is_a_frozen_keyword_only_value() -> None:
 
 def test_bad_gate_arguments_leave_the_gate_unchanged() -> None:
     """Bad rate, clock, tokens, priority and settle values raise and change nothing."""
-    with pytest.raises(TypeError, match="rate must be an anygate.Rate"):
+    with pytest.raises(TypeError, match=r"rate must be an anygate.Rate"):
         Gate(rate=60)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="clock must be a callable"):
+    with pytest.raises(TypeError, match=r"clock must be a callable"):
         Gate(clock=5)  # type: ignore[arg-type]
     gate = Gate(2, rate=Rate(tokens_per_minute=1000, burst_s=60))
     with pytest.raises(ValueError, match=r"tokens must be <= .*tokens_per_minute \(1000\).*1001"):
         gate.acquire_nowait(tokens=1001)
-    with pytest.raises(ValueError, match="tokens must be >= 0.*-1"):
+    with pytest.raises(ValueError, match=r"tokens must be >= 0.*-1"):
         gate.acquire_nowait(tokens=-1)
-    with pytest.raises(TypeError, match="tokens must be an int.*1.5"):
+    with pytest.raises(TypeError, match=r"tokens must be an int.*1.5"):
         gate.acquire_nowait(tokens=1.5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="priority must be an int.*True"):
+    with pytest.raises(TypeError, match=r"priority must be an int.*True"):
         gate.acquire_nowait(priority=True)
-    with pytest.raises(TypeError, match="priority must be an int.*'high'"):
+    with pytest.raises(TypeError, match=r"priority must be an int.*'high'"):
         gate.acquire(priority="high")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="priority must be between.*10000000000"):
+    with pytest.raises(ValueError, match=r"priority must be between.*10000000000"):
         gate.acquire_sync(priority=10**10)
-    with pytest.raises(TypeError, match="rate must be"):
+    with pytest.raises(TypeError, match=r"rate must be"):
         gate.rate = "fast"  # type: ignore[assignment]
     stats = gate.statistics()
     assert (stats.in_flight, stats.admitted, stats.rejected) == (0, 0, 0)
@@ -369,7 +369,8 @@ async def test_statistics_rate_view(anyio_backend: Any) -> None:
     assert gate.statistics().rate is not None
     first = gate.statistics().rate
     assert isinstance(first, RateStatistics)
-    assert first.requests_available is not None and first.requests_available < 1
+    assert first.requests_available is not None
+    assert first.requests_available < 1
     assert first.next_admission_s > 0
     assert first.admitted_this_window == 0
     assert Gate(3).statistics().rate is None

@@ -76,7 +76,9 @@ def main(out: Path) -> None:
     ax.text(0, 1200 * WINDOW / 60 + 4, "rate x window (200)", color="grey", fontsize=8)
     ax.set_xlabel("seconds since the first wave (second wave after 5 idle minutes)")
     ax.set_ylabel(f"admissions per {WINDOW:g} s window")
-    ax.set_title(f"{FLEET // 2} callers starting at once, twice: budget alone vs with a slope bound")
+    ax.set_title(
+        f"{FLEET // 2} callers starting at once, twice: budget alone vs with a slope bound"
+    )
     ax.legend(loc="center right")
     fig.tight_layout()
     fig.savefig(out)

@@ -338,7 +338,8 @@ class Ledger:
                 best = waiter
             if oldest is None or waiter.seq < oldest.seq:
                 oldest = waiter
-        assert best is not None and oldest is not None
+        assert best is not None
+        assert oldest is not None
         return oldest if self._passed >= OVERTAKES else best
 
     def _advance_locked(self, now: float, wakes: list[Waiter]) -> None:
@@ -395,7 +396,7 @@ class Ledger:
     @ki_protected
     def _release(self, token: Token) -> None:
         """Give ``token``'s slot back (I5): hand it to the next waiter or free it."""
-        wakes = None  # no list on the uncontended path
+        wakes: list[Waiter] | None = None  # no list on the uncontended path
         lock = self._lock
         lock.acquire()
         try:

@@ -137,7 +137,11 @@ class Rate:
             if not 1 <= floor <= 10**9:
                 msg = f"ramp_floor must be an int >= 1 and <= 1e9 or None (got {floor!r})"
                 raise ValueError(msg)
-        if self.requests_per_minute is None and self.tokens_per_minute is None and self.ramp is None:
+        if (
+            self.requests_per_minute is None
+            and self.tokens_per_minute is None
+            and self.ramp is None
+        ):
             msg = (
                 "Rate needs requests_per_minute, tokens_per_minute or ramp "
                 "(got none of them); use rate=None for no rate limit"
@@ -255,6 +259,15 @@ class Budgets:
         "tok_tat",
         "tok_tau",
     )
+
+    _allow: int
+    _counts: list[int]
+    _epoch: float
+    _floor: int
+    _ramp: float
+    _tick: float
+    _tick_end: float
+    _tick_index: int
 
     def __init__(self, rate: Rate, now: float, old: Budgets | None = None) -> None:
         self.rate = rate

@@ -252,7 +252,7 @@ class ThreadWaiter(Waiter):
         self._lock.acquire()
 
     def wake(self) -> bool:
-        try:
+        try:  # noqa: SIM105 - contextlib.suppress costs a context manager per wake-up
             self._lock.release()
         except RuntimeError:
             # Already released by an earlier wake-up the thread has not consumed yet (it
