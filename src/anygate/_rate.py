@@ -250,6 +250,7 @@ class Budgets:
         "_tick",
         "_tick_end",
         "_tick_index",
+        "max_tokens",
         "rate",
         "req_interval",
         "req_ready",
@@ -276,6 +277,8 @@ class Budgets:
         self.req_ready = -math.inf
         self.tok_interval = self.tok_tau = self.tok_tat = 0.0
         rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
+        # The largest cost one admission may state: a whole minute of the token budget.
+        self.max_tokens = math.inf if tpm is None else tpm
         if rpm is not None:
             self.req_interval = 60.0 / rpm
             self.req_tau = burst
