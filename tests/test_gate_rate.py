@@ -474,3 +474,30 @@ def test_bad_rate_config_names_the_key(llm: dict[str, Any], words: str) -> None:
 
     with pytest.raises(ConfigError, match=words):
         load_config({"llm_call": llm})
+
+
+def test_a_virtual_clock_gate_made_outside_its_run_and_leaked_after_it() -> None:
+    """A gate on anyio.current_time may be built before the run (budgets start empty at
+    first use) and a token leaked after the run ended is still reclaimed."""
+    import gc
+    import warnings
+
+    import trio.testing
+
+    gate = Gate(1, rate=Rate(requests_per_minute=60), clock=anyio.current_time)
+
+    async def run() -> float:
+        start = anyio.current_time()
+        with await gate.acquire():  # the budget starts empty here: one request in 1 s
+            pass
+        await gate.acquire()  # dropped on the floor: a leak, collected after the run
+        return anyio.current_time() - start
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        took = anyio.run(run, backend="trio", backend_options={"clock": clock})
+        gc.collect()
+    assert took == pytest.approx(2.0)
+    assert gate.in_flight == 0
+    assert gate._leaked == 1

@@ -107,7 +107,7 @@ class Ledger:
         self._passed = 0  # admissions in a row that overtook the longest-waiting caller
         self._lock = threading.Lock()
         self._clock: Callable[[], float] = time.monotonic if clock is None else clock
-        self._budgets = None if rate is None else Budgets(rate, self._clock())
+        self._budgets = None if rate is None else Budgets(rate, self._read_clock())
         # Work that must not wait for the lock: leaked slots (None) found by Token.__del__
         # and waiters abandoned by an exception, possibly from a finalizer running while
         # this thread holds _lock. Appending is atomic; see _drain for who processes it.
@@ -386,12 +386,28 @@ class Ledger:
         self._in_flight += 1
         self._admitted += 1
 
-    def _give_back_locked(self, waiter: Waiter, wakes: list[Waiter]) -> None:
+    def _give_back_locked(self, waiter: Waiter, wakes: list[Waiter], now: float | None) -> None:
         """A granted waiter will never use its slot: refund its cost once, pass the slot on."""
         if self._budgets is not None:
             self._budgets.refund(1, waiter.tokens)
         self._in_flight -= 1
-        self._advance_locked(self._clock() if self._budgets is not None else 0.0, wakes)
+        if now is not None:
+            self._advance_locked(now, wakes)
+
+    def _safe_now(self) -> float | None:
+        """The clock for paths a finalizer may run: ``None`` if it cannot be read now.
+
+        An injected virtual clock (``anyio.current_time``) raises outside its run, and a
+        leaked token may be collected after the run ended. The bookkeeping still happens;
+        only the handoff waits for the next locked step that can read the clock.
+        """
+        return 0.0 if self._budgets is None else self._read_clock()
+
+    def _read_clock(self) -> float | None:
+        try:
+            return self._clock()
+        except Exception:
+            return None
 
     @ki_protected
     def _release(self, token: Token) -> None:
@@ -439,9 +455,10 @@ class Ledger:
         lock = self._lock
         lock.acquire()
         try:
-            now = self._clock()
+            now = 0.0 if rate is None else self._read_clock()
             self._budgets = None if rate is None else Budgets(rate, now, self._budgets)
-            self._advance_locked(now, wakes)
+            if now is not None:
+                self._advance_locked(now, wakes)
         finally:
             lock.release()
             if self._deferred:
@@ -485,15 +502,17 @@ class Ledger:
                 # Still GRANTED unless its own cleanup already passed the slot on (a task
                 # freed on the spot by a failed wake-up runs its GeneratorExit first).
                 state = waiter.state
+                now = self._safe_now()
                 if state == GRANTED:
                     waiter.state = DEAD
                     self._cancelled += 1
-                    self._give_back_locked(waiter, wakes)
+                    self._give_back_locked(waiter, wakes, now)
                 elif state == WAITING:  # a nudge that cannot arrive: it is next, drop it
                     self._withdraw_locked(waiter)
                     waiter.state = DEAD
                     self._cancelled += 1
-                    self._advance_locked(self._clock(), wakes)
+                    if now is not None:
+                        self._advance_locked(now, wakes)
             finally:
                 lock.release()
                 if self._deferred:
@@ -530,13 +549,14 @@ class Ledger:
         while deferred and lock.acquire(blocking=False):
             wakes: list[Waiter] = []
             try:
-                now = 0.0 if self._budgets is None else self._clock()
+                now = self._safe_now()
                 while deferred:
                     item = deferred.pop()
                     if item is None:  # a leaked token's slot (its rate cost stays spent)
                         self._leaked += 1
                         self._in_flight -= 1
-                        self._advance_locked(now, wakes)
+                        if now is not None:
+                            self._advance_locked(now, wakes)
                         continue
                     # an abandoned waiter
                     if item.state != DEAD:  # a dead waiter was counted by _fire
@@ -544,8 +564,8 @@ class Ledger:
                     if self._withdraw_locked(item):
                         # I4: the slot was reserved for it; pass it on, never lose it.
                         item.state = GONE
-                        self._give_back_locked(item, wakes)
-                    elif self._budgets is not None:
+                        self._give_back_locked(item, wakes, now)
+                    elif self._budgets is not None and now is not None:
                         self._advance_locked(now, wakes)  # it may have been the next one
             finally:
                 lock.release()

@@ -256,6 +256,7 @@ class Budgets:
         "req_ready",
         "req_tat",
         "req_tau",
+        "started",
         "tok_interval",
         "tok_tat",
         "tok_tau",
@@ -270,8 +271,18 @@ class Budgets:
     _tick_end: float
     _tick_index: int
 
-    def __init__(self, rate: Rate, now: float, old: Budgets | None = None) -> None:
+    def __init__(self, rate: Rate, now: float | None, old: Budgets | None = None) -> None:
+        """Budgets that start empty at ``now``; ``old``'s levels and history carry over.
+
+        ``now=None`` (the clock cannot be read yet: a virtual clock outside its run) makes
+        them start, empty, at the first slow-path step; the fast path refuses until then.
+        """
         self.rate = rate
+        self.started = now is not None
+        if now is None:
+            now = 0.0
+        elif old is not None and not old.started:
+            old = None
         burst = rate.burst_s
         self.req_interval = self.req_tau = self.req_tat = self._req_step = 0.0
         self.req_ready = -math.inf
@@ -305,6 +316,11 @@ class Budgets:
             self._tick_end = now + self._tick
         self._allow = slope_allowance(self._counts, self._ramp, self._floor) if self._ramp else 0
         self._roll(now)
+        if not self.started:
+            self.req_ready = math.inf  # the fast path defers to when(), which starts us
+
+    def _start(self, now: float) -> None:
+        self.__init__(self.rate, now)  # type: ignore[misc]  # re-run in place, once
 
     @staticmethod
     def _tat_for(level: float | None, now: float, interval: float, tau: float) -> float:
@@ -376,6 +392,8 @@ class Budgets:
 
     def statistics(self, now: float) -> RateStatistics:
         """The rate view at ``now``."""
+        if not self.started:
+            self._start(now)
         current, previous = self.window_counts(now)
         return RateStatistics(
             rate=self.rate,
@@ -393,6 +411,8 @@ class Budgets:
         the slope bound's next allowance. Behind others, only the budgets they must pay
         first are counted, so the estimate never exceeds the true time.
         """
+        if not self.started:
+            self._start(now)
         at = now
         if self.req_interval:
             tat = max(self.req_tat, now) + ahead * self.req_interval
