@@ -501,3 +501,25 @@ def test_a_virtual_clock_gate_made_outside_its_run_and_leaked_after_it() -> None
     assert took == pytest.approx(2.0)
     assert gate.in_flight == 0
     assert gate._leaked == 1
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_budget_timer_that_finds_no_slot_keeps_waiting(anyio_backend: Any) -> None:
+    """A head whose budget timer fires while capacity is 0 waits on; it is not Busy."""
+    gate = virtual_gate(1, requests_per_minute=60)  # the first admission at 1 s
+    start = anyio.current_time()
+    admitted: list[float] = []
+
+    async def call() -> None:
+        async with gate.acquire(timeout=100):
+            admitted.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.wait_all_tasks_blocked()
+        gate.capacity = 0  # while it sleeps for the budget
+        await anyio.sleep(5)  # its timer fired at 1 s and found no slot
+        assert gate.waiting == 1
+        gate.capacity = 1
+    assert admitted == pytest.approx([5.0])
+    assert gate.statistics().timed_out == 0

@@ -244,8 +244,10 @@ class Ledger:
                 self._advance_locked(now, wakes)
                 state = waiter.state
                 if state == WAITING:
-                    if limit_at is not None and waiter.due > limit_at + EPSILON:
-                        due = waiter.due
+                    # A finite due is a budget time; inf (waiting for a slot or its turn)
+                    # is not an estimate and never refuses.
+                    due = waiter.due
+                    if limit_at is not None and limit_at + EPSILON < due < _INF:
                         self._withdraw_locked(waiter)
                         self._advance_locked(now, wakes)
                         waiter.due = due
