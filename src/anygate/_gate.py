@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["Gate", "GateStatistics"]
 
 _getframe = sys._getframe
+_INF = math.inf
 
 
 @dataclass(frozen=True)
@@ -429,32 +430,32 @@ class Gate(Ledger):
         return make_token(self, code, lasti, tokens) if self._admit(tokens) else None
 
     @ki_protected
-    async def _wait(
-        self, wait_s: float | None, tokens: int, priority: int, code: CodeType, lasti: int
-    ) -> Token:
+    async def _wait(self, request: _Acquire) -> Token:
+        # One argument, not five: every coroutine frame slot is paid per queued waiter.
+        wait_s, tokens = request._timeout, request._tokens
         if wait_s == 0:
-            raise self._refusal(tokens, priority)
+            raise self._refusal(tokens, request._priority)
         waiter = _waiters.async_waiter()
-        waiter.tokens, waiter.priority = tokens, priority
+        waiter.tokens, waiter.priority = tokens, request._priority
         if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
-            return make_token(self, code, lasti, tokens)
+            return make_token(self, request._code, request._lasti, tokens)
         if waiter.state == GONE:  # its admission time lies beyond the timeout
             raise self._busy(wait_s or 0.0, timed_out=True, due=waiter.due)
         # The park loop is spelled out twice rather than shared through a helper
-        # coroutine: one coroutine frame less per queued waiter (memory target, bench d).
+        # coroutine, and holds no bound methods across the await: one frame and a few
+        # objects less per queued waiter (the memory target of bench d).
         # Only the next waiter has a finite ``due`` (a timed park for its budget); the
         # others park untimed until a grant or a nudge. No polling either way.
         state = _waiters.WAITING
-        park, interrupt, clock = waiter.park, self._interrupt, self._clock
         try:
             if wait_s is None:
                 while True:
                     due = waiter.due
-                    if due == math.inf:
-                        await park(interrupt)
-                    elif due > clock():
-                        with anyio.move_on_after(due - clock()):
-                            await park(interrupt)
+                    if due == _INF:
+                        await waiter.park(self._interrupt)
+                    elif due > self._clock():
+                        with anyio.move_on_after(due - self._clock()):
+                            await waiter.park(self._interrupt)
                     if waiter.state == GRANTED:
                         state = GRANTED
                         break
@@ -463,15 +464,15 @@ class Gate(Ledger):
                     if state != _waiters.WAITING:
                         break
             else:
-                limit_at = clock() + wait_s
+                limit_at = self._clock() + wait_s
                 with anyio.move_on_after(wait_s) as scope:
                     while True:
                         due = waiter.due
-                        if due == math.inf:
-                            await park(interrupt)
-                        elif due > clock():
-                            with anyio.move_on_after(due - clock()):
-                                await park(interrupt)
+                        if due == _INF:
+                            await waiter.park(self._interrupt)
+                        elif due > self._clock():
+                            with anyio.move_on_after(due - self._clock()):
+                                await waiter.park(self._interrupt)
                         if waiter.state == GRANTED:
                             state = GRANTED
                             break
@@ -488,7 +489,7 @@ class Gate(Ledger):
                 self._abandon(waiter)
             raise
         if state == GRANTED:
-            return make_token(self, code, lasti, tokens)
+            return make_token(self, request._code, request._lasti, tokens)
         if state == GONE:
             raise self._busy(wait_s or 0.0, timed_out=True, due=waiter.due)
         raise self._busy(wait_s or 0.0, timed_out=True)
@@ -588,11 +589,7 @@ class _Acquire:
             token = gate._try_fast(self._code, self._lasti, self._tokens)
             if token is not None:
                 return token
-        return (
-            yield from gate._wait(
-                self._timeout, self._tokens, self._priority, self._code, self._lasti
-            ).__await__()
-        )
+        return (yield from gate._wait(self).__await__())
 
     @ki_protected
     async def __aenter__(self) -> Token:
@@ -605,9 +602,7 @@ class _Acquire:
         if not gate._live and gate._in_flight < gate._limit:
             token = gate._try_fast(self._code, self._lasti, self._tokens)
         if token is None:
-            token = await gate._wait(
-                self._timeout, self._tokens, self._priority, self._code, self._lasti
-            )
+            token = await gate._wait(self)
         self._token = token
         return token
 

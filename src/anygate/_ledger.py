@@ -177,7 +177,14 @@ class Ledger:
                     self._in_flight += 1
                     self._admitted += 1
                 else:
-                    self._push_locked(waiter)
+                    queue = self._queues.get(priority)
+                    if queue is not None and len(self._queues) == 1 and not tokens:
+                        # Joining the only class: _push_locked's common case inline.
+                        queue.append(waiter)
+                        self._counts[priority] += 1
+                        self._live += 1
+                    else:
+                        self._push_locked(waiter)
             else:
                 now = self._clock()
                 if limit_s is not None:
@@ -201,16 +208,23 @@ class Ledger:
 
     def _push_locked(self, waiter: Waiter) -> None:
         priority = waiter.priority
-        waiter.seq = self._seq
-        self._seq += 1
-        queue = self._queues.get(priority)
+        queues = self._queues
+        if queues and (len(queues) > 1 or priority not in queues):
+            # Arrival order matters only across classes (I8). A waiter queued while its
+            # class is the only one keeps seq 0: it is older than any waiter of another
+            # class, all of which arrive (and are stamped) later. Skipping the stamp
+            # saves an int object per queued waiter in the common one-class case.
+            self._seq += 1
+            waiter.seq = self._seq
+        queue = queues.get(priority)
         if queue is None:
-            self._queues[priority] = queue = deque()
+            queues[priority] = queue = deque()
             self._counts[priority] = 0
             self._costs[priority] = 0
         queue.append(waiter)
         self._counts[priority] += 1
-        self._costs[priority] += waiter.tokens
+        if waiter.tokens:
+            self._costs[priority] += waiter.tokens
         self._live += 1
 
     def _estimate_locked(self, now: float, tokens: int, priority: int) -> float:
@@ -309,7 +323,8 @@ class Ledger:
             left = self._counts[priority] - 1
             if left:
                 self._counts[priority] = left
-                self._costs[priority] -= waiter.tokens
+                if waiter.tokens:
+                    self._costs[priority] -= waiter.tokens
                 queue = self._queues[priority]
                 if len(queue) > 2 * left + _COMPACT_SLACK:
                     self._queues[priority] = deque(w for w in queue if w.state == WAITING)
@@ -380,7 +395,8 @@ class Ledger:
         left = self._counts[priority] - 1
         if left:
             self._counts[priority] = left
-            self._costs[priority] -= waiter.tokens
+            if waiter.tokens:
+                self._costs[priority] -= waiter.tokens
         else:
             del self._counts[priority], self._costs[priority], queues[priority]
         self._live -= 1
@@ -414,6 +430,7 @@ class Ledger:
     @ki_protected
     def _release(self, token: Token) -> None:
         """Give ``token``'s slot back (I5): hand it to the next waiter or free it."""
+        successor: Waiter | None = None
         wakes: list[Waiter] | None = None  # no list on the uncontended path
         lock = self._lock
         lock.acquire()
@@ -422,13 +439,48 @@ class Ledger:
                 token._gate = None
                 self._in_flight -= 1
                 if self._live:
-                    wakes = []
-                    budgets = self._budgets
-                    self._advance_locked(0.0 if budgets is None else self._clock(), wakes)
+                    if self._budgets is None:
+                        # Without a rate one freed slot admits at most one waiter: the
+                        # contended path's handoff, without _advance_locked's loop.
+                        if self._in_flight < self._limit:
+                            queues = self._queues
+                            if len(queues) == 1:
+                                # One class: _pick_locked and _grant_locked spelled out.
+                                (queue,) = queues.values()
+                                successor = queue.popleft()
+                                while successor.state != WAITING:  # withdrawn earlier
+                                    successor = queue.popleft()
+                                priority = successor.priority
+                                left = self._counts[priority] - 1
+                                if left:
+                                    self._counts[priority] = left
+                                    if successor.tokens:
+                                        self._costs[priority] -= successor.tokens
+                                else:
+                                    del self._counts[priority], self._costs[priority]
+                                    del queues[priority]
+                                self._passed = 0
+                                self._live -= 1
+                                successor.state = GRANTED
+                                self._in_flight += 1
+                                self._admitted += 1
+                            else:
+                                successor = self._pick_locked()
+                                self._grant_locked(successor)
+                            if successor.armed:
+                                successor.armed = False
+                            else:
+                                successor = None
+                    else:
+                        wakes = []
+                        self._advance_locked(self._clock(), wakes)
         finally:
             lock.release()
             if self._deferred:
                 self._drain()
+        if successor is not None and not successor.wake():
+            wakes = []
+            self._fire_failed(successor, wakes)
         if wakes:
             self._fire(wakes)
 
@@ -496,29 +548,32 @@ class Ledger:
         while i < len(wakes):
             waiter = wakes[i]
             i += 1
-            if waiter.wake():
-                continue
-            lock = self._lock
-            lock.acquire()
-            try:
-                # Still GRANTED unless its own cleanup already passed the slot on (a task
-                # freed on the spot by a failed wake-up runs its GeneratorExit first).
-                state = waiter.state
-                now = self._safe_now()
-                if state == GRANTED:
-                    waiter.state = DEAD
-                    self._cancelled += 1
-                    self._give_back_locked(waiter, wakes, now)
-                elif state == WAITING:  # a nudge that cannot arrive: it is next, drop it
-                    self._withdraw_locked(waiter)
-                    waiter.state = DEAD
-                    self._cancelled += 1
-                    if now is not None:
-                        self._advance_locked(now, wakes)
-            finally:
-                lock.release()
-                if self._deferred:
-                    self._drain()
+            if not waiter.wake():
+                self._fire_failed(waiter, wakes)
+
+    def _fire_failed(self, waiter: Waiter, wakes: list[Waiter]) -> None:
+        """``waiter`` can never run again: give its turn up (I4); more wakes may follow."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            # Still GRANTED unless its own cleanup already passed the slot on (a task
+            # freed on the spot by a failed wake-up runs its GeneratorExit first).
+            state = waiter.state
+            now = self._safe_now()
+            if state == GRANTED:
+                waiter.state = DEAD
+                self._cancelled += 1
+                self._give_back_locked(waiter, wakes, now)
+            elif state == WAITING:  # a nudge that cannot arrive: it is next, drop it
+                self._withdraw_locked(waiter)
+                waiter.state = DEAD
+                self._cancelled += 1
+                if now is not None:
+                    self._advance_locked(now, wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
 
     # ------------------------------------------------------------------ deferred work
 
