@@ -243,6 +243,7 @@ class Budgets:
     __slots__ = (
         "_allow",
         "_counts",
+        "_current",
         "_epoch",
         "_floor",
         "_ramp",
@@ -264,6 +265,7 @@ class Budgets:
 
     _allow: int
     _counts: list[int]
+    _current: int
     _epoch: float
     _floor: int
     _ramp: float
@@ -304,8 +306,10 @@ class Budgets:
         self._ramp = rate.ramp or 0.0
         self._floor = rate.floor
         self._tick = rate.window_s / TICKS
+        self._current = 0
         if old is not None and old._tick == self._tick:
             # Keep the window history: a live change must not forget recent admissions.
+            old._flush()
             self._epoch, self._counts = old._epoch, old._counts
             self._tick_index, self._tick_end = old._tick_index, old._tick_end
         else:
@@ -352,7 +356,7 @@ class Budgets:
 
     def window_counts(self, now: float) -> tuple[int, int]:
         """Admissions in the current and the previous ``window_s`` (whole ticks)."""
-        self._roll(now)
+        self._roll(now)  # flushes the current tick's count
         counts = self._counts
         return sum(counts[TICKS:]), sum(counts[:TICKS])
 
@@ -364,7 +368,7 @@ class Budgets:
         :func:`admission_time`, :func:`charge` and :meth:`take` spelled out inline: this
         runs on every uncontended acquire, whose budget is a few hundred nanoseconds.
         """
-        late = now + EPSILON
+        late = now + 1e-9  # EPSILON, as a constant
         if late < self.req_ready:
             return False
         tok_interval = self.tok_interval
@@ -375,18 +379,22 @@ class Budgets:
                 return False
         if late >= self._tick_end:
             self._roll(now)
-        if self._ramp and self._allow < 1:
+        if self._allow < 1 and self._ramp:
             return False
         interval = self.req_interval
         if interval:
             tat = self.req_tat
-            tat = (tat if tat > now else now) + interval
+            if tat < now:
+                tat = now
+            tat += interval
             self.req_tat = tat
             self.req_ready = tat + self._req_step
-        if tok_interval and tokens:
+        if tokens and tok_interval:
             tat = self.tok_tat
-            self.tok_tat = (tat if tat > now else now) + tokens * tok_interval
-        self._counts[-1] += 1
+            if tat < now:
+                tat = now
+            self.tok_tat = tat + tokens * tok_interval
+        self._current += 1
         self._allow -= 1
         return True
 
@@ -434,7 +442,7 @@ class Budgets:
         # Counted with or without a ramp: statistics report admissions per window.
         if at + EPSILON >= self._tick_end:
             self._roll(at)
-        self._counts[-1] += 1
+        self._current += 1
         self._allow -= 1
 
     def next_admission(self, now: float) -> float:
@@ -454,8 +462,16 @@ class Budgets:
     def _index(self, t: float) -> int:
         return math.floor((t - self._epoch + EPSILON) / self._tick)
 
+    def _flush(self) -> None:
+        # The current tick's count lives in a plain int on the hot path (a list item
+        # update costs more); it joins the ring whenever the ring is read.
+        if self._current:
+            self._counts[-1] += self._current
+            self._current = 0
+
     def _roll(self, now: float) -> None:
         """Move the tick ring forward to the tick containing ``now``."""
+        self._flush()
         index = self._index(now)
         steps = index - self._tick_index
         if steps > 0:
@@ -475,6 +491,7 @@ class Budgets:
         steps = self._index(at) - self._tick_index if at + EPSILON >= self._tick_end else 0
         if steps <= 0 and self._allow >= 1:
             return at
+        self._flush()
         counts = self._counts
         size = len(counts)
         for extra in range(max(steps, 1), size + 1):
