@@ -12,6 +12,14 @@
     call_soon_threadsafe / run_sync_soon round trip. Target: median <= 1.3x.
 (d) 10^4 vs 10^5 queued waiters cancelling, and memory per queued waiter.
     Target: 10^5 <= 12x the 10^4 time; <= 600 bytes per waiter (the gate's share).
+(e) uncontended pair with a Rate configured (budget available) vs the same gate without one.
+    Target: <= 1.3x on each backend.
+(f) rate precision over a 10-minute virtual run (trio MockClock, the gate on its clock):
+    admitted per sliding minute <= rate + burst; per tick-aligned window <= ramp x previous
+    + floor. Prints the worst excess (target 0).
+(g) 10^4 waiters queued on budget: memory per waiter (gate's share, <= 600 B, as (d)) and
+    the cost per admission + wake-up when the rate is lifted, next to (d)'s cost per
+    cancelled waiter (reported, no target of its own).
 
 Timings are best-of-N wall clock on a shared machine: read ratios, not absolute numbers.
 """
@@ -19,20 +27,23 @@ Timings are best-of-N wall clock on a shared machine: read ratios, not absolute 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import gc
+import math
 import random
 import statistics
 import sys
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import trio
 import trio.lowlevel
 
-from anygate import Gate, _waiters
+from anygate import Gate, Rate, _waiters
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -350,8 +361,176 @@ def _withdrawal() -> None:
     )
 
 
+# ----------------------------------------------------------------------------- (e)
+
+# A budget that never runs out: the rate path's arithmetic runs on every pair.
+_ROOMY = Rate(requests_per_minute=1e12, tokens_per_minute=1e12, burst_s=60)
+
+
+async def _uncontended_rate(backend: str) -> None:
+    results = {"without rate": 1e9, "with rate": 1e9, "with rate, tokens=100": 1e9}
+
+    async def tokens_pairs(gate: Gate) -> float:
+        start = time.perf_counter()
+        for _ in range(PAIRS):
+            async with gate.acquire(tokens=100):
+                pass
+        return (time.perf_counter() - start) / PAIRS
+
+    for _ in range(5):
+        results["without rate"] = min(results["without rate"], await _pairs_gate(Gate(10)))
+        results["with rate"] = min(results["with rate"], await _pairs_gate(Gate(10, rate=_ROOMY)))
+        results["with rate, tokens=100"] = min(
+            results["with rate, tokens=100"], await tokens_pairs(Gate(10, rate=_ROOMY))
+        )
+    for name, seconds in results.items():
+        print(f"    {name:38s} {seconds * 1e9:7.0f} ns/pair")
+    report("with rate / without", results["with rate"] / results["without rate"], 1.3)
+    report(
+        "with rate and tokens / without",
+        results["with rate, tokens=100"] / results["without rate"],
+        1.3,
+    )
+
+
+# ----------------------------------------------------------------------------- (f)
+
+PRECISION_S = 600.0
+
+
+async def _precision_run(rate: Rate, fleet: int, hold_s: float) -> list[float]:
+    gate = Gate(64, name="precision", rate=rate, clock=anyio.current_time)
+    start = anyio.current_time()
+    times: list[float] = []
+    rng = random.Random(7)
+
+    async def caller() -> None:
+        while anyio.current_time() - start < PRECISION_S:
+            async with gate.acquire():
+                times.append(anyio.current_time() - start)
+                await anyio.sleep(hold_s * rng.random())
+            if rng.random() < 0.02:  # idle spells, so the ramp has to start over
+                await anyio.sleep(60 * rng.random())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(fleet):
+            tg.start_soon(caller)
+    return times
+
+
+def _worst_minute_excess(times: list[float], rate: Rate) -> float:
+    """Max over sliding 60 s spans of admitted - (rate + burst)."""
+    assert rate.requests_per_minute is not None
+    allowed = rate.requests_per_minute * (1 + rate.burst_s / 60)
+    worst = -math.inf
+    j = 0
+    for i, t in enumerate(times):  # spans ending at each admission: the worst ones
+        while times[j] <= t - 60:
+            j += 1
+        worst = max(worst, (i - j + 1) - allowed)
+    return worst
+
+
+def _worst_slope_excess(times: list[float], rate: Rate) -> tuple[float, float]:
+    """(tick-aligned windows, arbitrary sliding windows): max admitted - (ramp x prev + floor)."""
+    assert rate.ramp is not None
+    tick = rate.window_s / 10
+    ticks = Counter(math.floor(round(t, 6) / tick) for t in times)
+    last = max(ticks)
+    worst_aligned = -math.inf
+    for end in range(20, last + 11):
+        current = sum(ticks.get(k, 0) for k in range(end - 10, end))
+        previous = sum(ticks.get(k, 0) for k in range(end - 20, end - 10))
+        worst_aligned = max(worst_aligned, current - (rate.ramp * previous + rate.floor))
+    worst_any = -math.inf
+    w = rate.window_s
+    for t in times:  # windows (t - w, t]: how far off the tick grid the bound stays
+        current = bisect.bisect_right(times, t) - bisect.bisect_right(times, t - w)
+        previous = bisect.bisect_right(times, t - w) - bisect.bisect_right(times, t - 2 * w)
+        worst_any = max(worst_any, current - (rate.ramp * previous + rate.floor))
+    return worst_aligned, worst_any
+
+
+def _precision() -> None:
+    import trio.testing
+
+    rate = Rate(requests_per_minute=600, ramp=2.0, window_s=10)
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    start = time.perf_counter()
+    times = anyio.run(
+        _precision_run, rate, 100, 3.0, backend="trio", backend_options={"clock": clock}
+    )
+    elapsed = time.perf_counter() - start
+    times.sort()
+    print(f"    {len(times)} admissions in {PRECISION_S:.0f} virtual s ({elapsed:.1f} s real)")
+    report(
+        "worst excess per sliding minute over rate + burst",
+        _worst_minute_excess(times, rate),
+        0,
+        "",
+    )
+    aligned, anywhere = _worst_slope_excess(times, rate)
+    report("worst excess per tick-aligned window over ramp x prev + floor", aligned, 0, "")
+    print(f"    (any sliding window, off the tick grid: worst excess {anywhere:g}; not a target)")
+
+
+# ----------------------------------------------------------------------------- (g)
+
+
+async def _budget_waiters(n: int) -> tuple[float, int, int]:
+    """Park ``n`` tasks on an empty budget, then admit them all; (s per wake, bytes, bytes bare)."""
+    gate = Gate(rate=Rate(requests_per_minute=60, burst_s=60), clock=lambda: 0.0)
+    event = anyio.Event()
+    done = 0
+
+    async def wait() -> None:
+        nonlocal done
+        (await gate.acquire()).release()
+        done += 1
+
+    async def bare() -> None:
+        await event.wait()
+
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(bare)
+        await anyio.wait_all_tasks_blocked()
+        mem_bare = tracemalloc.get_traced_memory()[0] - base
+        event.set()
+    gc.collect()
+    base = tracemalloc.get_traced_memory()[0]
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        parked = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        assert gate.waiting == n
+        start = time.perf_counter()
+        # Lifting the rate is one locked step that admits every budget waiter; each wake
+        # then resumes its task on the loop. (The clock stands still: nobody polls.)
+        gate.rate = None
+        while done < n:
+            await anyio.lowlevel.checkpoint()
+    elapsed = time.perf_counter() - start
+    return elapsed / n, parked, mem_bare
+
+
+async def _budget_scaling(backend: str) -> None:
+    per_wake, parked, bare = await _budget_waiters(10_000)
+    cancel_small, _ = await _cancel_many(10_000, gate=True)
+    print(
+        f"    10^4 waiters on budget: {per_wake * 1e6:6.2f} us per admission+wake; "
+        f"cancelling 10^4 slot waiters (d): {cancel_small / 10_000 * 1e6:6.2f} us each"
+    )
+    report("memory per budget waiter, the gate's share", (parked - bare) / 10_000, 600, " B")
+
+
 def main(argv: list[str]) -> None:
-    sections = set(argv) or {"a", "b", "c", "d"}
+    sections = set(argv) or {"a", "b", "c", "d", "e", "f", "g"}
     print(
         f"Python {sys.version.split()[0]}, anyio {anyio.__version__ if hasattr(anyio, '__version__') else ''} trio {trio.__version__}"
     )
@@ -382,6 +561,19 @@ def main(argv: list[str]) -> None:
         for label, backend, options in backends:
             print(f"  {label}")
             anyio.run(_scaling, backend, backend=backend, backend_options=options)
+    if "e" in sections:
+        print("(e) uncontended acquire+release pair with a Rate (budget available)")
+        for label, backend, options in backends:
+            print(f"  {label}")
+            anyio.run(_uncontended_rate, backend, backend=backend, backend_options=options)
+    if "f" in sections:
+        print("(f) rate precision, 10 virtual minutes, 600 rpm, ramp 2.0 / 10 s")
+        _precision()
+    if "g" in sections:
+        print("(g) 10^4 waiters queued on budget")
+        for label, backend, options in backends:
+            print(f"  {label}")
+            anyio.run(_budget_scaling, backend, backend=backend, backend_options=options)
 
 
 if __name__ == "__main__":

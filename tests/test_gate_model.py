@@ -17,7 +17,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from anygate import Gate, Token, _waiters
+from anygate import Gate, Rate, Token, _waiters
 from anygate._token import make_token
 
 
@@ -192,3 +192,143 @@ class GateMachine(RuleBasedStateMachine):
 
 GateMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 test_gate_matches_model = GateMachine.TestCase
+
+
+class RatedGateMachine(RuleBasedStateMachine):
+    """Rates, settle and priorities on a virtual clock, against an independent checker.
+
+    Waiters are recorded (never resumed by a loop); the clock only moves when the machine
+    says so, and a waiter's budget timer is modelled by polling it once its ``due`` has
+    come. Checked: grants keep FIFO within each class, at most ``OVERTAKES`` admissions in
+    a row overtake the longest-waiting caller, no sliding minute admits more than the rate
+    plus the burst, the token budget never goes below what settles refunded, and every
+    count matches.
+    """
+
+    RPM = 30.0  # burst 1 s: 0.5 request; one admission per 2 s
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.gate = Gate(
+            3,
+            rate=Rate(requests_per_minute=self.RPM, tokens_per_minute=600, burst_s=2),
+            clock=lambda: self.now,
+        )
+        self.woken: list[int] = []
+        self.waiters: dict[int, RecordingWaiter] = {}
+        self.queued: dict[int, int] = {}  # name -> priority, in arrival order
+        self.granted: list[int] = []
+        self.tokens: list[Token] = []
+        self.admissions: list[float] = []
+        self.next_name = 0
+
+    def _token(self, cost: int) -> Token:
+        return make_token(self.gate, RatedGateMachine._token.__code__, 0, cost)
+
+    def _collect(self) -> None:
+        """Move newly woken waiters that hold a grant into the granted list."""
+        for name in list(self.queued):
+            if self.waiters[name].state == _waiters.GRANTED:
+                self._check_order(name)
+                del self.queued[name]
+                self.granted.append(name)
+                self.admissions.append(self.now)
+
+    def _check_order(self, name: int) -> None:
+        priority = self.queued[name]
+        # FIFO within the class: nobody of the same class queued before it is still waiting.
+        for other, p in self.queued.items():
+            if other == name:
+                break
+            if p == priority and self.waiters[other].state == _waiters.WAITING:
+                msg = f"waiter {name} overtook {other} in class {priority}"
+                raise AssertionError(msg)
+
+    @rule(priority=st.integers(0, 2), cost=st.integers(0, 400))
+    def enqueue(self, priority: int, cost: int) -> None:
+        name = self.next_name
+        self.next_name += 1
+        waiter = RecordingWaiter(name, self.woken, alive=True)
+        waiter.priority, waiter.tokens = priority, cost
+        self.waiters[name] = waiter
+        self.queued[name] = priority
+        if self.gate._enqueue(waiter):
+            del self.queued[name]
+            self.admissions.append(self.now)
+            self.tokens.append(self._token(cost))
+        self._collect()
+
+    @rule(cost=st.integers(0, 50))
+    def nowait(self, cost: int) -> None:
+        if self.gate._admit(cost, 0):
+            self.admissions.append(self.now)
+            self.tokens.append(self._token(cost))
+        self._collect()
+
+    @rule(seconds=st.sampled_from([0.1, 0.5, 1.0, 2.0, 7.0]))
+    def advance_clock(self, seconds: float) -> None:
+        self.now += seconds
+        # Budget timers that have come: the waiter polls (as its park loop would).
+        for name in list(self.queued):
+            waiter = self.waiters[name]
+            if waiter.state == _waiters.WAITING and waiter.due <= self.now:
+                self.gate._poll(waiter, None)
+        self._collect()
+
+    @precondition(lambda self: bool(self.granted))
+    @rule()
+    def resume(self) -> None:
+        name = self.granted.pop(0)
+        self.tokens.append(self._token(self.waiters[name].tokens))
+
+    @precondition(lambda self: bool(self.tokens))
+    @rule(data=st.data(), settle=st.one_of(st.none(), st.integers(0, 600)))
+    def release(self, data: st.DataObject, settle: int | None) -> None:
+        token = self.tokens.pop(data.draw(st.integers(0, len(self.tokens) - 1)))
+        if settle is not None:
+            token.settle(tokens=settle)
+            token.settle(tokens=settle)  # the same value again changes nothing
+        token.release()
+        self._collect()
+
+    @precondition(lambda self: bool(self.queued))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(list(self.queued)))
+        waiter = self.waiters[name]
+        if waiter.state == _waiters.WAITING:
+            self.gate._abandon(waiter)
+            del self.queued[name]
+        self._collect()
+
+    @rule(rpm=st.sampled_from([30.0, 60.0]))
+    def change_rate(self, rpm: float) -> None:
+        self.RPM = min(self.RPM, rpm)  # the checker uses the stricter of the rates seen
+        self.gate.rate = Rate(requests_per_minute=rpm, tokens_per_minute=600, burst_s=2)
+        self._collect()
+
+    def teardown(self) -> None:
+        for token in self.tokens:
+            token.release()
+
+    @invariant()
+    def counts_match(self) -> None:
+        stats = self.gate.statistics()
+        live = sum(1 for n in self.queued if self.waiters[n].state == _waiters.WAITING)
+        assert stats.waiting == live
+        assert stats.in_flight == len(self.tokens) + len(self.granted) <= 3
+
+    @invariant()
+    def no_minute_exceeds_rate_plus_burst(self) -> None:
+        # The fastest rate ever set bounds every span: 60 rpm, burst 2 s = 2 requests.
+        times = self.admissions
+        for i, t in enumerate(times):
+            in_span = sum(1 for x in times[: i + 1] if x > t - 60)
+            assert in_span <= 60 + 2 + 1e-9
+
+
+RatedGateMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
+test_rated_gate_matches_model = RatedGateMachine.TestCase

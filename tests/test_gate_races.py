@@ -684,10 +684,10 @@ async def test_trio_grant_to_token_step_is_ki_protected(
     probes: list[bool] = []
     real_make_token = _token.make_token
 
-    def probing_make_token(gate: Gate, code: Any, lasti: int) -> Token:
+    def probing_make_token(gate: Gate, code: Any, lasti: int, cost: int = 0) -> Token:
         if sys._getframe(1).f_code.co_name == "_wait":
             probes.append(trio.lowlevel.currently_ki_protected())
-        return real_make_token(gate, code, lasti)
+        return real_make_token(gate, code, lasti, cost)
 
     monkeypatch.setattr(_gate, "make_token", probing_make_token)
     gate = Gate(1)

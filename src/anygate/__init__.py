@@ -42,6 +42,8 @@ from ._gate import Gate as Gate
 from ._gate import GateStatistics as GateStatistics
 from ._loader import load_config as load_config
 from ._policy import Policy as Policy
+from ._rate import Rate as Rate
+from ._rate import RateStatistics as RateStatistics
 from ._redact import redact as redact
 from ._registry import shared_gate as shared_gate
 from ._testing import is_testing as is_testing
@@ -71,6 +73,8 @@ __all__ = [
     "Permit",
     "Policy",
     "PolicyConfig",
+    "Rate",
+    "RateStatistics",
     "Reason",
     "ResponseError",
     "RetryConfig",

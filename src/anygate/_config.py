@@ -21,6 +21,7 @@ from ._adaptive import (
 )
 from ._classify import Rule
 from ._errors import ConfigError
+from ._rate import Rate
 from ._validation import PY as _PY
 
 if TYPE_CHECKING:
@@ -248,6 +249,9 @@ class PolicyConfig:
         rules: classification rules tried before the built-in ones.
         control_flow: exception class names that are control flow, not failures: they
             propagate unchanged and leave the breaker alone.
+        rate: the gate's :class:`anygate.Rate` (YAML ``requests_per_minute``,
+            ``tokens_per_minute``, ``ramp``, ``ramp_window_s``); ``None`` = no rate limit
+            (a shared gate keeps whatever rate it has).
     """
 
     name: str = "llm"
@@ -261,9 +265,12 @@ class PolicyConfig:
     adaptive_concurrency: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     rules: tuple[Rule, ...] = ()
     control_flow: tuple[str, ...] = ()
+    rate: Rate | None = None
 
     def __post_init__(self) -> None:
         _PY.name("name", self.name)
+        if self.rate is not None and not isinstance(self.rate, Rate):
+            raise _PY.bad_type("rate", self.rate, "an anygate.Rate or None")
         _PY.name("gate_name", self.gate_name, none=True)
         _PY.name("provider", self.provider, none=True)
         _PY.integer("max_concurrent_calls", self.max_concurrent_calls, minimum=0, none=True)
@@ -308,6 +315,10 @@ class PolicyConfig:
                 "exception_budgets": dict(r.exception_budgets),
                 "control_flow_exceptions": list(self.control_flow),
                 "rules": [_rule_to_mapping(rule) for rule in self.rules],
+                "requests_per_minute": None if self.rate is None else self.rate.requests_per_minute,
+                "tokens_per_minute": None if self.rate is None else self.rate.tokens_per_minute,
+                "ramp": None if self.rate is None else self.rate.ramp,
+                "ramp_window_s": None if self.rate is None else self.rate.window_s,
                 # None below means "the gate's existing adaptive limit's value" (defaults
                 # when this policy creates it).
                 "adaptive_concurrency": {

@@ -3,7 +3,7 @@
 The hierarchy::
 
     AnygateError
-    ├── Busy            no slot within the wait budget (maps to HTTP 429)
+    ├── Busy            no slot or rate budget within the wait (maps to HTTP 429)
     ├── CallFailed      a guarded call failed for good (carries the verdict)
     ├── CircuitOpen     the provider's breaker is open; fail fast
     ├── ConfigError     a configuration value is missing, mistyped or out of range
@@ -31,35 +31,66 @@ class AnygateError(Exception):
 
 
 class Busy(AnygateError):
-    """Raised when no slot became free within the allowed wait.
+    """Raised when no slot (or no rate budget) became available within the allowed wait.
 
     Attributes:
         gate: the gate's name.
         capacity: the gate's capacity when the wait ended.
         in_flight: the number of unreleased tokens when the wait ended.
         waited: seconds the caller was willing to wait (0 for a non-blocking attempt).
+        retry_after_s: when the gate's rate budget decided: seconds from now until the
+            earliest admission this caller could get (an honest ``Retry-After``);
+            ``None`` when only slots were missing (nobody knows when one frees up).
     """
 
-    def __init__(self, *, gate: str, capacity: float, in_flight: int, waited: float) -> None:
+    def __init__(
+        self,
+        *,
+        gate: str,
+        capacity: float,
+        in_flight: int,
+        waited: float,
+        retry_after_s: float | None = None,
+    ) -> None:
         self.gate = gate
         self.capacity = capacity
         self.in_flight = in_flight
         self.waited = waited
+        self.retry_after_s = retry_after_s
         cap = "unlimited" if math.isinf(capacity) else str(int(capacity))
-        if waited > 0:
-            wait = f"after waiting {_seconds(waited)}"
+        if retry_after_s is not None:
+            limit = "wait" if waited > 0 else "caller would not wait"
+            text = (
+                f"gate {gate!r} is busy: its rate budget admits this call in "
+                f"{_seconds(retry_after_s)}, beyond the {limit}"
+                + (f" of {_seconds(waited)}" if waited > 0 else "")
+                + f" ({in_flight} of {cap} slots in use)"
+            )
         else:
-            wait = "and the caller would not wait"
-        super().__init__(
-            f"gate {gate!r} is busy: {in_flight} of {cap} slots in use {wait}; retry shortly"
-        )
+            if waited > 0:
+                wait = f"after waiting {_seconds(waited)}"
+            else:
+                wait = "and the caller would not wait"
+            text = f"gate {gate!r} is busy: {in_flight} of {cap} slots in use {wait}; retry shortly"
+        super().__init__(text)
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_busy, (self.gate, self.capacity, self.in_flight, self.waited))
+        return (
+            _rebuild_busy,
+            (self.gate, self.capacity, self.in_flight, self.waited, self.retry_after_s),
+        )
 
 
-def _rebuild_busy(gate: str, capacity: float, in_flight: int, waited: float) -> Busy:
-    return Busy(gate=gate, capacity=capacity, in_flight=in_flight, waited=waited)
+def _rebuild_busy(
+    gate: str, capacity: float, in_flight: int, waited: float, retry_after_s: float | None = None
+) -> Busy:
+    return Busy(
+        gate=gate,
+        capacity=capacity,
+        in_flight=in_flight,
+        waited=waited,
+        retry_after_s=retry_after_s,
+    )
 
 
 def _seconds(value: float) -> str:

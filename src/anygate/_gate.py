@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
@@ -18,11 +19,12 @@ import anyio
 from . import _waiters
 from ._errors import Busy
 from ._ledger import UNLIMITED, Ledger
+from ._rate import Rate, RateStatistics
 from ._token import code_site, make_token
-from ._waiters import ki_protected
+from ._waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
     from types import CodeType, TracebackType
 
     from ._token import Token
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["Gate", "GateStatistics"]
 
 _getframe = sys._getframe
+_INF = math.inf
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class GateStatistics:
         timed_out: waits that ended in :class:`Busy` because the timeout passed.
         cancelled: waits that ended in cancellation or another exception.
         leaked: tokens reclaimed after being garbage-collected unreleased.
+        rate: the rate view (budget left, next admission, admitted per window), or
+            ``None`` when the gate has no :class:`Rate`.
     """
 
     name: str
@@ -57,6 +62,7 @@ class GateStatistics:
     timed_out: int
     cancelled: int
     leaked: int
+    rate: RateStatistics | None = None
 
 
 def _check_capacity(value: object) -> int | float:
@@ -91,6 +97,50 @@ def _check_timeout(value: object) -> float | None:
     return None if value == math.inf else float(value)
 
 
+# Token counts stay exactly representable as floats in the budget arithmetic.
+_MAX_TOKENS = 2**53
+_MAX_PRIORITY = 10**9
+
+
+def _check_tokens(value: object, gate: Ledger) -> int:
+    """``tokens=``: an int >= 0 (None = 0), no more than one minute of the token budget."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"tokens must be an int >= 0 or None (got {value!r} of type {type(value).__name__})"
+        raise TypeError(msg)
+    if not 0 <= value <= _MAX_TOKENS:
+        msg = f"tokens must be >= 0 and <= 2**53 (got {value!r})"
+        raise ValueError(msg)
+    budgets = gate._budgets
+    if budgets is not None:
+        tpm = budgets.rate.tokens_per_minute
+        if tpm is not None and value > tpm:
+            msg = (
+                f"tokens must be <= the gate's tokens_per_minute ({tpm:g}): a cost above one "
+                f"minute's budget can never be admitted (got {value!r})"
+            )
+            raise ValueError(msg)
+    return value
+
+
+def _check_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"priority must be an int (got {value!r} of type {type(value).__name__})"
+        raise TypeError(msg)
+    if not -_MAX_PRIORITY <= value <= _MAX_PRIORITY:
+        msg = f"priority must be between -1e9 and 1e9 (got {value!r})"
+        raise ValueError(msg)
+    return value
+
+
+def _check_rate(value: object) -> Rate | None:
+    if value is not None and not isinstance(value, Rate):
+        msg = f"rate must be an anygate.Rate or None (got {value!r} of type {type(value).__name__})"
+        raise TypeError(msg)
+    return value
+
+
 @final
 class Gate(Ledger):
     """A process-wide admission gate: at most ``capacity`` slots held at once, FIFO beyond.
@@ -104,23 +154,43 @@ class Gate(Ledger):
     handed to the oldest waiter in the same step that frees it, and a newcomer never
     overtakes a queued caller. Capacity can change at any time, in both directions.
 
-    This is not a rate limiter (it bounds concurrency, not requests per second) and not a
-    lease manager (tokens never expire). For retries, backoff and circuit breaking around
-    it, see :class:`anygate.Policy`.
+    With a :class:`Rate`, an admission also needs room in the rate budgets (requests and
+    tokens per minute, and the slope bound), in the same FIFO order: the next caller waits
+    for slot and budget together and nobody behind it overtakes, however cheap. Callers
+    may state a ``priority``: higher classes go first, but the longest-waiting caller is
+    overtaken at most three times in a row (see ``docs/rates.md``).
+
+    This is not a lease manager (tokens never expire) and not a provider-side limiter (it
+    paces this process only). For retries, backoff and circuit breaking around it, see
+    :class:`anygate.Policy`.
 
     Args:
         capacity: maximum unreleased tokens; an ``int >= 0``, or ``math.inf`` (the default)
             for no limit. ``0`` pauses admissions until raised.
         name: shown in reprs, statistics and :class:`Busy` messages.
+        rate: a :class:`Rate`, or ``None`` (the default) for no rate limit.
+        clock: the monotonic clock in seconds the rate budgets run on; default
+            ``time.monotonic``, shared by every runtime. Inject a virtual clock (such as
+            ``anyio.current_time`` inside one trio ``MockClock`` run) only when every
+            caller waits on that same virtual time; the clock must be cheap and must not
+            call into the gate (it is read under the gate's lock).
 
     Raises:
-        TypeError: ``capacity`` is not a number (or is a bool), ``name`` is not a string.
+        TypeError: ``capacity`` is not a number (or is a bool), ``name`` is not a string,
+            ``rate`` is not a :class:`Rate`, ``clock`` is not callable.
         ValueError: ``capacity`` is negative, NaN or a non-integral float.
     """
 
     __slots__ = ("_name",)
 
-    def __init__(self, capacity: float = math.inf, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        capacity: float = math.inf,
+        *,
+        name: str | None = None,
+        rate: Rate | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         cap = _check_capacity(capacity)
         # Typed as object: the check is for callers that are not type-checked, and mypy
         # would otherwise call it unreachable.
@@ -130,8 +200,13 @@ class Gate(Ledger):
         elif not isinstance(label, str):
             msg = f"name must be a str (got {label!r} of type {type(label).__name__})"
             raise TypeError(msg)
+        checked = _check_rate(rate)
+        given: object = clock
+        if given is not None and not callable(given):
+            msg = f"clock must be a callable returning seconds (got {given!r})"
+            raise TypeError(msg)
         self._name = label
-        super().__init__(cap)
+        super().__init__(cap, checked, clock)
 
     # ------------------------------------------------------------------ introspection
 
@@ -155,13 +230,29 @@ class Gate(Ledger):
         self._set_limit(_check_capacity(value))
 
     @property
+    def rate(self) -> Rate | None:
+        """The gate's :class:`Rate`, or ``None``. Settable at any time, from any thread.
+
+        A budget that stays configured keeps its level (units left or owed); a budget that
+        appears starts empty; the slope window keeps its history unless ``window_s``
+        changes. Whoever can go under the new rate is admitted at once, and the next
+        waiter's timer moves to its new admission time.
+        """
+        budgets = self._budgets
+        return None if budgets is None else budgets.rate
+
+    @rate.setter
+    def rate(self, value: Rate | None) -> None:
+        self._set_rate(_check_rate(value))
+
+    @property
     def in_flight(self) -> int:
         """Unreleased tokens, including slots reserved for waiters that are waking up."""
         return self._in_flight
 
     @property
     def waiting(self) -> int:
-        """Callers queued for a slot."""
+        """Callers queued for a slot (or rate budget)."""
         return self._live
 
     @ki_protected
@@ -170,8 +261,9 @@ class Gate(Ledger):
         if self._deferred:  # count leaks found since the last gate operation
             self._drain()
         # Read under the lock, build outside it: an allocation in a locked section can start
-        # a collection, and finalizers then run while we hold the lock (see _release).
-        # Plain local reads allocate nothing.
+        # a collection whose finalizers then run while we hold the lock (see _release).
+        # Plain local reads allocate nothing; only a rate view must be built under the lock
+        # (its numbers move with the clock), and a release from such a finalizer defers.
         with self._lock:
             capacity = self._capacity
             in_flight = self._in_flight
@@ -181,6 +273,8 @@ class Gate(Ledger):
             timed_out = self._timed_out
             cancelled = self._cancelled
             leaked = self._leaked
+            budgets = self._budgets
+            rate = None if budgets is None else budgets.statistics(self._clock())
         if self._deferred:
             self._drain()
         return GateStatistics(
@@ -193,6 +287,7 @@ class Gate(Ledger):
             timed_out=timed_out,
             cancelled=cancelled,
             leaked=leaked,
+            rate=rate,
         )
 
     def __repr__(self) -> str:
@@ -201,57 +296,94 @@ class Gate(Ledger):
 
     # ------------------------------------------------------------------ acquiring
 
-    def acquire(self, *, timeout: float | None = None) -> _Acquire:
+    def acquire(
+        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+    ) -> _Acquire:
         """Wait for a slot; use as ``await gate.acquire()`` or ``async with gate.acquire()``.
 
         Args:
             timeout: seconds to wait at most; ``None`` (the default) waits until a slot is
                 free or an enclosing cancel scope fires, ``0`` behaves like
-                :meth:`acquire_nowait`.
+                :meth:`acquire_nowait`. With a rate, a caller whose earliest admission
+                lies beyond the timeout fails with :class:`Busy` at once.
+            tokens: the call's token cost for the rate's ``tokens_per_minute`` (an
+                estimate; correct it with :meth:`Token.settle`). ``None`` charges 0 now:
+                the cost is then charged when settled, and later callers wait out the debt.
+            priority: the caller's class; higher classes go first (default 0).
 
         Returns:
             An awaitable giving a :class:`Token`; as an async context manager it yields the
             token and releases it on exit.
 
         Raises:
-            Busy: no slot within ``timeout`` (raised from the await, not this call).
-            TypeError, ValueError: ``timeout`` is not a number, or is negative or NaN.
+            Busy: no slot (or budget) within ``timeout`` (raised from the await, not this
+                call); ``retry_after_s`` says when the budget would admit it.
+            TypeError, ValueError: a bad ``timeout``, ``tokens`` (negative, above one
+                minute's token budget) or ``priority``.
         """
         if timeout is not None:
             timeout = _check_timeout(timeout)
+        if tokens is None:
+            cost = 0
+        else:
+            budgets = self._budgets
+            # The common valid case in one line (a function call costs a tenth of the
+            # rate path's budget); anything else gets the full check and its message.
+            if (
+                type(tokens) is int
+                and 0 <= tokens <= _MAX_TOKENS
+                and (budgets is None or tokens <= budgets.max_tokens)
+            ):
+                cost = tokens
+            else:
+                cost = _check_tokens(tokens, self)
+        if priority:
+            priority = _check_priority(priority)
         frame = _getframe(1)
-        return _Acquire(self, timeout, frame.f_code, frame.f_lasti)
+        return _Acquire(self, timeout, cost, priority, frame.f_code, frame.f_lasti)
 
     @ki_protected
-    def acquire_nowait(self) -> Token:
-        """Take a slot only if one is free and nobody is queued; never waits.
+    def acquire_nowait(self, *, tokens: int | None = None, priority: int = 0) -> Token:
+        """Take a slot only if one is free, the budget allows it and nobody queued is ahead.
+
+        Args:
+            tokens, priority: as for :meth:`acquire`.
 
         Raises:
-            Busy: the gate is full, or other callers are already waiting.
+            Busy: the gate is full, the budget is spent, or other callers are ahead.
+            TypeError, ValueError: bad ``tokens`` or ``priority``.
         """
         if not _waiters.trio_protection_done:  # a sync-only path may be trio's first use
             _waiters.ensure_trio_protection()
+        cost = 0 if tokens is None else _check_tokens(tokens, self)
+        if priority:
+            priority = _check_priority(priority)
         frame = _getframe(1)
-        if self._admit():
-            return make_token(self, frame.f_code, frame.f_lasti)
-        raise self._busy(0.0, rejected=True)
+        if self._admit(cost, priority):
+            return make_token(self, frame.f_code, frame.f_lasti, cost)
+        raise self._refusal(cost, priority)
 
-    def acquire_sync(self, *, timeout: float | None = None) -> Token:
+    def acquire_sync(
+        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+    ) -> Token:
         """Block this thread until a slot is free; for plain (non-async) threads.
 
         The returned token is a context manager: ``with gate.acquire_sync() as token:``.
 
         Args:
-            timeout: as for :meth:`acquire`.
+            timeout, tokens, priority: as for :meth:`acquire`.
 
         Raises:
-            Busy: no slot within ``timeout``.
+            Busy: no slot (or budget) within ``timeout``.
             RuntimeError: called on a thread that is running an event loop (it would freeze
                 the loop; use ``await gate.acquire()`` there).
-            TypeError, ValueError: bad ``timeout``.
+            TypeError, ValueError: bad ``timeout``, ``tokens`` or ``priority``.
         """
         if timeout is not None:
             timeout = _check_timeout(timeout)
+        cost = 0 if tokens is None else _check_tokens(tokens, self)
+        if priority:
+            priority = _check_priority(priority)
         running = _waiters.event_loop_running()
         if running is not None:
             msg = (
@@ -261,57 +393,129 @@ class Gate(Ledger):
             raise RuntimeError(msg)
         frame = _getframe(1)
         code, lasti = frame.f_code, frame.f_lasti
-        if self._admit():
-            return make_token(self, code, lasti)
+        if self._admit(cost, priority):
+            return make_token(self, code, lasti, cost)
         if timeout == 0:
-            raise self._busy(0.0, rejected=True)
+            raise self._refusal(cost, priority)
         waiter = _waiters.ThreadWaiter()
-        if self._enqueue(waiter):
-            return make_token(self, code, lasti)
+        waiter.tokens, waiter.priority = cost, priority
+        if self._enqueue(waiter, timeout):
+            return make_token(self, code, lasti, cost)
+        if waiter.state == GONE:  # its admission time lies beyond the timeout
+            raise self._busy(timeout or 0.0, timed_out=True, due=waiter.due)
+        end = None if timeout is None else time.monotonic() + timeout
+        limit_at = None if timeout is None else self._clock() + timeout
         granted = False
         try:
-            # A timed-out wait can still have been granted just after the timeout: the
-            # withdrawal under the lock decides, and a late wake-up of our private lock is
-            # harmless because nobody waits on it any more.
-            granted = waiter.block(timeout) or not self._withdraw(waiter)
+            while True:
+                due = waiter.due
+                wait = None if due == math.inf else max(0.0, due - self._clock())
+                if end is not None:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        granted = self._last_look(waiter) == GRANTED
+                        break
+                    wait = left if wait is None else min(wait, left)
+                waiter.block(wait)
+                if waiter.state == GRANTED:
+                    granted = True
+                    break
+                # A budget timer, a nudge or a stale wake-up: look again under the lock.
+                state = self._poll(waiter, limit_at)
+                if state == GRANTED:
+                    granted = True
+                    break
+                if state == GONE:
+                    raise self._busy(timeout or 0.0, timed_out=True, due=waiter.due)
         except BaseException:
             # KeyboardInterrupt (main thread) or another asynchronous exception: leave the
             # queue, or pass on a slot that was already reserved for us (I4).
-            if not granted:
+            if not granted and waiter.state != GONE:
                 self._abandon(waiter)
             raise
         if granted:
-            return make_token(self, code, lasti)
+            return make_token(self, code, lasti, cost)
         raise self._busy(timeout or 0.0, timed_out=True)
 
-    def _try_fast(self, code: CodeType, lasti: int) -> Token | None:
+    def _try_fast(self, code: CodeType, lasti: int, tokens: int) -> Token | None:
         """The uncontended path of :meth:`acquire`, after the cancellation check."""
-        return make_token(self, code, lasti) if self._admit() else None
+        return make_token(self, code, lasti, tokens) if self._admit(tokens) else None
 
     @ki_protected
-    async def _wait(self, wait_s: float | None, code: CodeType, lasti: int) -> Token:
+    async def _wait(self, request: _Acquire) -> Token:
+        # One argument, not five: every coroutine frame slot is paid per queued waiter.
+        wait_s, tokens = request._timeout, request._tokens
         if wait_s == 0:
-            raise self._busy(0.0, rejected=True)
+            raise self._refusal(tokens, request._priority)
         waiter = _waiters.async_waiter()
-        if self._enqueue(waiter):  # a slot freed up since the fast path looked
-            return make_token(self, code, lasti)
+        waiter.tokens, waiter.priority = tokens, request._priority
+        if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
+            return make_token(self, request._code, request._lasti, tokens)
+        if waiter.state == GONE:  # its admission time lies beyond the timeout
+            raise self._busy(wait_s or 0.0, timed_out=True, due=waiter.due)
+        # The park loop is spelled out twice rather than shared through a helper
+        # coroutine, and holds no bound methods across the await: one frame and a few
+        # objects less per queued waiter (the memory target of bench d).
+        # Only the next waiter has a finite ``due`` (a timed park for its budget); the
+        # others park untimed until a grant or a nudge. No polling either way.
+        state = _waiters.WAITING
         try:
             if wait_s is None:
-                # Returning normally means woken, and only a grant wakes (I2).
-                await waiter.park(self._withdraw)
-                return make_token(self, code, lasti)
-            with anyio.move_on_after(wait_s) as scope:
-                await waiter.park(self._withdraw)
+                while True:
+                    due = waiter.due
+                    if due == _INF:
+                        await waiter.park(self._interrupt)
+                    elif due > self._clock():
+                        with anyio.move_on_after(due - self._clock()):
+                            await waiter.park(self._interrupt)
+                    if waiter.state == GRANTED:
+                        state = GRANTED
+                        break
+                    waiter.prepare()  # a budget timer or a nudge: look again
+                    state = self._poll(waiter, None)
+                    if state != _waiters.WAITING:
+                        break
+            else:
+                limit_at = self._clock() + wait_s
+                with anyio.move_on_after(wait_s) as scope:
+                    while True:
+                        due = waiter.due
+                        if due == _INF:
+                            await waiter.park(self._interrupt)
+                        elif due > self._clock():
+                            with anyio.move_on_after(due - self._clock()):
+                                await waiter.park(self._interrupt)
+                        if waiter.state == GRANTED:
+                            state = GRANTED
+                            break
+                        waiter.prepare()
+                        state = self._poll(waiter, limit_at)
+                        if state != _waiters.WAITING:
+                            break
+                # The timeout fired; a grant can still have won the race. Then the slot is
+                # ours and the timeout's own cancellation was absorbed by the scope.
+                if scope.cancelled_caught:
+                    state = self._last_look(waiter)
         except BaseException:
-            self._abandon(waiter)
+            if waiter.state != GONE:
+                self._abandon(waiter)
             raise
-        # The timeout fired; a grant can still have won the race. Then the slot is ours and
-        # the timeout's own cancellation was absorbed by the scope, so nothing is swallowed.
-        if scope.cancelled_caught and self._withdraw(waiter):
-            raise self._busy(wait_s, timed_out=True)
-        return make_token(self, code, lasti)
+        if state == GRANTED:
+            return make_token(self, request._code, request._lasti, tokens)
+        if state == GONE:
+            raise self._busy(wait_s or 0.0, timed_out=True, due=waiter.due)
+        raise self._busy(wait_s or 0.0, timed_out=True)
 
-    # ------------------------------------------------------------------ locked steps
+    def _last_look(self, waiter: _waiters.Waiter) -> int:
+        """The wait timed out: admit the waiter if it can go right now, else withdraw it.
+
+        A grant may have won the race with the timeout, and a budget that refills exactly
+        at the deadline (the estimate said it would) must not lose to the timer.
+        """
+        state = self._poll(waiter, None)
+        if state == _waiters.WAITING and not self._withdraw(waiter):
+            state = GRANTED  # granted between the two locked steps
+        return state
 
     # ------------------------------------------------------------------ reporting
 
@@ -325,20 +529,58 @@ class Gate(Ledger):
             stacklevel=2,
         )
 
-    def _busy(self, waited: float, *, rejected: bool = False, timed_out: bool = False) -> Busy:
+    @ki_protected
+    def _refusal(self, tokens: int, priority: int) -> Busy:
+        """The Busy for a caller that would not wait, with the budget's estimate if any."""
+        due = None
+        if self._budgets is not None:
+            with self._lock:
+                budgets = self._budgets
+                if budgets is not None:
+                    now = self._clock()
+                    estimate = self._estimate_locked(now, tokens, priority)
+                    if estimate > now:
+                        due = estimate
+        return self._busy(0.0, rejected=True, due=due)
+
+    def _busy(
+        self,
+        waited: float,
+        *,
+        rejected: bool = False,
+        timed_out: bool = False,
+        due: float | None = None,
+    ) -> Busy:
         in_flight = self._count_refusal(rejected=rejected, timed_out=timed_out)
-        return Busy(gate=self._name, capacity=self._capacity, in_flight=in_flight, waited=waited)
+        retry_after = None if due is None else max(0.0, due - self._clock())
+        return Busy(
+            gate=self._name,
+            capacity=self._capacity,
+            in_flight=in_flight,
+            waited=waited,
+            retry_after_s=retry_after,
+        )
 
 
 @final
 class _Acquire:
     """What :meth:`Gate.acquire` returns: awaitable, and an async context manager."""
 
-    __slots__ = ("_code", "_gate", "_lasti", "_timeout", "_token")
+    __slots__ = ("_code", "_gate", "_lasti", "_priority", "_timeout", "_token", "_tokens")
 
-    def __init__(self, gate: Gate, timeout: float | None, code: CodeType, lasti: int) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        timeout: float | None,
+        tokens: int,
+        priority: int,
+        code: CodeType,
+        lasti: int,
+    ) -> None:
         self._gate = gate
         self._timeout = timeout
+        self._tokens = tokens
+        self._priority = priority
         self._code = code
         self._lasti = lasti
         self._token: Token | None = None
@@ -356,10 +598,10 @@ class _Acquire:
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip.
         if not gate._live and gate._in_flight < gate._limit:
-            token = gate._try_fast(self._code, self._lasti)
+            token = gate._try_fast(self._code, self._lasti, self._tokens)
             if token is not None:
                 return token
-        return (yield from gate._wait(self._timeout, self._code, self._lasti).__await__())
+        return (yield from gate._wait(self).__await__())
 
     @ki_protected
     async def __aenter__(self) -> Token:
@@ -370,9 +612,9 @@ class _Acquire:
             await check
         token = None
         if not gate._live and gate._in_flight < gate._limit:
-            token = gate._try_fast(self._code, self._lasti)
+            token = gate._try_fast(self._code, self._lasti, self._tokens)
         if token is None:
-            token = await gate._wait(self._timeout, self._code, self._lasti)
+            token = await gate._wait(self)
         self._token = token
         return token
 

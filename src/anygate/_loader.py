@@ -17,6 +17,7 @@ from typing import Any
 from ._classify import Reason, Rule
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig, check_floor
 from ._errors import ConfigError
+from ._rate import Rate
 from ._validation import FILE as _FILE
 
 __all__ = ["load_config"]
@@ -39,6 +40,10 @@ _LLM_KEYS = (
     "control_flow_exceptions",
     "rules",
     "adaptive_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "ramp",
+    "ramp_window_s",
 )
 _BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec")
 _SECTIONS = ("llm_call", "circuit_breaker")
@@ -126,6 +131,40 @@ def _load_adaptive(path: str, raw: object, cap: int | None) -> AdaptiveConfig:
         cap,
     )
     return AdaptiveConfig(**kwargs)
+
+
+def _load_rate(llm: Mapping[Any, Any]) -> Rate | None:
+    """``requests_per_minute``, ``tokens_per_minute``, ``ramp``, ``ramp_window_s`` -> Rate."""
+    limits: dict[str, float | None] = {}
+    for key in ("requests_per_minute", "tokens_per_minute"):
+        if key in llm:
+            limits[key] = _FILE.number(f"llm_call.{key}", llm[key], strict=True, none=True)
+    ramp = None
+    if "ramp" in llm:
+        ramp = _FILE.number("llm_call.ramp", llm["ramp"], minimum=1, strict=True, none=True)
+    window = None
+    if "ramp_window_s" in llm:
+        window = _FILE.number(
+            "llm_call.ramp_window_s", llm["ramp_window_s"], strict=True, none=True
+        )
+    if not any(v is not None for v in limits.values()) and ramp is None:
+        if window is not None:
+            msg = "llm_call.ramp_window_s needs llm_call.ramp (got ramp_window_s alone)"
+            raise ConfigError(msg, path="llm_call.ramp_window_s", value=window)
+        return None
+    try:
+        return Rate(
+            requests_per_minute=limits.get("requests_per_minute"),
+            tokens_per_minute=limits.get("tokens_per_minute"),
+            ramp=ramp,
+            window_s=10.0 if window is None else window,
+        )
+    except ValueError as exc:  # a bound only Rate states (huge rates, windows)
+        text = str(exc)
+        name = text.split(" ", 1)[0]
+        key = "ramp_window_s" if name == "window_s" else name
+        path = f"llm_call.{key}"
+        raise ConfigError(path + text[len(name) :], path=path, value=llm.get(key)) from None
 
 
 def _read_source(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[object, str]:
@@ -236,6 +275,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         policy["rules"] = tuple(
             _load_rule(f"{p('rules')}[{i}]", r) for i, r in enumerate(raw_rules)
         )
+
+    rate = _load_rate(llm)
+    if rate is not None:
+        policy["rate"] = rate
 
     policy["adaptive_concurrency"] = _load_adaptive(
         p("adaptive_concurrency"),

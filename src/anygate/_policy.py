@@ -25,7 +25,13 @@ from ._classify import Rule, RuleLike
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
 from ._loader import load_config
 from ._retrying import Retrier, Run, check_deadline
-from ._sharing import reconcile_capacity, resolve_adaptive, resolve_breaker, resolve_gate
+from ._sharing import (
+    reconcile_capacity,
+    reconcile_rate,
+    resolve_adaptive,
+    resolve_breaker,
+    resolve_gate,
+)
 from ._testing import testing_state
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
     from ._breaker import CircuitBreaker
     from ._events import Hook
     from ._gate import Gate
+    from ._rate import Rate
 
 __all__ = ["Policy"]
 
@@ -80,6 +87,9 @@ class Policy:
         control_flow: exception classes (or class names) that are control flow, not
             failures: they propagate unchanged and leave the breaker alone.
         hooks: callables receiving each event record (see :mod:`anygate` events).
+        rate: the gate's :class:`anygate.Rate` (requests and tokens per minute, slope
+            bound); ``None`` leaves the gate's rate as it is. A shared gate that exists
+            with another rate raises ``ConfigError`` unless ``reconfigure=True``.
         rng: the random source for jitter (``random.Random(seed)`` for reproducible runs).
         clock: the monotonic clock in seconds of the breaker and of the gate's adaptive
             limit, used when this policy creates them (``anyio.current_time`` for virtual
@@ -117,6 +127,7 @@ class Policy:
         rules: Sequence[RuleLike] = (),
         control_flow: Sequence[type[BaseException] | str] = (),
         hooks: Sequence[Hook] = (),
+        rate: Rate | None = None,
         rng: Uniform | None = None,
         clock: Callable[[], float] | None = None,
         gate: Gate | None = None,
@@ -163,6 +174,7 @@ class Policy:
             adaptive_concurrency=adaptive,
             rules=declarative,
             control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
+            rate=rate,
         )
         hook_list: Sequence[object] = hooks
         for hook in hook_list:
@@ -177,6 +189,7 @@ class Policy:
         self._adaptive = resolve_adaptive(self._config, self._gate, clock, reconfigure)
         if existing:
             reconcile_capacity(self._config, self._gate, self._adaptive, reconfigure)
+            reconcile_rate(self._config, self._gate, reconfigure)
         self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
         self._retrier = Retrier(
             self._config,
@@ -223,6 +236,7 @@ class Policy:
             "circuit_breaker": config.circuit_breaker if config.circuit_breaker.enabled else None,
             "adaptive_concurrency": config.adaptive_concurrency,
             "rules": config.rules,
+            "rate": config.rate,
             "control_flow": config.control_flow,
         }
         kwargs.update(overrides)

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 
     from ._config import PolicyConfig
 
-__all__ = ["reconcile_capacity", "resolve_adaptive", "resolve_breaker", "resolve_gate"]
+__all__ = [
+    "reconcile_capacity",
+    "reconcile_rate",
+    "resolve_adaptive",
+    "resolve_breaker",
+    "resolve_gate",
+]
 
 logger = logging.getLogger("anygate")
 
@@ -46,8 +52,24 @@ def resolve_gate(cfg: PolicyConfig, gate: Gate | None) -> tuple[Gate, bool]:
     gname = cfg.gate_name or cfg.name
     wanted = cfg.max_concurrent_calls
     cap = wanted if wanted else math.inf
-    shared, created = gates.get_or_create(gname, lambda: Gate(cap, name=gname))
+    shared, created = gates.get_or_create(gname, lambda: Gate(cap, name=gname, rate=cfg.rate))
     return shared, not created
+
+
+def reconcile_rate(cfg: PolicyConfig, gate: Gate, reconfigure: bool) -> None:
+    """Check (or, with ``reconfigure``, apply) this policy's rate on an existing shared gate."""
+    wanted = cfg.rate
+    if wanted is None or gate.rate == wanted:
+        return
+    if not reconfigure:
+        msg = (
+            f"llm_call rate: the shared gate {gate.name!r} already has rate {gate.rate!r} "
+            f"and this policy asks for {wanted!r}. Pass reconfigure=True to change it live, "
+            "set gate.rate, or use another gate_name"
+        )
+        raise ConfigError(msg, path="llm_call.requests_per_minute", value=wanted)
+    logger.info("gate %r rate set to %r by policy %r", gate.name, wanted, cfg.name)
+    gate.rate = wanted
 
 
 def reconcile_capacity(

@@ -34,10 +34,15 @@ class Token:
     """
 
     # ``_gate`` is None once released; the gate flips it under its lock so two threads
-    # releasing at once cannot both give the slot back.
-    __slots__ = ("_code", "_gate", "_lasti")
+    # releasing at once cannot both give the slot back. ``_home`` stays set: a settle
+    # after release still corrects the rate budget.
+    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti")
 
     _gate: Gate | None
+    _home: Gate
+    # Tokens charged to the gate's token budget for this admission (``acquire(tokens=)``,
+    # then whatever the last settle said); written under the gate's lock.
+    _cost: int
     # The acquiring frame's code object and instruction offset: two cheap reads at acquire
     # time; the file:line they point to is worked out only when someone asks.
     _code: CodeType
@@ -60,11 +65,47 @@ class Token:
         """``file:line`` of the code that acquired this token."""
         return code_site(self._code, self._lasti)
 
+    @property
+    def tokens(self) -> int:
+        """Tokens charged for this admission: ``acquire(tokens=)``, or the last settle."""
+        return self._cost
+
     def release(self) -> None:
-        """Give the slot back. Safe from any task or thread; a second call does nothing."""
+        """Give the slot back. Safe from any task or thread; a second call does nothing.
+
+        Releasing never refunds rate budget: the request was made. Use :meth:`settle` to
+        correct the token charge.
+        """
         gate = self._gate
         if gate is not None:
             gate._release(self)
+
+    def settle(self, *, tokens: int) -> None:
+        """State the call's real token cost; the gate charges or refunds the difference.
+
+        The token's charge *becomes* ``tokens``: the difference from what was charged so
+        far (``acquire(tokens=)``, or an earlier settle) is applied exactly once, so
+        settling twice with the same value changes nothing and nothing is ever refunded
+        twice. A refund wakes whoever can now go. Safe from any task or thread, and also
+        after :meth:`release` (usage often arrives with the end of a stream); it only
+        touches the token budget, never the slot. Without a token rate on the gate it only
+        records the value.
+
+        Args:
+            tokens: the call's total tokens (e.g. ``usage.total_tokens``), an int >= 0.
+
+        Raises:
+            TypeError: ``tokens`` is not an int (bools are rejected).
+            ValueError: ``tokens`` is negative or above 2**53. The gate is unchanged.
+        """
+        value: object = tokens
+        if isinstance(value, bool) or not isinstance(value, int):
+            msg = f"tokens must be an int >= 0 (got {value!r} of type {type(value).__name__})"
+            raise TypeError(msg)
+        if not 0 <= value <= 2**53:
+            msg = f"tokens must be >= 0 and <= 2**53 (got {value!r})"
+            raise ValueError(msg)
+        self._home._settle(self, value)
 
     def __copy__(self) -> NoReturn:
         # A copy would be a second release of one slot (in_flight would go negative).
@@ -121,12 +162,13 @@ class Token:
 _new_token = object.__new__
 
 
-def make_token(gate: Gate, code: CodeType, lasti: int) -> Token:
+def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     """Create a held token; only gates call this."""
     token: Token = _new_token(Token)
-    token._gate = gate
+    token._gate = token._home = gate
     token._code = code
     token._lasti = lasti
+    token._cost = cost
     return token
 
 

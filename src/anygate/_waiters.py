@@ -107,13 +107,27 @@ def _resolve_asyncio_deadline() -> Callable[[], float]:
 
 
 class Waiter:
-    """One parked caller. ``state`` is only written under the owning gate's lock."""
+    """One parked caller. Every field but ``thread_id`` is written under the gate's lock.
 
-    __slots__ = ("state", "thread_id")
+    ``armed`` says a wake-up may be sent to the current park (one per park: trio must
+    never see a reschedule of a task that is not parked); ``due`` is the gate-clock time
+    the waiter will wake by itself to look at the budget again (``inf``: only when woken).
+    ``tokens`` and ``priority`` are what it asked for, ``seq`` its arrival number.
+    """
+
+    __slots__ = ("armed", "due", "priority", "seq", "state", "thread_id", "tokens")
 
     def __init__(self) -> None:
         self.state: int = WAITING
         self.thread_id = _get_ident()
+        self.armed = True
+        self.due = math.inf
+        self.priority = 0
+        self.tokens = 0
+        self.seq = 0
+
+    def prepare(self) -> None:
+        """Ready the wake-up route for another park (before re-arming under the lock)."""
 
     def wake(self) -> bool:  # pragma: no cover - abstract
         """Make the parked caller runnable; ``False`` if it can never run again."""
@@ -135,8 +149,19 @@ class AsyncioWaiter(Waiter):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.state = WAITING
         self.thread_id = _get_ident()
+        self.armed = True
+        self.due = math.inf
+        self.priority = 0
+        self.tokens = 0
+        self.seq = 0
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
+
+    def prepare(self) -> None:
+        # A resolved or cancelled future cannot carry the next wake-up. Replaced before
+        # the waiter re-arms under the lock, so a waker that sees it armed reads this one.
+        if self.future.done():
+            self.future = self.loop.create_future()
 
     def wake(self) -> bool:
         if self.loop.is_closed():
@@ -171,6 +196,11 @@ class TrioWaiter(Waiter):
     def __init__(self) -> None:
         self.state = WAITING
         self.thread_id = _get_ident()
+        self.armed = True
+        self.due = math.inf
+        self.priority = 0
+        self.tokens = 0
+        self.seq = 0
         self.trio_token = _trio_lowlevel.current_trio_token()
         self.task = _trio_lowlevel.current_task()
 
@@ -188,17 +218,18 @@ class TrioWaiter(Waiter):
         return True
 
     def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
-        """Wait for :meth:`wake`; a cancel scope firing first calls ``leave`` to unqueue."""
+        """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm)."""
         self.leave = leave
         # A bound method rather than a closure: two fewer objects per parked task.
         wait: Awaitable[None] = _trio_lowlevel.wait_task_rescheduled(self._abort)
         return wait
 
     def _abort(self, _: object) -> Any:
-        # Runs on the trio thread when a cancel scope fires. Not yet granted: we leave the
-        # queue and let the Cancelled through. Already granted: the reschedule is on its
-        # way (maybe from another thread), so the wait completes with the slot and the
-        # cancellation is delivered at the caller's next checkpoint.
+        # Runs on the trio thread when a cancel scope fires. Still armed: no wake-up is on
+        # its way, so we disarm and let the Cancelled through (the gate's except clause or
+        # timeout path unqueues us). Disarmed: a grant or nudge is on its way (maybe from
+        # another thread), so the wait completes and the cancellation is delivered at the
+        # caller's next checkpoint: trio must never reschedule a task that left its park.
         if self.leave(self):
             return _trio_lowlevel.Abort.SUCCEEDED
         return _trio_lowlevel.Abort.FAILED
@@ -212,11 +243,21 @@ class ThreadWaiter(Waiter):
     def __init__(self) -> None:
         self.state = WAITING
         self.thread_id = _get_ident()
+        self.armed = True
+        self.due = math.inf
+        self.priority = 0
+        self.tokens = 0
+        self.seq = 0
         self._lock = threading.Lock()
         self._lock.acquire()
 
     def wake(self) -> bool:
-        self._lock.release()
+        try:  # noqa: SIM105 - contextlib.suppress costs a context manager per wake-up
+            self._lock.release()
+        except RuntimeError:
+            # Already released by an earlier wake-up the thread has not consumed yet (it
+            # timed out meanwhile and re-armed): it will wake and look; nothing is lost.
+            pass
         return True
 
     def block(self, timeout: float | None) -> bool:

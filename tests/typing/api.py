@@ -14,6 +14,7 @@ pytest does not collect this file (its name does not start with ``test_``).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,8 @@ from anygate import (
     Permit,
     Policy,
     PolicyConfig,
+    Rate,
+    RateStatistics,
     Reason,
     ResponseError,
     RetryConfig,
@@ -101,6 +104,26 @@ assert_type(stats.cancelled, int)
 assert_type(stats.leaked, int)
 stats.in_flight = 0  # type: ignore[misc]  # frozen dataclass
 
+# ---------------------------------------------------------------- rates
+
+rate = Rate(requests_per_minute=1200, tokens_per_minute=400_000, ramp=2.0, window_s=10.0)
+assert_type(rate.requests_per_minute, "float | None")
+assert_type(rate.floor, int)
+Rate(1200)  # type: ignore[call-arg]  # keyword-only
+rated = Gate(32, name="rated", rate=rate, clock=time.monotonic)
+assert_type(rated.rate, Rate | None)
+rated.rate = Rate(requests_per_minute=600)
+rated.rate = None
+rated.rate = 600  # type: ignore[assignment]
+Gate(rate=rate, clock=5)  # type: ignore[arg-type]
+rate_view = rated.statistics().rate
+assert_type(rate_view, RateStatistics | None)
+if rate_view is not None:
+    assert_type(rate_view.next_admission_s, float)
+    assert_type(rate_view.admitted_this_window, int)
+busy = Busy(gate="g", capacity=1, in_flight=1, waited=0.0, retry_after_s=2.0)
+assert_type(busy.retry_after_s, "float | None")
+
 # ---------------------------------------------------------------- acquiring
 
 
@@ -114,6 +137,11 @@ async def acquire_async() -> None:
         assert_type(held, Token)
     async with token as same:
         assert_type(same, Token)
+    assert_type(await gate.acquire(tokens=1500, priority=1), Token)
+    async with gate.acquire(tokens=10) as weighted:
+        weighted.settle(tokens=12)
+        assert_type(weighted.tokens, int)
+    await gate.acquire(tokens="many")  # type: ignore[arg-type]
     await gate.acquire(60)  # type: ignore[call-arg]  # timeout is keyword-only
     await gate.acquire(timeout="60")  # type: ignore[arg-type]
 
@@ -127,6 +155,8 @@ def acquire_blocking() -> None:
     with token as same:
         assert_type(same, Token)
     assert_type(gate.acquire_nowait(), Token)
+    assert_type(gate.acquire_nowait(tokens=5, priority=2), Token)
+    assert_type(gate.acquire_sync(timeout=1, tokens=5, priority=-1), Token)
     gate.acquire_nowait(timeout=1)  # type: ignore[call-arg]
 
 
