@@ -19,6 +19,7 @@ from . import _waiters
 from ._errors import Busy
 from ._ledger import UNLIMITED, Ledger
 from ._token import code_site, make_token
+from ._validation import FLOAT_MAX, MAX_COUNT, check_int, check_number, show
 from ._waiters import ki_protected
 
 if TYPE_CHECKING:
@@ -60,35 +61,38 @@ class GateStatistics:
 
 
 def _check_capacity(value: object) -> int | float:
+    """An ``int >= 0`` (at most ``MAX_COUNT``), a whole float, or ``math.inf``."""
+    if type(value) is int and 0 <= value <= MAX_COUNT:
+        return value
+    allowed = "an int >= 0 or math.inf"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"capacity must be an int >= 0 or math.inf (got {value!r} of type {type(value).__name__})"
+        msg = f"capacity must be {allowed} (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     if isinstance(value, float):
-        if math.isnan(value):
-            msg = f"capacity must be an int >= 0 or math.inf (got {value!r})"
-            raise ValueError(msg)
         if value == math.inf:
             return math.inf
+        if math.isnan(value):
+            msg = f"capacity must be {allowed} (got {value!r})"
+            raise ValueError(msg)
+        if value < 0:
+            msg = f"capacity must be >= 0 (got {value!r})"
+            raise ValueError(msg)
         if not value.is_integer():
             msg = f"capacity must be a whole number (got {value!r})"
             raise ValueError(msg)
-        value = int(value)
-    if value < 0:
-        msg = f"capacity must be >= 0 (got {value!r})"
-        raise ValueError(msg)
-    return value
+        if value > MAX_COUNT:
+            msg = f"capacity must be <= {MAX_COUNT} (math.inf: no limit) (got {value!r})"
+            raise ValueError(msg)
+        return int(value)
+    checked = check_int("capacity", value, minimum=0)
+    assert checked is not None
+    return checked
 
 
 def _check_timeout(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"timeout must be a number of seconds >= 0 or None (got {value!r} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if math.isnan(value) or value < 0:
-        msg = f"timeout must be >= 0 seconds or None (got {value!r})"
-        raise ValueError(msg)
-    return None if value == math.inf else float(value)
+    # No upper bound short of overflow: the waiters cap a wait at threading.TIMEOUT_MAX.
+    seconds = check_number("timeout", value, none=True, infinite=True, maximum=FLOAT_MAX)
+    return None if seconds == math.inf else seconds
 
 
 @final
