@@ -28,7 +28,7 @@ import random
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -67,11 +67,11 @@ class Tally:
 class ReleasesOnDel:
     """A user object owning a token, released only by its finalizer (cyclic garbage)."""
 
-    outstanding = 0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
+    outstanding: ClassVar[int] = 0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
     # Keeps each token reachable from outside the garbage cycle: otherwise the collector
     # may finalize the token first (a leak, reclaimed with a ResourceWarning), and the
     # user's release would be a no-op. Plain dict operations: no lock in a finalizer.
-    keep: dict[int, Token] = {}
+    keep: ClassVar[dict[int, Token]] = {}
 
     def __init__(self, token: Token) -> None:
         self.key = id(token)
