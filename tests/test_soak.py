@@ -67,7 +67,9 @@ class Tally:
 class ReleasesOnDel:
     """A user object owning a token, released only by its finalizer (cyclic garbage)."""
 
-    outstanding: ClassVar[int] = 0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
+    outstanding: ClassVar[int] = (
+        0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
+    )
     # Keeps each token reachable from outside the garbage cycle: otherwise the collector
     # may finalize the token first (a leak, reclaimed with a ResourceWarning), and the
     # user's release would be a no-op. Plain dict operations: no lock in a finalizer.
