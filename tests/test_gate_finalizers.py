@@ -18,6 +18,8 @@ import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from anygate import Busy, Gate, Token
 
 if TYPE_CHECKING:
@@ -157,4 +159,48 @@ def test_a_second_release_of_a_deferred_token_is_a_no_op() -> None:
     assert fired[0] >= 1
     assert gate.statistics().in_flight == 1
     other.release()
+    assert gate.statistics().in_flight == 0
+
+
+@pytest.mark.parametrize(
+    ("backend", "options"),
+    [("asyncio", {}), ("asyncio", {"use_uvloop": True}), ("trio", {})],
+    ids=["asyncio", "asyncio+uvloop", "trio"],
+)
+def test_a_finalizer_release_on_an_event_loop_thread_does_not_freeze_the_loop(
+    backend: str, options: dict[str, Any]
+) -> None:
+    """The same on each event loop: waiters cancelled one by one compact the queue under
+    the lock on the loop's thread, the user finalizer's release is deferred, and the head
+    waiter gets the slot (before the fix the loop's thread deadlocked)."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
+    import anyio
+
+    gate = Gate(1, name="fin")
+    token = gate.acquire_nowait()
+    got: list[Token] = []
+    outcome: list[tuple[bool, bool]] = []
+
+    async def main() -> None:
+        async def wait(scope: anyio.CancelScope) -> None:
+            with scope:
+                got.append(await gate.acquire())
+
+        scopes = [anyio.CancelScope() for _ in range(80)]
+        async with anyio.create_task_group() as tg:
+            for scope in scopes:
+                tg.start_soon(wait, scope)
+            await anyio.wait_all_tasks_blocked()
+            with garbage_inside_the_lock(gate, token) as fired:
+                for scope in reversed(scopes[1:]):  # the head stays, to receive the slot
+                    scope.cancel()
+                    await anyio.wait_all_tasks_blocked()
+            outcome.append((fired[0], token.released))
+            token.release()  # no-op if the finalizer did it; else the head waits forever
+
+    run_bounded(lambda: anyio.run(main, backend=backend, backend_options=options))
+    assert outcome == [(True, True)]  # a collection ran in the lock; its finalizer released
+    assert len(got) == 1
+    got[0].release()
     assert gate.statistics().in_flight == 0

@@ -467,6 +467,12 @@ def shared_breaker(
     """
     from ._registry import breakers
 
+    # Validated before any comparison with an existing breaker (10**400 must not reach
+    # float() there).
+    if failure_threshold is not None:
+        failure_threshold = _check_threshold(failure_threshold)
+    if recovery_timeout is not None:
+        recovery_timeout = _check_recovery(recovery_timeout)
     threshold = 5 if failure_threshold is None else failure_threshold
     recovery = 60.0 if recovery_timeout is None else recovery_timeout
     breaker, created = breakers.get_or_create(
