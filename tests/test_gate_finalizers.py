@@ -167,20 +167,7 @@ def test_a_second_release_of_a_deferred_token_is_a_no_op() -> None:
     [
         ("asyncio", {}),
         ("asyncio", {"use_uvloop": True}),
-        pytest.param(
-            "trio",
-            {},
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason=(
-                    "OPEN (issue 9): in about 1 run in 4 one cancelled trio waiter is left "
-                    "WAITING in the queue (its abort neither withdrew nor was granted) when "
-                    "the deferred release happens during queue compaction inside trio's "
-                    "abort callback; the loop then idles. Not yet understood; the deadlock "
-                    "itself is fixed (before: every run hung)."
-                ),
-            ),
-        ),
+        ("trio", {}),
     ],
     ids=["asyncio", "asyncio+uvloop", "trio"],
 )
@@ -207,8 +194,10 @@ def test_a_finalizer_release_on_an_event_loop_thread_does_not_freeze_the_loop(
         scopes = [anyio.CancelScope() for _ in range(80)]
         async with anyio.create_task_group() as tg:
             for scope in scopes:
+                # One at a time: trio starts a batch of new tasks in random order, and the
+                # queue's head must be scopes[0], the one waiter never cancelled.
                 tg.start_soon(wait, scope)
-            await anyio.wait_all_tasks_blocked()
+                await anyio.wait_all_tasks_blocked()
             with garbage_inside_the_lock(gate, token) as fired:
                 for scope in reversed(scopes[1:]):  # the head stays, to receive the slot
                     scope.cancel()
