@@ -1,7 +1,8 @@
 """Automation: `nox` runs tests (every Python found, every async backend), lint, typing, docs.
 
 `nox -s bench` runs the benchmarks (not part of the default run: they take minutes and their
-numbers only mean something on a quiet machine).
+numbers only mean something on a quiet machine). `nox -s soak` runs the million-operation
+soak (tests marked ``slow``, which the default pytest run deselects).
 """
 
 from __future__ import annotations
@@ -61,6 +62,16 @@ def docs(session: nox.Session) -> None:
     """Build the Sphinx docs with warnings as errors."""
     _install(session, "docs", extras="all")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The slow soak: 1,000,000 operations on shared gates and breakers from every runtime.
+
+    ``ANYGATE_SOAK_OPS`` scales it (``ANYGATE_SOAK_OPS=100000 nox -s soak``).
+    """
+    _install(session, "test", extras="all")
+    session.run("pytest", "-m", "slow", "-s", "tests/test_soak.py", *session.posargs)
 
 
 @nox.session

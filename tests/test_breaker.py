@@ -255,11 +255,11 @@ def test_introspection(clock: FakeClock) -> None:
     ("kwargs", "error", "fragment"),
     [
         ({"failure_threshold": 0}, ValueError, "failure_threshold must be >= 1 (got 0)"),
-        ({"failure_threshold": 2.5}, TypeError, "failure_threshold must be an int"),
-        ({"failure_threshold": True}, TypeError, "failure_threshold must be an int"),
+        ({"failure_threshold": 2.5}, TypeError, "failure_threshold must be an integer"),
+        ({"failure_threshold": True}, TypeError, "failure_threshold must be an integer"),
         ({"recovery_timeout": -1}, ValueError, "recovery_timeout must be a finite"),
         ({"recovery_timeout": float("nan")}, ValueError, "recovery_timeout must be a finite"),
-        ({"recovery_timeout": "60"}, TypeError, "recovery_timeout must be a number"),
+        ({"recovery_timeout": "60"}, TypeError, "recovery_timeout must be a finite number"),
         ({"clock": 5}, TypeError, "clock must be a callable"),
     ],
 )

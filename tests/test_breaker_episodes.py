@@ -221,7 +221,7 @@ class BreakerModel(RuleBasedStateMachine):
 BreakerModel.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
 TestBreakerModel = BreakerModel.TestCase
 TestBreakerModel.__doc__ = (
-    "About 9,000 steps: the breaker matches the reference model (episodes, probes, neutral "
+    "Up to 9,000 steps (150 runs of up to 60): the breaker matches the reference model (episodes, probes, neutral "
     "outcomes, stale and repeated reports, resets, recovery)."
 )
 

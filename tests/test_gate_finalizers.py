@@ -18,6 +18,8 @@ import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from anygate import Busy, Gate, Token
 
 if TYPE_CHECKING:
@@ -74,11 +76,25 @@ def run_bounded(work: Callable[[], None], seconds: float = 10.0) -> None:
         raise errors[0]
 
 
-def churn_the_queue(gate: Gate) -> None:
-    """Timed-out waits until the queue compacts (an allocation under the lock)."""
+def churn_the_queue(gate: Gate, *, anchor: bool = True) -> None:
+    """Timed-out waits until the queue compacts (an allocation under the lock).
+
+    Withdrawn entries pile up only behind a live waiter (a class queue whose last live
+    waiter leaves is dropped whole), so unless the caller already has one queued, a thread
+    parks at the head first; it takes the slot the finalizer frees and gives it back.
+    """
+    head = None
+    if anchor:
+        head = threading.Thread(target=lambda: gate.acquire_sync(timeout=10).release())
+        head.daemon = True
+        head.start()
+        while not gate.waiting:
+            threading.Event().wait(0.0005)  # another thread's step: nothing to await
     for _ in range(80):
         with contextlib.suppress(Busy):
             gate.acquire_sync(timeout=1e-6).release()
+    if head is not None:
+        head.join(10)
 
 
 def read_statistics(gate: Gate) -> None:
@@ -125,7 +141,7 @@ def test_a_deferred_release_hands_the_slot_to_the_head_waiter() -> None:
     while not gate.waiting:
         threading.Event().wait(0.0005)  # another thread's step: nothing to await
     with garbage_inside_the_lock(gate, token) as fired:
-        run_bounded(lambda: churn_the_queue(gate))
+        run_bounded(lambda: churn_the_queue(gate, anchor=False))  # the waiter is the head
     thread.join(10)
     assert fired[0]
     assert len(got) == 1
@@ -157,4 +173,54 @@ def test_a_second_release_of_a_deferred_token_is_a_no_op() -> None:
     assert fired[0] >= 1
     assert gate.statistics().in_flight == 1
     other.release()
+    assert gate.statistics().in_flight == 0
+
+
+@pytest.mark.parametrize(
+    ("backend", "options"),
+    [
+        ("asyncio", {}),
+        ("asyncio", {"use_uvloop": True}),
+        ("trio", {}),
+    ],
+    ids=["asyncio", "asyncio+uvloop", "trio"],
+)
+def test_a_finalizer_release_on_an_event_loop_thread_does_not_freeze_the_loop(
+    backend: str, options: dict[str, Any]
+) -> None:
+    """The same on each event loop: waiters cancelled one by one compact the queue under
+    the lock on the loop's thread, the user finalizer's release is deferred, and the head
+    waiter gets the slot (before the fix the loop's thread deadlocked)."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
+    import anyio
+
+    gate = Gate(1, name="fin")
+    token = gate.acquire_nowait()
+    got: list[Token] = []
+    outcome: list[tuple[bool, bool]] = []
+
+    async def main() -> None:
+        async def wait(scope: anyio.CancelScope) -> None:
+            with scope:
+                got.append(await gate.acquire())
+
+        scopes = [anyio.CancelScope() for _ in range(80)]
+        async with anyio.create_task_group() as tg:
+            for scope in scopes:
+                # One at a time: trio starts a batch of new tasks in random order, and the
+                # queue's head must be scopes[0], the one waiter never cancelled.
+                tg.start_soon(wait, scope)
+                await anyio.wait_all_tasks_blocked()
+            with garbage_inside_the_lock(gate, token) as fired:
+                for scope in reversed(scopes[1:]):  # the head stays, to receive the slot
+                    scope.cancel()
+                    await anyio.wait_all_tasks_blocked()
+            outcome.append((fired[0], token.released))
+            token.release()  # no-op if the finalizer did it; else the head waits forever
+
+    run_bounded(lambda: anyio.run(main, backend=backend, backend_options=options))
+    assert outcome == [(True, True)]  # a collection ran in the lock; its finalizer released
+    assert len(got) == 1
+    got[0].release()
     assert gate.statistics().in_flight == 0

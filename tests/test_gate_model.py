@@ -156,18 +156,29 @@ class GateMachine(RuleBasedStateMachine):
     def set_capacity(self, capacity: float) -> None:
         self.gate.capacity = capacity
         self.capacity = capacity
-        # Reserve a slot for each head waiter while room remains, then wake them in order.
-        batch = []
-        while self.queue and self.in_flight + len(batch) < capacity:
-            batch.append(self.queue.popleft())
-        for name in batch:
+        # Reserve a slot for each head waiter while room remains, then wake them in grant
+        # order. A dead one gives its slot up again: it goes to the next queued waiter,
+        # whose wake-up comes after the rest of the batch (the gate fires one list).
+        pending = []
+        while self.queue and self.in_flight < capacity:
+            name = self.queue.popleft()
             self.granted.add(-2 - name)  # reserved, not yet woken
-        for name in batch:
+            pending.append(name)
+        i = 0
+        while i < len(pending):
+            name = pending[i]
+            i += 1
             self.granted.discard(-2 - name)
-            self.queue.appendleft(name)
-            self.granted.add(-1)
-            self._take_head()
-            self.granted.discard(-1)
+            if self.waiters[name].alive:
+                self.granted.add(name)
+                self.expected_wakes.append(name)
+            elif self.queue and self.in_flight < capacity:
+                successor = self.queue.popleft()
+                self.granted.add(-2 - successor)
+                pending.append(successor)
+            self.peak_grant_excess = max(
+                self.peak_grant_excess, int(self.in_flight > self.capacity)
+            )
 
     def teardown(self) -> None:
         for token in self.tokens:

@@ -41,8 +41,9 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, final
+from typing import TYPE_CHECKING, Any, NamedTuple, final
 
+from ._validation import check_int, check_number, show
 from ._waiters import ki_protected
 
 if TYPE_CHECKING:
@@ -196,6 +197,9 @@ class AdaptiveLimit:
         pause_s: float = DEFAULT_PAUSE_MS / 1000.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        min_concurrent_calls, decrease_factor, pause_s = _check_settings(
+            min_concurrent_calls, decrease_factor, pause_s
+        )
         self._gate = weakref.ref(gate)
         self._name = gate.name
         self._lock = threading.Lock()
@@ -352,7 +356,14 @@ class AdaptiveLimit:
 
         A limit that is down after a throttle stays down (capped at the new maximum) and
         grows back to the new maximum; a limit at the old maximum follows to the new one.
+
+        Raises:
+            TypeError, ValueError: ``maximum`` is not an int >= 0 (at most 2**53) or inf;
+                nothing changes.
         """
+        from ._gate import _check_capacity  # a cycle at import time otherwise
+
+        maximum = _check_capacity(maximum)
         with self._lock:
             self._adopt_external_resize()
             reduced = self._limit < self._ceiling
@@ -370,7 +381,17 @@ class AdaptiveLimit:
         pause_s: float | None = None,
     ) -> None:
         """Change settings live; ``None`` keeps a setting. Turning it off restores the
-        maximum at once and ends any pause."""
+        maximum at once and ends any pause.
+
+        Raises:
+            TypeError, ValueError: a bad setting; every one is checked before any applies.
+        """
+        checked = _check_settings(min_concurrent_calls, decrease_factor, pause_s, none=True)
+        min_concurrent_calls, decrease_factor, pause_s = checked
+        given: object = enabled  # typed object: the check is for untyped callers
+        if given is not None and not isinstance(given, bool):
+            msg = f"enabled must be True, False or None (got {show(given)})"
+            raise TypeError(msg)
         with self._lock:
             self._adopt_external_resize()
             if min_concurrent_calls is not None:
@@ -417,6 +438,23 @@ class AdaptiveLimit:
         if force or capacity != self._applied:
             gate.capacity = capacity
             self._applied = capacity
+
+
+def _check_settings(
+    floor: object, factor: object, pause_s: object, *, none: bool = False
+) -> tuple[Any, Any, Any]:
+    """Validate the adaptive settings through the shared number checks."""
+    floor = check_int("min_concurrent_calls", floor, minimum=1, none=none)
+    pause_s = check_number("pause_s", pause_s, none=none)
+    if factor is not None or not none:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            msg = f"decrease_factor must be a number > 0 and < 1 (got {show(factor)})"
+            raise TypeError(msg)
+        if not 0 < factor < 1:  # exact for ints of any size; False for NaN
+            msg = f"decrease_factor must be a number > 0 and < 1 (got {show(factor)})"
+            raise ValueError(msg)
+        factor = float(factor)
+    return floor, factor, pause_s
 
 
 # --------------------------------------------------------------------------- per gate

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, final
 
 from ._errors import CircuitOpen
 from ._events import BreakerStateChanged
+from ._validation import check_int, check_number
 from ._waiters import ki_protected
 
 if TYPE_CHECKING:
@@ -91,25 +91,15 @@ class BreakerStatistics:
 
 
 def _check_threshold(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = (
-            f"failure_threshold must be an int >= 1 (got {value!r} of type {type(value).__name__})"
-        )
-        raise TypeError(msg)
-    if value < 1:
-        msg = f"failure_threshold must be >= 1 (got {value!r})"
-        raise ValueError(msg)
-    return value
+    checked = check_int("failure_threshold", value, minimum=1)
+    assert checked is not None
+    return checked
 
 
 def _check_recovery(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"recovery_timeout must be a number of seconds >= 0 (got {value!r} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        msg = f"recovery_timeout must be a finite number of seconds >= 0 (got {value!r})"
-        raise ValueError(msg)
-    return float(value)
+    checked = check_number("recovery_timeout", value, allowed="a finite number of seconds >= 0")
+    assert checked is not None
+    return checked
 
 
 @final
@@ -486,6 +476,12 @@ def shared_breaker(
     """
     from ._registry import breakers
 
+    # Validated before any comparison with an existing breaker (10**400 must not reach
+    # float() there).
+    if failure_threshold is not None:
+        failure_threshold = _check_threshold(failure_threshold)
+    if recovery_timeout is not None:
+        recovery_timeout = _check_recovery(recovery_timeout)
     threshold = 5 if failure_threshold is None else failure_threshold
     recovery = 60.0 if recovery_timeout is None else recovery_timeout
     breaker, created = breakers.get_or_create(

@@ -21,6 +21,7 @@ from ._errors import Busy
 from ._ledger import UNLIMITED, Ledger
 from ._rate import Rate, RateStatistics
 from ._token import code_site, make_token
+from ._validation import FLOAT_MAX, MAX_COUNT, check_int, check_number, show
 from ._waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -66,35 +67,38 @@ class GateStatistics:
 
 
 def _check_capacity(value: object) -> int | float:
+    """An ``int >= 0`` (at most ``MAX_COUNT``), a whole float, or ``math.inf``."""
+    if type(value) is int and 0 <= value <= MAX_COUNT:
+        return value
+    allowed = "an int >= 0 or math.inf"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"capacity must be an int >= 0 or math.inf (got {value!r} of type {type(value).__name__})"
+        msg = f"capacity must be {allowed} (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     if isinstance(value, float):
-        if math.isnan(value):
-            msg = f"capacity must be an int >= 0 or math.inf (got {value!r})"
-            raise ValueError(msg)
         if value == math.inf:
             return math.inf
+        if math.isnan(value):
+            msg = f"capacity must be {allowed} (got {value!r})"
+            raise ValueError(msg)
+        if value < 0:
+            msg = f"capacity must be >= 0 (got {value!r})"
+            raise ValueError(msg)
         if not value.is_integer():
             msg = f"capacity must be a whole number (got {value!r})"
             raise ValueError(msg)
-        value = int(value)
-    if value < 0:
-        msg = f"capacity must be >= 0 (got {value!r})"
-        raise ValueError(msg)
-    return value
+        if value > MAX_COUNT:
+            msg = f"capacity must be <= {MAX_COUNT} (math.inf: no limit) (got {value!r})"
+            raise ValueError(msg)
+        return int(value)
+    checked = check_int("capacity", value, minimum=0)
+    assert checked is not None
+    return checked
 
 
 def _check_timeout(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"timeout must be a number of seconds >= 0 or None (got {value!r} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if math.isnan(value) or value < 0:
-        msg = f"timeout must be >= 0 seconds or None (got {value!r})"
-        raise ValueError(msg)
-    return None if value == math.inf else float(value)
+    # No upper bound short of overflow: the waiters cap a wait at threading.TIMEOUT_MAX.
+    seconds = check_number("timeout", value, none=True, infinite=True, maximum=FLOAT_MAX)
+    return None if seconds == math.inf else seconds
 
 
 # Token counts stay exactly representable as floats in the budget arithmetic.
@@ -107,10 +111,12 @@ def _check_tokens(value: object, gate: Ledger) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"tokens must be an int >= 0 or None (got {value!r} of type {type(value).__name__})"
+        msg = (
+            f"tokens must be an int >= 0 or None (got {show(value)} of type {type(value).__name__})"
+        )
         raise TypeError(msg)
     if not 0 <= value <= _MAX_TOKENS:
-        msg = f"tokens must be >= 0 and <= 2**53 (got {value!r})"
+        msg = f"tokens must be >= 0 and <= 2**53 (got {show(value)})"
         raise ValueError(msg)
     budgets = gate._budgets
     if budgets is not None:
@@ -118,7 +124,7 @@ def _check_tokens(value: object, gate: Ledger) -> int:
         if tpm is not None and value > tpm:
             msg = (
                 f"tokens must be <= the gate's tokens_per_minute ({tpm:g}): a cost above one "
-                f"minute's budget can never be admitted (got {value!r})"
+                f"minute's budget can never be admitted (got {show(value)})"
             )
             raise ValueError(msg)
     return value
@@ -126,17 +132,17 @@ def _check_tokens(value: object, gate: Ledger) -> int:
 
 def _check_priority(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"priority must be an int (got {value!r} of type {type(value).__name__})"
+        msg = f"priority must be an int (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     if not -_MAX_PRIORITY <= value <= _MAX_PRIORITY:
-        msg = f"priority must be between -1e9 and 1e9 (got {value!r})"
+        msg = f"priority must be between -1e9 and 1e9 (got {show(value)})"
         raise ValueError(msg)
     return value
 
 
 def _check_rate(value: object) -> Rate | None:
     if value is not None and not isinstance(value, Rate):
-        msg = f"rate must be an anygate.Rate or None (got {value!r} of type {type(value).__name__})"
+        msg = f"rate must be an anygate.Rate or None (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     return value
 

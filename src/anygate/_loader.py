@@ -218,7 +218,14 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         raise ConfigError(msg, path="", value=data)
     _reject_unknown("", data, _SECTIONS)
     llm = _FILE.mapping("llm_call", data.get("llm_call") or {})
-    brk = _FILE.mapping("circuit_breaker", data.get("circuit_breaker") or {})
+    raw_breaker = data.get("circuit_breaker")
+    # `circuit_breaker: false` turns it off, as `adaptive_concurrency: false` does (it used
+    # to be read as an empty section, which left the breaker on).
+    if isinstance(raw_breaker, bool):
+        raw_breaker = {"enabled": raw_breaker}
+    elif raw_breaker is not None and not isinstance(raw_breaker, Mapping):
+        raise _FILE.bad_type("circuit_breaker", raw_breaker, "a mapping, true or false")
+    brk = _FILE.mapping("circuit_breaker", raw_breaker or {})
     _reject_unknown("llm_call", llm, _LLM_KEYS)
     _reject_unknown("circuit_breaker", brk, _BREAKER_KEYS)
 

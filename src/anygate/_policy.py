@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, cast, final
 
 import anyio
 
@@ -33,6 +34,7 @@ from ._sharing import (
     resolve_gate,
 )
 from ._testing import testing_state
+from ._validation import check_int, show
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -47,6 +49,37 @@ if TYPE_CHECKING:
 __all__ = ["Policy"]
 
 T = TypeVar("T")
+
+
+def _breaker_config(value: object) -> BreakerConfig:
+    """``circuit_breaker=``: a BreakerConfig, or True/False/None (like adaptive_concurrency)."""
+    if value is None or value is False:
+        return BreakerConfig(enabled=False)
+    if value is True:
+        return BreakerConfig()
+    if not isinstance(value, BreakerConfig):
+        msg = (
+            "circuit_breaker must be an anygate.BreakerConfig, True, False or None "
+            f"(got {show(value)} of type {type(value).__name__})"
+        )
+        raise TypeError(msg)
+    return value
+
+
+def _sequence(name: str, value: object, items: str) -> tuple[object, ...]:
+    """``value`` as a tuple, refusing a lone string or callable where a list is expected.
+
+    ``hooks=print`` or ``control_flow="KeyError"`` are easy slips: a string iterates as its
+    letters and a function is not iterable, and neither error would name the argument.
+
+    Raises:
+        TypeError: naming ``name`` and what it must hold.
+    """
+    if isinstance(value, (str, bytes)) or callable(value) or not isinstance(value, Iterable):
+        hint = f"; for one item write {name}=[{show(value)}]"
+        msg = f"{name} must be a list (or other sequence) of {items} (got {show(value)}{hint})"
+        raise TypeError(msg)
+    return tuple(value)
 
 
 @final
@@ -79,7 +112,8 @@ class Policy:
         gate_name: the shared gate's name; default ``name``.
         provider: classification hint where providers' wording collides.
         retry: a :class:`anygate.RetryConfig`.
-        circuit_breaker: a :class:`anygate.BreakerConfig`, or ``None`` for no breaker.
+        circuit_breaker: a :class:`anygate.BreakerConfig`; ``False`` or ``None`` for no
+            breaker, ``True`` for the defaults.
         adaptive_concurrency: a :class:`anygate.AdaptiveConfig`, or ``True``/``False`` to
             state only whether it is on; ``None`` keeps the gate's existing adaptive
             limit, or creates it with the defaults (on).
@@ -122,7 +156,7 @@ class Policy:
         gate_name: str | None = None,
         provider: str | None = None,
         retry: RetryConfig | None = None,
-        circuit_breaker: BreakerConfig | None = BreakerConfig(),  # noqa: B008 - immutable
+        circuit_breaker: BreakerConfig | bool | None = BreakerConfig(),  # noqa: B008 - immutable
         adaptive_concurrency: AdaptiveConfig | bool | None = None,
         rules: Sequence[RuleLike] = (),
         control_flow: Sequence[type[BaseException] | str] = (),
@@ -136,7 +170,7 @@ class Policy:
     ) -> None:
         control_types: list[type[BaseException]] = []
         control_names: list[str] = []
-        items: Sequence[object] = control_flow
+        items = _sequence("control_flow", control_flow, "exception classes or class names")
         for item in items:
             if isinstance(item, type) and issubclass(item, BaseException):
                 control_types.append(item)
@@ -145,12 +179,13 @@ class Policy:
             else:
                 msg = f"control_flow entries must be exception classes or names (got {item!r})"
                 raise TypeError(msg)
-        given: Sequence[object] = rules
+        given = _sequence("rules", rules, "anygate.Rule objects or callables")
         for rule in given:
             if not isinstance(rule, Rule) and not callable(rule):
                 msg = f"rules entries must be anygate.Rule objects or callables (got {rule!r})"
                 raise TypeError(msg)
-        declarative = tuple(r for r in rules if isinstance(r, Rule))
+        all_rules = cast("tuple[RuleLike, ...]", given)
+        declarative = tuple(r for r in all_rules if isinstance(r, Rule))
         adaptive: object = adaptive_concurrency
         if adaptive is None or isinstance(adaptive, bool):
             adaptive = AdaptiveConfig(enabled=adaptive)
@@ -168,20 +203,18 @@ class Policy:
             attempt_timeout_s=attempt_timeout_s,
             provider=provider,
             retry=RetryConfig() if retry is None else retry,
-            circuit_breaker=BreakerConfig(enabled=False)
-            if circuit_breaker is None
-            else circuit_breaker,
+            circuit_breaker=_breaker_config(circuit_breaker),
             adaptive_concurrency=adaptive,
             rules=declarative,
             control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
             rate=rate,
         )
-        hook_list: Sequence[object] = hooks
+        hook_list = _sequence("hooks", hooks, "callables taking one event")
         for hook in hook_list:
             if not callable(hook):
                 msg = f"hooks must be callables (got {hook!r})"
                 raise TypeError(msg)
-        self._hooks: tuple[Hook, ...] = tuple(hooks)
+        self._hooks = cast("tuple[Hook, ...]", hook_list)
         if rng is not None and not callable(getattr(rng, "uniform", None)):
             msg = f"rng must have a uniform(a, b) method, like random.Random (got {rng!r})"
             raise TypeError(msg)
@@ -194,7 +227,7 @@ class Policy:
         self._retrier = Retrier(
             self._config,
             gate=self._gate,
-            rules=tuple(rules),  # callables included; PolicyConfig keeps only Rule objects
+            rules=all_rules,  # callables included; PolicyConfig keeps only Rule objects
             rng=random.Random() if rng is None else rng,
             hooks=self._hooks,
             control_types=tuple(control_types),
@@ -292,13 +325,10 @@ class Policy:
 
     @max_concurrent_calls.setter
     def max_concurrent_calls(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            msg = f"max_concurrent_calls must be an int >= 0 (got {value!r} of type {type(value).__name__})"
-            raise TypeError(msg)
-        if value < 0:
-            msg = f"max_concurrent_calls must be >= 0 (got {value!r})"
-            raise ValueError(msg)
-        self._adaptive.resize(math.inf if value == 0 else value)
+        # Validated in full before anything changes: a huge int used to half-update the
+        # adaptive limit and then break this property and repr().
+        checked = check_int("max_concurrent_calls", value, minimum=0)
+        self._adaptive.resize(checked or math.inf)
 
     def __repr__(self) -> str:
         gate = self._gate

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import final
 
+from ._validation import check_number
+
 __all__ = [
     "EPSILON",
     "TICKS",
@@ -48,21 +50,10 @@ _MAX_WINDOW_S = 86_400.0
 
 
 def _number(name: str, value: object, *, low: float, low_ok: bool, high: float) -> float:
-    """Validate a positive number; errors name the parameter, constraint and value."""
-    bound = f">= {low:g}" if low_ok else f"> {low:g}"
-    allowed = f"a finite number {bound} and <= {high:g}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"{name} must be {allowed} (got {value!r} of type {type(value).__name__})"
-        raise TypeError(msg)
-    try:
-        number = float(value)
-    except OverflowError:  # an int too large for a float
-        msg = f"{name} must be {allowed} (got {value!r})"
-        raise ValueError(msg) from None
-    if math.isnan(number) or number > high or number < low or (not low_ok and number == low):
-        msg = f"{name} must be {allowed} (got {value!r})"
-        raise ValueError(msg)
-    return number
+    """Validate a positive number through the one validation path (``_validation``)."""
+    checked = check_number(name, value, minimum=low, strict=not low_ok, maximum=high, unit="")
+    assert checked is not None  # none=False
+    return checked
 
 
 @final

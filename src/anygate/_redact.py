@@ -31,7 +31,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"""(?ix)
             (?P<label>
                 ["']?
-                (?:(?:proxy-)?authorization|x-api-key|api[-_]?key|x-goog-api-key|access[-_]?token)
+                (?:(?:proxy-)?authorization|x-api-key|api[-_]?key|x-goog-api-key
+                  |(?:access|refresh|id|auth)[-_]?token|x-auth-token|client[-_]?secret
+                  |secret[-_]?(?:access[-_]?)?key|password
+                  |x-amz-(?:security-token|signature|credential))
                 ["']?
                 \s*[:=]\s*
             )
@@ -43,10 +46,39 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         "label",
     ),
+    # Query parameters that carry a key in URLs: Gemini's "?key=AIza...", Azure SAS "sig=",
+    # generic "token=" (the header forms are covered above).
+    (
+        re.compile(r"(?i)(?P<label>[?&;](?:key|token|sig|signature)=)[^&#\s\"'<>]+"),
+        "label",
+    ),
     # Free-standing bearer tokens: "Bearer eyJhbGciOi..."
     (re.compile(r"(?i)\b(?P<label>bearer\s+)[A-Za-z0-9._~+/\-]+=*"), "label"),
-    # OpenAI / Anthropic / DeepSeek / DashScope style keys: sk-..., sk-proj-..., sk-ant-...
+    # OpenAI / Anthropic / DeepSeek / DashScope / OpenRouter style keys: sk-..., sk-proj-...,
+    # sk-ant-..., sk-or-v1-...
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), ""),
+    # Other providers' key shapes, wherever they appear (header, query, JSON body, repr):
+    # Google AIza..., Groq gsk_..., xAI xai-..., Hugging Face hf_..., Replicate r8_...,
+    # Perplexity pplx-..., Fireworks fw_..., GitHub gh?_..., AWS access key ids, JWTs.
+    (
+        re.compile(
+            r"""(?x)
+            \b(?:
+                AIza[0-9A-Za-z_\-]{30,}
+              | gsk_[A-Za-z0-9]{20,}
+              | xai-[A-Za-z0-9]{20,}
+              | hf_[A-Za-z0-9]{20,}
+              | r8_[A-Za-z0-9]{20,}
+              | pplx-[A-Za-z0-9]{20,}
+              | fw_[A-Za-z0-9]{20,}
+              | gh[pousr]_[A-Za-z0-9]{20,}
+              | (?:AKIA|ASIA)[0-9A-Z]{16}
+              | eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*
+            )
+            """
+        ),
+        "",
+    ),
 )
 
 
@@ -61,10 +93,15 @@ def _sub_labelled(match: re.Match[str]) -> str:
 def redact(text: object) -> str:
     """Return ``text`` with API keys, bearer tokens and ``Authorization`` values masked.
 
-    Recognised: ``sk-...`` keys (OpenAI, Anthropic ``sk-ant-``, DeepSeek, DashScope),
-    ``Bearer <token>``, and the value of any ``Authorization``, ``Proxy-Authorization``,
-    ``x-api-key``, ``api_key``/``api-key`` or ``access_token`` label in header, query,
-    keyword, repr or JSON form. Each secret becomes ``[REDACTED]``; labels stay so the
+    Recognised: ``sk-...`` keys (OpenAI, Anthropic ``sk-ant-``, DeepSeek, DashScope,
+    OpenRouter), Google ``AIza...``, Groq ``gsk_``, xAI ``xai-``, Hugging Face ``hf_``,
+    Replicate ``r8_``, Perplexity ``pplx-``, Fireworks ``fw_``, GitHub tokens, AWS access
+    key ids and JWTs anywhere; ``Bearer <token>``; the value of any ``Authorization``,
+    ``Proxy-Authorization``, ``x-api-key``, ``api_key``/``api-key``, ``x-goog-api-key``,
+    ``access_token`` (and refresh/id/auth tokens), ``client_secret``, ``password`` or
+    ``X-Amz-Security-Token``/``-Signature``/``-Credential`` label in header, query,
+    keyword, repr or JSON form; and URL query parameters ``key=``, ``token=``, ``sig=``
+    (Gemini's ``?key=AIza...``, Azure SAS URLs). Each secret becomes ``[REDACTED]``; labels stay so the
     text still says *which* credential was involved.
 
     Args:

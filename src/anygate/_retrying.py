@@ -24,6 +24,7 @@ from ._events import (
     user_message,
 )
 from ._redact import redact
+from ._validation import FLOAT_MAX, check_number
 from ._waiters import ki_protected
 
 if TYPE_CHECKING:
@@ -103,13 +104,8 @@ def check_deadline(deadline: object) -> float | None:
     """Validate ``deadline=`` (seconds from now); ``None`` or infinity mean no deadline."""
     if deadline is None:
         return None
-    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
-        msg = f"deadline must be seconds >= 0 or None (got {deadline!r} of type {type(deadline).__name__})"
-        raise TypeError(msg)
-    if math.isnan(deadline) or deadline < 0:
-        msg = f"deadline must be >= 0 seconds or None (got {deadline!r})"
-        raise ValueError(msg)
-    return None if math.isinf(deadline) else float(deadline)
+    seconds = check_number("deadline", deadline, none=True, infinite=True, maximum=FLOAT_MAX)
+    return None if seconds == math.inf else seconds
 
 
 @final

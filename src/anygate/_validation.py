@@ -1,4 +1,13 @@
-"""Validation helpers shared by the config objects and the YAML loader.
+"""The one validation path for numbers, and the helpers shared by config objects and files.
+
+Every number anygate accepts (gate capacity and timeouts, breaker settings, deadlines,
+retry and adaptive settings, transport and middleware timeouts, YAML and mapping
+configs) goes through :func:`check_number` or :func:`check_int`: the type is checked
+first (``bool`` is not a number), then the value, with ints of any size compared exactly
+(``10**400`` never reaches ``float()``, so there is no bare ``OverflowError``), NaN and
+infinities refused unless infinity means "no limit", and an upper bound so that no
+value can overflow a sleep, a lock timeout or float arithmetic later. Errors name the
+parameter, the constraint and the value, and are raised before anything is changed.
 
 One :class:`Check` per audience: the Python API raises ``TypeError`` for a value of the
 wrong *type* (the house rule for arguments) and :class:`anygate.ConfigError` for a bad
@@ -10,6 +19,7 @@ names its dotted key path. Messages say what is allowed and show the value:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -17,7 +27,140 @@ from typing import Any
 from ._classify import Reason
 from ._errors import ConfigError
 
-__all__ = ["FILE", "PY", "Check"]
+__all__ = [
+    "FILE",
+    "FLOAT_MAX",
+    "MAX_COUNT",
+    "MAX_SECONDS",
+    "PY",
+    "Check",
+    "check_int",
+    "check_number",
+    "show",
+]
+
+#: The largest duration accepted, in seconds (about 31.7 years): beyond it sleeps and lock
+#: timeouts overflow (``threading.TIMEOUT_MAX`` is about 292 years on Linux). Durations in
+#: milliseconds are bounded by the same span.
+MAX_SECONDS = 1e9
+#: The largest count accepted (capacities, attempts, thresholds): 2**53, the largest
+#: integer a float holds exactly, so the adaptive limit's float arithmetic stays exact.
+MAX_COUNT = 2**53
+#: The bound for waits where any finite float works (the waiters cap a wait at
+#: ``threading.TIMEOUT_MAX``): only ints too large for a float are refused.
+FLOAT_MAX = sys.float_info.max
+
+ErrorFactory = Callable[[str], Exception]
+
+
+def show(value: object) -> str:
+    """``repr(value)``, but short and safe for huge ints (whose ``str`` may even raise)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        sign = "a negative" if value < 0 else "an"
+        return f"{sign} int of {abs(value).bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _type_error(name: str, value: object, allowed: str, factory: ErrorFactory) -> Exception:
+    return factory(f"{name} must be {allowed} (got {show(value)} of type {type(value).__name__})")
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    minimum: float = 0.0,
+    strict: bool = False,
+    maximum: float = MAX_SECONDS,
+    unit: str = " seconds",
+    none: bool = False,
+    infinite: bool = False,
+    type_error: ErrorFactory = TypeError,
+    value_error: ErrorFactory = ValueError,
+    allowed: str | None = None,
+) -> float | None:
+    """Validate a real number; return it as a float (``math.inf`` only if ``infinite``).
+
+    Args:
+        name: the parameter's name (or dotted key path) for the message.
+        minimum, strict: the lower bound, exclusive when ``strict``.
+        maximum: the upper bound (inclusive) for finite values.
+        unit: appended to the bounds in messages (``" seconds"``, ``" ms"``, ``""``).
+        none: ``None`` is allowed (returned as is).
+        infinite: ``math.inf`` is allowed and means "no limit" (returned as is).
+        type_error, value_error: exception factories taking the message.
+        allowed: wording of what is allowed, for the type, NaN and lower-bound messages
+            (the config files' ``"a finite number >= 0 or null"``).
+
+    Raises:
+        type_error: not an int or float (``bool`` included).
+        value_error: NaN, an infinity not allowed, or out of range.
+    """
+    if value is None and none:
+        return None
+    if type(value) is float and minimum < value <= maximum:  # the common case, fast
+        return value
+    or_none = " or None" if none else ""
+    no_limit = ""
+    if infinite:
+        no_limit = " (None or math.inf: no limit)" if none else " (math.inf: no limit)"
+    kind = f"a number of{unit}" if unit else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _type_error(name, value, allowed or f"{kind}{or_none}", type_error)
+    low = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            if allowed is not None:
+                raise value_error(f"{name} must be {allowed} (got nan)")
+            raise value_error(f"{name} must be {kind} {low}{or_none}, not NaN (got nan)")
+        if value == math.inf and infinite:
+            return value
+    # Exact comparisons: int vs float compare exactly in Python, whatever the int's size.
+    refused_inf = allowed is not None and isinstance(value, float) and math.isinf(value)
+    if value < minimum or (strict and value == minimum) or refused_inf:
+        if allowed is not None:
+            raise value_error(f"{name} must be {allowed} (got {show(value)})")
+        raise value_error(f"{name} must be {low}{unit}{or_none} (got {show(value)})")
+    if value > maximum:
+        msg = f"{name} must be <= {maximum:g}{unit}{no_limit} (got {show(value)})"
+        raise value_error(msg)
+    return float(value)
+
+
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int,
+    maximum: int = MAX_COUNT,
+    none: bool = False,
+    type_error: ErrorFactory = TypeError,
+    value_error: ErrorFactory = ValueError,
+    allowed: str | None = None,
+) -> int | None:
+    """Validate an integer in ``[minimum, maximum]`` (``bool`` is not an integer).
+
+    Raises:
+        type_error: not an int.
+        value_error: out of range.
+    """
+    if value is None and none:
+        return None
+    if type(value) is int and minimum <= value <= maximum:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        wording = allowed or f"an integer >= {minimum}" + (" or None" if none else "")
+        raise _type_error(name, value, wording, type_error)
+    if value < minimum:
+        wording = allowed or f">= {minimum}"
+        raise value_error(f"{name} must be {wording} (got {show(value)})")
+    if value > maximum:
+        raise value_error(f"{name} must be <= {maximum} (got {show(value)})")
+    return int(value)
 
 
 class Check:
@@ -27,24 +170,32 @@ class Check:
         self.typed = typed
 
     def bad_type(self, path: str, value: object, allowed: str) -> Exception:
-        msg = f"{path} must be {allowed} (got {value!r} of type {type(value).__name__})"
+        msg = f"{path} must be {allowed} (got {show(value)} of type {type(value).__name__})"
         if self.typed:
             return TypeError(msg)
         return ConfigError(msg, path=path, value=value)
 
     @staticmethod
     def bad_value(path: str, value: object, allowed: str) -> ConfigError:
-        return ConfigError(f"{path} must be {allowed} (got {value!r})", path=path, value=value)
+        return ConfigError(f"{path} must be {allowed} (got {show(value)})", path=path, value=value)
+
+    def _factories(self, path: str, value: object) -> tuple[ErrorFactory, ErrorFactory]:
+        def config_error(msg: str) -> Exception:
+            return ConfigError(msg, path=path, value=value)
+
+        return (TypeError if self.typed else config_error), config_error
 
     def integer(self, path: str, value: object, *, minimum: int, none: bool = False) -> int | None:
-        if value is None and none:
-            return None
-        allowed = f"an integer >= {minimum}" + (" or null" if none else "")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.bad_type(path, value, allowed)
-        if value < minimum:
-            raise self.bad_value(path, value, allowed)
-        return value
+        type_error, value_error = self._factories(path, value)
+        return check_int(
+            path,
+            value,
+            minimum=minimum,
+            none=none,
+            type_error=type_error,
+            value_error=value_error,
+            allowed=f"an integer >= {minimum}" + (" or null" if none else ""),
+        )
 
     def number(
         self,
@@ -55,17 +206,26 @@ class Check:
         strict: bool = False,
         none: bool = False,
     ) -> float | None:
-        if value is None and none:
-            return None
+        """A finite number (durations: the unit and bound follow the name's suffix)."""
+        unit, maximum = "", MAX_SECONDS
+        if path.endswith("_ms"):
+            unit, maximum = " ms", MAX_SECONDS * 1000.0
+        elif path.endswith(("_s", "_sec")):
+            unit = " seconds"
+        type_error, value_error = self._factories(path, value)
         bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        allowed = f"a finite number {bound}" + (" or null" if none else "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.bad_type(path, value, allowed)
-        if math.isnan(value) or math.isinf(value):
-            raise self.bad_value(path, value, allowed)
-        if value < minimum or (strict and value == minimum):
-            raise self.bad_value(path, value, allowed)
-        return float(value)
+        return check_number(
+            path,
+            value,
+            minimum=minimum,
+            strict=strict,
+            maximum=maximum,
+            unit=unit,
+            none=none,
+            type_error=type_error,
+            value_error=value_error,
+            allowed=f"a finite number {bound}" + (" or null" if none else ""),
+        )
 
     def name(self, path: str, value: object, *, none: bool = False) -> str | None:
         if value is None and none:
@@ -127,7 +287,8 @@ class Check:
         allowed = "a number > 0 and < 1" + (" or null" if none else "")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.bad_type(path, value, allowed)
-        if math.isnan(value) or not 0 < value < 1:
+        # Compared before any float(): exact for ints of any size, False for NaN.
+        if not 0 < value < 1:
             raise self.bad_value(path, value, allowed)
         return float(value)
 

@@ -24,6 +24,7 @@ import anyio
 
 from .._errors import Busy
 from .._gate import Gate
+from .._validation import FLOAT_MAX, MAX_SECONDS, check_number
 
 if TYPE_CHECKING:
     from .._token import Token
@@ -43,16 +44,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _check_seconds(name: str, value: object, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        kind = "a number of seconds >= 0" + (" or None" if allow_none else "")
-        msg = f"{name} must be {kind} (got {value!r} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if math.isnan(value) or value < 0 or (math.isinf(value) and not allow_none):
-        msg = f"{name} must be >= 0 seconds{' or None' if allow_none else ''} (got {value!r})"
-        raise ValueError(msg)
-    return None if math.isinf(value) else float(value)
+    # The shared number check: huge ints and absurd floats get an error naming `name`.
+    seconds = check_number(
+        name,
+        value,
+        none=allow_none,
+        infinite=allow_none,
+        maximum=FLOAT_MAX if allow_none else MAX_SECONDS,
+    )
+    return None if seconds is None or math.isinf(seconds) else seconds
 
 
 def _check_paths(paths: object) -> tuple[str, ...] | None:

@@ -28,6 +28,7 @@ from .._gate import Gate
 from .._policy import Policy
 from .._retrying import Run
 from .._testing import testing_state
+from .._validation import FLOAT_MAX, check_number
 from ._retries import (
     ErrorResponse,
     admitter,
@@ -143,12 +144,8 @@ class TransportCore:
             msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
             raise TypeError(msg)
         if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                msg = f"timeout must be a number of seconds >= 0 or None (got {timeout!r})"
-                raise TypeError(msg)
-            if not timeout >= 0:  # also rejects NaN
-                msg = f"timeout must be >= 0 seconds or None (got {timeout!r})"
-                raise ValueError(msg)
+            seconds = check_number("timeout", timeout, none=True, infinite=True, maximum=FLOAT_MAX)
+            timeout = None if seconds == math.inf else seconds
         elif policy is not None:
             timeout = policy.config.busy_wait_s
         if inner is None:

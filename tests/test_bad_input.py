@@ -1,0 +1,274 @@
+"""Absurd values, easy slips and secrets in URLs: clear errors, unchanged state, no leaks.
+
+Regression tests for issue 9's bad-input findings: huge integers (``10**400``) raised a bare
+``OverflowError`` without the parameter's name (and ``policy.max_concurrent_calls =
+10**400`` half-updated the adaptive limit); ``Policy(hooks=print)`` and
+``Policy(control_flow="KeyError")`` gave no useful error; a Gemini key in a URL's query
+string reached CallFailed's text, the log and ``Verdict.detail``. Also issue 15's
+``circuit_breaker=False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+import anygate
+from anygate import (
+    AdaptiveConfig,
+    BreakerConfig,
+    CallFailed,
+    CircuitBreaker,
+    ConfigError,
+    Gate,
+    Policy,
+    RetryConfig,
+    load_config,
+)
+from anygate.asgi import GateMiddleware
+from anygate.httpx import GatedTransport
+from tests.policy_helpers import Script
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+HUGE = 10**400
+ABSURD: list[Any] = [HUGE, -HUGE, math.nan, 1e300, True, "5"]
+
+
+async def _asgi_app(scope: Any, receive: Any, send: Any) -> None:
+    """A do-nothing ASGI app for the middleware's argument checks."""
+
+
+def _acquire_timeout(value: Any) -> None:
+    Gate(1).acquire(timeout=value)
+
+
+def _acquire_sync_timeout(value: Any) -> None:
+    Gate(1).acquire_sync(timeout=value).release()  # a free slot: returns at once if valid
+
+
+def _check_deadline(value: Any) -> None:
+    from anygate._retrying import check_deadline
+
+    check_deadline(value)
+
+
+ENTRY_POINTS: list[tuple[str, Callable[[Any], object]]] = [
+    ("capacity", lambda v: Gate(v)),
+    ("timeout", _acquire_timeout),
+    ("timeout", _acquire_sync_timeout),
+    ("deadline", _check_deadline),
+    ("busy_wait_s", lambda v: Policy(busy_wait_s=v)),
+    ("attempt_timeout_s", lambda v: Policy(attempt_timeout_s=v)),
+    ("max_concurrent_calls", lambda v: Policy(max_concurrent_calls=v)),
+    ("max_attempts", lambda v: RetryConfig(max_attempts=v)),
+    ("base_delay_ms", lambda v: RetryConfig(base_delay_ms=v)),
+    ("retry_after_max_s", lambda v: RetryConfig(retry_after_max_s=v)),
+    ("reason_budgets.burst_rate", lambda v: RetryConfig(reason_budgets={"burst_rate": v})),
+    ("min_concurrent_calls", lambda v: AdaptiveConfig(min_concurrent_calls=v)),
+    ("decrease_factor", lambda v: AdaptiveConfig(decrease_factor=v)),
+    ("pause_ms", lambda v: AdaptiveConfig(pause_ms=v)),
+    ("failure_threshold", lambda v: BreakerConfig(failure_threshold=v)),
+    ("recovery_timeout_sec", lambda v: BreakerConfig(recovery_timeout_sec=v)),
+    ("failure_threshold", lambda v: CircuitBreaker(failure_threshold=v)),
+    ("recovery_timeout", lambda v: CircuitBreaker(recovery_timeout=v)),
+    ("recovery_timeout", lambda v: anygate.shared_breaker("llm", recovery_timeout=v)),
+    ("failure_threshold", lambda v: anygate.shared_breaker("llm", failure_threshold=v)),
+    ("capacity", lambda v: anygate.shared_gate("llm", capacity=v)),
+    ("pause_s", lambda v: Policy(name="adaptive").adaptive_limit.configure(pause_s=v)),
+    (
+        "min_concurrent_calls",
+        lambda v: Policy(name="adaptive").adaptive_limit.configure(min_concurrent_calls=v),
+    ),
+    ("capacity", lambda v: Policy(name="adaptive").adaptive_limit.resize(v)),
+    ("timeout", lambda v: GateMiddleware(_asgi_app, gate=Gate(1), timeout=v)),
+    ("retry_after", lambda v: GateMiddleware(_asgi_app, gate=Gate(1), retry_after=v)),
+    ("timeout", lambda v: GatedTransport(gate=Gate(1), timeout=v)),
+    (
+        "llm_call.busy_wait_s",
+        lambda v: load_config({"llm_call": {"busy_wait_s": v}}),
+    ),
+    (
+        "llm_call.max_concurrent_calls",
+        lambda v: load_config({"llm_call": {"max_concurrent_calls": v}}),
+    ),
+    (
+        "circuit_breaker.recovery_timeout_sec",
+        lambda v: load_config({"circuit_breaker": {"recovery_timeout_sec": v}}),
+    ),
+    (
+        "llm_call.adaptive_concurrency.pause_ms",
+        lambda v: load_config({"llm_call": {"adaptive_concurrency": {"pause_ms": v}}}),
+    ),
+]
+
+
+# Waits where any finite float is accepted (the waiters cap them at threading.TIMEOUT_MAX).
+WAITS = {"timeout", "deadline"}
+FINITE_ONLY = {make for name, make in ENTRY_POINTS if name == "retry_after"}
+
+
+@pytest.mark.parametrize("value", ABSURD, ids=["huge", "-huge", "nan", "1e300", "bool", "str"])
+@pytest.mark.parametrize(("name", "make"), ENTRY_POINTS, ids=[n for n, _ in ENTRY_POINTS])
+def test_absurd_numbers_raise_errors_naming_the_parameter(
+    name: str, make: Callable[[Any], object], value: Any
+) -> None:
+    """Every number entry point: TypeError or ValueError (ConfigError is one) naming the
+    parameter, never a bare OverflowError. 1e300 seconds is accepted only where the wait
+    is capped by the waiters (gate and transport timeouts, deadlines)."""
+    if value == 1e300 and name in WAITS and make not in FINITE_ONLY:
+        make(value)  # a wait longer than any clock: accepted, waits like None
+        return
+    with pytest.raises((TypeError, ValueError)) as info:
+        make(value)
+    assert not isinstance(info.value, OverflowError)
+    assert name in str(info.value)
+
+
+def test_a_huge_max_concurrent_calls_leaves_the_policy_unchanged() -> None:
+    """``policy.max_concurrent_calls = 10**400`` is refused before anything changes: the
+    property and repr keep working (before: the adaptive limit was half-updated)."""
+    policy = Policy(name="huge", max_concurrent_calls=4)
+    before = (policy.max_concurrent_calls, policy.gate.capacity, repr(policy))
+    for value in (HUGE, -1, 2.0, None):
+        with pytest.raises((TypeError, ValueError), match="max_concurrent_calls"):
+            policy.max_concurrent_calls = value
+    assert (policy.max_concurrent_calls, policy.gate.capacity, repr(policy)) == before
+
+
+def test_a_huge_capacity_leaves_the_gate_unchanged() -> None:
+    """``gate.capacity = 10**400`` is refused and the gate keeps its capacity."""
+    gate = Gate(3)
+    with pytest.raises(ValueError, match="capacity must be <="):
+        gate.capacity = HUGE
+    assert gate.capacity == 3
+    assert repr(gate) == f"<anygate.Gate {gate.name!r} 0/3, 0 waiting>"
+
+
+def test_breaker_configure_with_a_huge_value_changes_nothing() -> None:
+    """configure() validates every argument before applying any."""
+    breaker = CircuitBreaker(failure_threshold=2, recovery_timeout=5)
+    with pytest.raises(ValueError, match="recovery_timeout"):
+        breaker.configure(failure_threshold=3, recovery_timeout=HUGE)
+    assert (breaker.failure_threshold, breaker.recovery_timeout) == (2, 5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"hooks": print}, "hooks must be a list"),
+        ({"hooks": "print"}, "hooks must be a list"),
+        ({"control_flow": "KeyError"}, "control_flow must be a list"),
+        ({"control_flow": KeyError}, "control_flow must be a list"),
+        ({"rules": 5}, "rules must be a list"),
+        ({"circuit_breaker": "off"}, "circuit_breaker must be"),
+    ],
+)
+def test_a_lone_item_where_a_list_belongs_is_refused_by_name(
+    kwargs: dict[str, Any], fragment: str
+) -> None:
+    """``hooks=print`` or ``control_flow="KeyError"`` name the argument and suggest a list
+    (before: "object is not iterable", or the letters K, e, y... taken as class names)."""
+    with pytest.raises(TypeError, match=fragment) as info:
+        Policy(**kwargs)
+    if "must be a list" in fragment:
+        assert "for one item write" in str(info.value)
+
+
+def test_hooks_and_control_flow_accept_any_iterable() -> None:
+    """A generator of hooks is read once and kept (not exhausted by the check)."""
+    policy = Policy(hooks=(h for h in [print]), control_flow=(c for c in ["KeyError"]))
+    assert policy.hooks == (print,)
+    assert policy.config.control_flow == ("KeyError",)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("off", [False, None, BreakerConfig(enabled=False)])
+async def test_circuit_breaker_false_turns_the_breaker_off(off: Any) -> None:
+    """``circuit_breaker=False`` means no breaker, as ``adaptive_concurrency=False`` does."""
+    policy = Policy(name="nobreaker", circuit_breaker=off)
+    assert policy.breaker is None
+    assert "breaker off" in repr(policy)
+    assert await policy.call(Script()) == "ok"
+
+
+def test_circuit_breaker_true_and_false_in_config_files() -> None:
+    """``circuit_breaker: false`` in YAML or a mapping turns it off (it used to be read as
+    an empty section, which left it on); ``true`` keeps the defaults."""
+    off = load_config({"circuit_breaker": False})
+    assert off.circuit_breaker.enabled is False
+    assert Policy.from_config(off).breaker is None
+    assert load_config({"circuit_breaker": True}).circuit_breaker.enabled is True
+    assert Policy(circuit_breaker=True).breaker is not None
+    with pytest.raises(ConfigError, match="circuit_breaker must be a mapping, true or false"):
+        load_config({"circuit_breaker": 3})
+
+
+# ----------------------------------------------------------------- redaction
+
+GEMINI_KEY = "AIzaSyD-1234567890abcdefghijklmnopqrs"
+SECRETS = {
+    "gemini query": f"https://generativelanguage.googleapis.com/v1beta/models/x?key={GEMINI_KEY}",
+    "gemini header": f"x-goog-api-key: {GEMINI_KEY}",
+    "gemini json": f'{{"key": "{GEMINI_KEY}"}}',
+    "groq": "invalid key gsk_0123456789abcdefghijABCDEFGHIJ",
+    "xai": "Incorrect API key provided: xai-0123456789abcdefghijABCDEFGHIJ",
+    "hugging face": "token hf_0123456789abcdefghijABCDEFGHIJ rejected",
+    "azure header": "api-key: 0123456789abcdef0123456789abcdef",
+    "azure sas": "https://acct.blob.core.windows.net/c/b?sv=2024&sig=Zm9vYmFyYmF6cXV4",
+    "aws": "credential AKIAIOSFODNN7EXAMPLE invalid",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+    "json api_key": '{"api_key": "not-a-prefixed-secret-value"}',
+}
+SECRET_VALUES = [
+    GEMINI_KEY,
+    "gsk_0123456789",
+    "xai-0123456789",
+    "hf_0123456789",
+    "0123456789abcdef0123456789abcdef",
+    "Zm9vYmFyYmF6cXV4",
+    "AKIAIOSFODNN7EXAMPLE",
+    "dozjgNryP4J3jVmNHl0w5N",
+    "not-a-prefixed-secret-value",
+]
+
+
+@pytest.mark.parametrize("text", list(SECRETS.values()), ids=list(SECRETS))
+def test_every_provider_key_shape_is_redacted(text: str) -> None:
+    """Each key shape and place (header, query, JSON body) is masked by redact()."""
+    out = anygate.redact(text)
+    assert "[REDACTED]" in out
+    for secret in SECRET_VALUES:
+        assert secret not in out
+
+
+@pytest.mark.anyio
+async def test_a_key_in_a_url_query_never_reaches_text_we_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An httpx error for ``...?key=AIza...`` (Gemini's documented form): CallFailed's text,
+    its verdict's detail, events and the anygate log carry no key (before: verbatim)."""
+    url = f"https://generativelanguage.googleapis.com/v1beta/models/g:generateContent?key={GEMINI_KEY}"
+    request = httpx.Request("POST", url)
+    response = httpx.Response(503, request=request, text="overloaded")
+    error = httpx.HTTPStatusError(
+        f"Server error '503' for url '{url}'", request=request, response=response
+    )
+    events: list[Any] = []
+    policy = Policy(
+        name="gemini",
+        retry=RetryConfig(max_attempts=2, base_delay_ms=0, cap_delay_ms=0),
+        hooks=[events.append],
+    )
+    with caplog.at_level(logging.DEBUG, logger="anygate"), pytest.raises(CallFailed) as info:
+        await policy.call(Script(error, error))
+    texts = [str(info.value), info.value.verdict.detail, info.value.user_message, caplog.text]
+    texts += [repr(event) for event in events]
+    assert any("[REDACTED]" in text for text in texts)
+    for text in texts:
+        assert GEMINI_KEY not in text

@@ -1,0 +1,320 @@
+"""The long soak: a million operations on shared gates and breakers from every runtime.
+
+Marked ``slow``: not in the default run (``addopts`` deselects it); ``nox -s soak`` runs
+it. ``ANYGATE_SOAK_OPS`` sets the number of operations (default 1,000,000); the
+operations are split across two asyncio loops, a uvloop loop (where installed), a trio
+run and two plain threads, all at once:
+
+- policy calls (async and ``call_sync``) against providers that fail most of the time
+  (transient, non-retriable and burst-rate errors), with circuit breakers that open,
+  half-open and close all the time, and hooks that raise ``RuntimeError`` (contained) or
+  ``KeyboardInterrupt`` (propagated after cleanup) on random events;
+- raw gate operations: acquire and release, releases from another thread, and tokens
+  handed to a user object whose ``__del__`` releases them when the cyclic collector
+  gets to it (possibly inside one of the gate's locked steps).
+
+At the end: every gate is empty, every breaker is in a state its model allows with no
+probe left out, and the counters add up (admissions, rejections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+import logging
+import os
+import random
+import threading
+import time
+from collections import Counter
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+import anygate
+from anygate import (
+    AdaptiveConfig,
+    BreakerConfig,
+    CallFailed,
+    CircuitOpen,
+    Gate,
+    Policy,
+    ResponseError,
+    RetryConfig,
+    SlotAdmitted,
+    Token,
+)
+
+pytestmark = pytest.mark.slow
+
+OPS = int(os.environ.get("ANYGATE_SOAK_OPS", "1000000"))
+
+
+class Tally:
+    """Thread-safe counters shared by every worker."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[key] += n
+
+
+class ReleasesOnDel:
+    """A user object owning a token, released only by its finalizer (cyclic garbage)."""
+
+    outstanding: ClassVar[int] = (
+        0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
+    )
+    # Keeps each token reachable from outside the garbage cycle: otherwise the collector
+    # may finalize the token first (a leak, reclaimed with a ResourceWarning), and the
+    # user's release would be a no-op. Plain dict operations: no lock in a finalizer.
+    keep: ClassVar[dict[int, Token]] = {}
+
+    def __init__(self, token: Token) -> None:
+        self.key = id(token)
+        ReleasesOnDel.keep[self.key] = token
+        self.cycle: object = self
+        ReleasesOnDel.outstanding += 1
+
+    def __del__(self) -> None:
+        token = ReleasesOnDel.keep.pop(self.key)
+        token.release()
+        ReleasesOnDel.outstanding -= 1
+
+
+def failing_provider_error(rng: random.Random) -> BaseException | None:
+    """What one attempt does: mostly fail, in every way the policy classifies."""
+    draw = rng.random()
+    if draw < 0.7:
+        return ResponseError(503, body={"error": {"message": "upstream hiccup"}})
+    if draw < 0.8:
+        return ResponseError(400, body={"error": {"message": "bad request"}})
+    if draw < 0.9:
+        return ResponseError(
+            429, body={"error": {"code": "limit_burst_rate", "message": "too quickly"}}
+        )
+    return None
+
+
+class World:
+    """The shared gates, policies and counters of one soak."""
+
+    def __init__(self) -> None:
+        self.tally = Tally()
+        self.rng_lock = threading.Lock()
+        self.rng = random.Random(2026)
+        self.gates = [Gate(4, name="soak-a"), Gate(2, name="soak-b")]
+        # 1 token parked for a cross-thread release + at most 2 owned by finalizers.
+        self.raw_gate = Gate(4, name="soak-raw")
+        self.handoff: list[Token] = []
+        self.handoff_lock = threading.Lock()
+        self.policies = [
+            Policy(
+                name=f"soak-{i}",
+                gate=self.gates[i % 2],
+                busy_wait_s=None,
+                retry=RetryConfig(max_attempts=3, base_delay_ms=0, cap_delay_ms=0),
+                circuit_breaker=BreakerConfig(
+                    failure_threshold=1 + i % 3, recovery_timeout_sec=0.0005
+                ),
+                adaptive_concurrency=AdaptiveConfig(pause_ms=0),
+                hooks=[self.hook],
+            )
+            for i in range(4)
+        ]
+
+    def draw(self) -> float:
+        with self.rng_lock:
+            return self.rng.random()
+
+    def hook(self, event: Any) -> None:
+        draw = self.draw()
+        if draw < 0.01:
+            if isinstance(event, SlotAdmitted):
+                self.tally.add("ki_on_slot_admitted")
+            raise KeyboardInterrupt
+        if draw < 0.03:
+            raise RuntimeError("dashboard down")  # contained, logged
+
+    def outcome(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.tally.add("ok")
+        elif isinstance(exc, CircuitOpen):
+            self.tally.add("circuit_open")
+        elif isinstance(exc, CallFailed):
+            self.tally.add("call_failed")
+        elif isinstance(exc, KeyboardInterrupt):
+            self.tally.add("interrupted")
+        else:
+            raise exc
+
+    # ------------------------------------------------------------------ one operation
+
+    def provider_sync(self) -> str:
+        self.tally.add("provider_calls")
+        with self.rng_lock:
+            error = failing_provider_error(self.rng)
+        if error is not None:
+            raise error
+        return "ok"
+
+    async def provider_async(self) -> str:
+        self.tally.add("provider_calls")
+        with self.rng_lock:
+            error = failing_provider_error(self.rng)
+        await anyio.lowlevel.checkpoint()
+        if error is not None:
+            raise error
+        return "ok"
+
+    def raw_op(self, token: Token) -> None:
+        """Dispose of a raw gate token one of three ways."""
+        self.tally.add("raw_admitted")
+        draw = self.draw()
+        if draw < 0.4:
+            with self.handoff_lock:
+                other = self.handoff.pop() if self.handoff else None
+                self.handoff.append(token)
+            if other is not None:
+                other.release()  # acquired by another worker, maybe another runtime
+        elif draw < 0.45 and ReleasesOnDel.outstanding < 2:  # racy bound: off by a few at most
+            ReleasesOnDel(token)  # the collector releases it, whenever it runs
+        else:
+            token.release()
+
+    async def async_op(self, i: int) -> None:
+        if i % 5 == 4:
+            self.raw_op(await self.raw_gate.acquire())
+            return
+        policy = self.policies[i % 4]
+        try:
+            await policy.call(self.provider_async)
+        except (CallFailed, CircuitOpen, KeyboardInterrupt) as exc:
+            self.outcome(exc)
+        else:
+            self.outcome(None)
+
+    def sync_op(self, i: int) -> None:
+        if i % 5 == 4:
+            self.raw_op(self.raw_gate.acquire_sync())
+            return
+        policy = self.policies[i % 4]
+        try:
+            policy.call_sync(self.provider_sync)
+        except (CallFailed, CircuitOpen, KeyboardInterrupt) as exc:
+            self.outcome(exc)
+        else:
+            self.outcome(None)
+
+    # ------------------------------------------------------------------ runtimes
+
+    async def async_worker(self, ops: int, tasks: int) -> None:
+        async def task(k: int) -> None:
+            for n in range(k, ops, tasks):
+                await self.async_op(n)
+
+        async with anyio.create_task_group() as tg:
+            for k in range(tasks):
+                tg.start_soon(task, k)
+
+    def sync_worker(self, ops: int) -> None:
+        for n in range(ops):
+            self.sync_op(n)
+
+
+@pytest.mark.timeout(1800)
+def test_a_million_operations_leave_every_gate_empty_and_every_breaker_sound() -> None:
+    """See the module docstring; the counters are checked against the gates and breakers."""
+    world = World()
+    runtimes: list[tuple[str, dict[str, Any]]] = [("asyncio", {}), ("asyncio", {})]
+    if importlib.util.find_spec("uvloop") is not None:
+        runtimes.append(("asyncio", {"use_uvloop": True}))
+    runtimes.append(("trio", {}))
+    workers = len(runtimes) + 2
+    share = OPS // workers
+    errors: list[BaseException] = []
+
+    def guarded(fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # reported in the test's thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(
+            target=guarded,
+            args=(
+                lambda b=backend, o=options: anyio.run(
+                    world.async_worker, share, 16, backend=b, backend_options=o
+                ),
+            ),
+        )
+        for backend, options in runtimes
+    ]
+    threads += [
+        threading.Thread(target=guarded, args=(lambda: world.sync_worker(share),)) for _ in range(2)
+    ]
+    logger = logging.getLogger("anygate")
+    logger.disabled = True  # a million calls' worth of retry and hook lines otherwise
+    started = time.perf_counter()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        logger.disabled = False
+    elapsed = time.perf_counter() - started
+    assert not errors, errors[:3]
+    for token in world.handoff:
+        token.release()
+    gc.collect()  # the finalizer-owned tokens come back now at the latest
+
+    counts = world.tally.counts
+    total_ops = workers * share
+    print(f"\nsoak: {total_ops} operations in {elapsed:.1f}s; {dict(counts)}")
+    policy_calls = sum(counts[k] for k in ("ok", "circuit_open", "call_failed", "interrupted"))
+    assert policy_calls + counts["raw_admitted"] == total_ops
+
+    for gate in [*world.gates, world.raw_gate]:
+        stats = gate.statistics()
+        assert (stats.in_flight, stats.waiting, stats.leaked) == (0, 0, 0), stats
+    raw = world.raw_gate.statistics()
+    assert raw.admitted == counts["raw_admitted"]
+    policy_admitted = sum(g.statistics().admitted for g in world.gates)
+    # Every policy slot either ran the provider or was interrupted by its SlotAdmitted hook.
+    assert policy_admitted == counts["provider_calls"] + counts["ki_on_slot_admitted"]
+
+    rejected = 0
+    for policy in world.policies:
+        breaker = policy.breaker
+        assert breaker is not None
+        stats = breaker.statistics()
+        rejected += stats.rejected
+        # No call is in flight: a half-open breaker must admit a probe (none is out), and a
+        # closed one holds fewer failures than its threshold.
+        if stats.state == "half_open":
+            assert breaker.would_admit(), stats
+        elif stats.state == "closed":
+            assert stats.failures < stats.failure_threshold, stats
+        assert stats.opened > 0  # the scenario really cycled the breaker
+    assert rejected == counts["circuit_open"]
+    assert counts["interrupted"] > 0
+    assert counts["ok"] > 0
+
+
+def test_the_soak_runs_on_an_asyncio_loop_it_did_not_create() -> None:
+    """A smoke check of the soak's own harness on a plain asyncio.run (a few hundred ops)."""
+    world = World()
+    asyncio.run(world.async_worker(200, 4))
+    gc.collect()
+    for token in world.handoff:
+        token.release()
+    for gate in [*world.gates, world.raw_gate]:
+        assert gate.statistics().in_flight == 0
+    assert anygate.Gate is Gate
