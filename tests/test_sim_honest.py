@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import anygate
 from anygate import ConfigError, sim
 from anygate.sim._engine import run_scenario
 from anygate.sim._provider import ProviderModel, Trace
@@ -223,6 +224,25 @@ def test_builtins_use_published_concurrency_never_the_hidden_slots() -> None:
 
     assert caps(sim.Published()) == (float("inf"), 32)
     assert caps(sim.Published(concurrency=3, rpm=100)) == (3, 3)
+
+
+def test_anygate_paces_to_the_published_rpm_and_seed_does_not() -> None:
+    """The built-in anygate strategy's gate gets the published RPM as its Rate (the hidden
+    RPM, 999, appears nowhere); deer-flow's seed has no rate limiter, so it gets none."""
+    from anygate.sim._engine import build_client
+    from anygate.sim._policy_strategy import PolicyClient
+
+    def rates(published: sim.Published) -> tuple[object, object]:
+        scenario = sim.load_scenario({**SMALL, "provider": {**SMALL["provider"], "rpm": 999}})
+        context = sim.StrategyContext(name="x", published=published, seed=1)
+        provider = ProviderModel(scenario.provider, __import__("random").Random(0))
+        specs = {s.name: s for s in sim.resolve_strategies(scenario, only=["anygate", "seed"])}
+        clients = [build_client(specs[n], context, provider) for n in ("anygate", "seed")]
+        assert all(isinstance(c, PolicyClient) for c in clients)
+        return tuple(c.policy.gate.rate for c in clients)  # type: ignore[union-attr,return-value]
+
+    assert rates(sim.Published()) == (None, None)
+    assert rates(sim.Published(rpm=120)) == (anygate.Rate(requests_per_minute=120), None)
 
 
 def test_strategy_factory_from_the_command_line_form() -> None:

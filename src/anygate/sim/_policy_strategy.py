@@ -86,9 +86,10 @@ class PolicyClient:
 
     A client of the public strategy protocol, like every built-in. When the spec says
     ``from_published`` (the built-in ``seed`` and ``anygate``), the published concurrency,
-    if any, becomes ``max_concurrent_calls``; the published RPM is not used yet: the gate
-    has no rate admission to give it to (it is being built separately; this is the one
-    place to wire it in).
+    if any, becomes ``max_concurrent_calls``; with ``paces_published_rpm`` (the built-in
+    ``anygate`` only: deer-flow's ``seed`` has no rate limiter) the published RPM, if any,
+    becomes ``requests_per_minute``, which the gate's rate admission paces to on the
+    virtual clock.
 
     Args:
         spec: the strategy; its ``policy`` mapping is complete (built-ins resolved).
@@ -99,14 +100,14 @@ class PolicyClient:
     """
 
     def __init__(self, spec: StrategySpec, context: StrategyContext) -> None:
-        if spec.from_published and context.published.concurrency is not None:
-            spec = replace(
-                spec,
-                policy=deep_merge(
-                    spec.policy or {},
-                    {"llm_call": {"max_concurrent_calls": context.published.concurrency}},
-                ),
-            )
+        if spec.from_published:
+            facts: dict[str, Any] = {}
+            if context.published.concurrency is not None:
+                facts["max_concurrent_calls"] = context.published.concurrency
+            if spec.paces_published_rpm and context.published.rpm is not None:
+                facts["requests_per_minute"] = context.published.rpm
+            if facts:
+                spec = replace(spec, policy=deep_merge(spec.policy or {}, {"llm_call": facts}))
         config = strategy_config(spec)
         cap = config.max_concurrent_calls
         breaker_cfg = config.circuit_breaker
@@ -121,7 +122,13 @@ class PolicyClient:
             breaker = CircuitBreaker(f"sim-{spec.name}", clock=anyio.current_time, **settings)
         self._policy = Policy.from_config(
             config,
-            gate=Gate(cap if cap else math.inf, name=f"sim-{spec.name}"),
+            # The rate goes on the gate itself: a gate handed to a Policy keeps its own.
+            gate=Gate(
+                cap if cap else math.inf,
+                name=f"sim-{spec.name}",
+                rate=config.rate,
+                clock=anyio.current_time,
+            ),
             breaker=breaker,
             rng=context.rng("policy"),
             hooks=[self._hook],

@@ -118,7 +118,12 @@ def _finish(spec: StrategySpec) -> StrategySpec:
     merged = deep_merge(builtin_policy(spec.name), spec.policy)
     source = "built-in" + (" + scenario overrides" if spec.policy else "")
     return StrategySpec(
-        name=spec.name, policy=merged, replace=True, source=source, from_published=True
+        name=spec.name,
+        policy=merged,
+        replace=True,
+        source=source,
+        from_published=True,
+        paces_published_rpm=spec.name == "anygate",
     )
 
 

@@ -239,6 +239,9 @@ class StrategySpec:
     #: Built-in ``seed`` / ``anygate``: take ``max_concurrent_calls`` from the scenario's
     #: published concurrency when it publishes one.
     from_published: bool = False
+    #: Built-in ``anygate``: also pace to the published RPM (``requests_per_minute``, the
+    #: gate's rate admission). ``seed`` does not: deer-flow's limiter has no rate.
+    paces_published_rpm: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
