@@ -84,17 +84,28 @@ def churn_the_queue(gate: Gate, *, anchor: bool = True) -> None:
     parks at the head first; it takes the slot the finalizer frees and gives it back.
     """
     head = None
+    errors: list[BaseException] = []
     if anchor:
-        head = threading.Thread(target=lambda: gate.acquire_sync(timeout=10).release())
-        head.daemon = True
+
+        def hold_the_head() -> None:
+            try:
+                gate.acquire_sync(timeout=10).release()
+            except BaseException as exc:  # reported in the churning thread
+                errors.append(exc)
+
+        head = threading.Thread(target=hold_the_head, daemon=True)
         head.start()
-        while not gate.waiting:
+        while not gate.waiting and head.is_alive():
             threading.Event().wait(0.0005)  # another thread's step: nothing to await
+        if errors:
+            raise errors[0]
     for _ in range(80):
         with contextlib.suppress(Busy):
             gate.acquire_sync(timeout=1e-6).release()
     if head is not None:
         head.join(10)
+        if errors:
+            raise errors[0]
 
 
 def read_statistics(gate: Gate) -> None:
