@@ -83,7 +83,7 @@ class CheckedLock:
     * ``on_locked`` runs once, right after the first successful acquire, to stand in for
       something that happens *inside* a locked section (e.g. a gc pass triggered by an
       allocation there).
-    * ``barrier`` holds the first ``barrier.parties`` blocking acquirers at the door until
+    * ``barrier`` holds the first ``barrier.parties`` acquirers at the door until
       all of them have arrived, so they contend for the lock at the same moment.
     """
 
@@ -112,7 +112,9 @@ class CheckedLock:
             self.reentries.append(frame.f_code.co_name)
             msg = "the gate lock's owner tried to take it again"
             raise WouldDeadlock(msg)
-        if blocking and self._barrier is not None:
+        # Non-blocking tries wait at the door too: _release tries the lock first (a user
+        # finalizer inside a locked step must not block on it).
+        if self._barrier is not None:
             with self._door_lock:
                 held_at_door = self._at_door > 0
                 self._at_door -= held_at_door
