@@ -165,6 +165,25 @@ async def test_full_gate_answers_429_with_retry_after(server: str) -> None:
 
 
 @on_servers
+async def test_rate_busy_sends_the_gate_estimate_as_retry_after(server: str) -> None:
+    """When the rate budget refuses (6 a minute: after one admission the next is about
+    10 s away, beyond the 1 s wait), Retry-After is the gate's own estimate rounded up,
+    not the configured default of 1, in the header and in the JSON body alike."""
+    controls = Controls()
+    controls.proceed.set()  # the first request's background task ends at once
+    gate = anygate.Gate(8, name="chat", rate=anygate.Rate(requests_per_minute=6))
+    async with serve(_stack(controls, gate, timeout=1, retry_after=1), server=server) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert (await client.get("/v1/chat/after")).text == "sent"
+            busy = await client.get("/v1/chat/after")
+    assert busy.status_code == 429
+    seconds = int(busy.headers["retry-after"])
+    assert 5 <= seconds <= 10
+    assert busy.json()["error"]["retry_after"] == seconds
+    assert gate.in_flight == 0
+
+
+@on_servers
 async def test_queued_request_gets_the_slot_in_turn(server: str) -> None:
     """With a timeout, a second request waits in the gate's queue and runs when the first ends."""
     controls = Controls()

@@ -200,13 +200,14 @@ class GateMiddleware:
             release()
 
     async def _reject(self, send: Send, busy: Busy) -> None:
+        retry_after = retry_after_seconds(busy, self._retry_after)
         body = json.dumps(
             {
                 "error": {
                     "type": "busy",
                     "code": "gate_busy",
                     "message": str(busy),
-                    "retry_after": self._retry_after,
+                    "retry_after": retry_after,
                 }
             }
         ).encode()
@@ -217,11 +218,21 @@ class GateMiddleware:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", str(self._retry_after).encode()),
+                    (b"retry-after", str(retry_after).encode()),
                 ],
             }
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def retry_after_seconds(busy: Busy, default: int) -> int:
+    """Whole seconds for ``Retry-After``: the gate's own estimate when its rate budget
+    decided (``Busy.retry_after_s``: when this caller could have been admitted), else
+    ``default``; never below 1, so a client does not retry at once."""
+    estimate = busy.retry_after_s
+    if estimate is None or not math.isfinite(estimate):
+        return default
+    return max(1, math.ceil(estimate))
 
 
 async def acquire_watching(

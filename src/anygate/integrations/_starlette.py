@@ -27,7 +27,7 @@ from starlette.responses import StreamingResponse as _StarletteStreamingResponse
 
 from .._errors import Busy
 from .._gate import Gate
-from ._asgi import _check_seconds, acquire_watching
+from ._asgi import _check_seconds, acquire_watching, retry_after_seconds
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -167,7 +167,9 @@ class RouteGate:
                 token = await self._gate.acquire(timeout=self._timeout)
         except Busy as exc:
             raise HTTPException(
-                status_code=429, detail=str(exc), headers={"Retry-After": str(self._retry_after)}
+                status_code=429,
+                detail=str(exc),
+                headers={"Retry-After": str(retry_after_seconds(exc, self._retry_after))},
             ) from exc
         if token is None:
             # The client left while queued. 499 is nginx's "client closed request"; nobody
