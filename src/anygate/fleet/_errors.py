@@ -25,7 +25,9 @@ class FleetUnavailable(Busy):
         super().__init__(gate=fleet, capacity=capacity, in_flight=in_flight, waited=waited)
         self.fleet = fleet
         self.cause = cause
-        self.args = (
+        # Re-initialise the message only (args), keeping Busy's attributes set above.
+        BaseException.__init__(
+            self,
             f"fleet gate {fleet!r} is unavailable ({cause}); failing closed with "
             f"{in_flight} calls still in flight here; retry shortly",
         )

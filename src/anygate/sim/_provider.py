@@ -97,8 +97,8 @@ class _Response:
     __slots__ = ("headers", "status_code")
 
     def __init__(self, status_code: int, headers: dict[str, str]) -> None:
-        self.status_code = status_code
-        self.headers = headers
+        self.status_code: int = status_code
+        self.headers: dict[str, str] = headers
 
 
 class ProviderError(Exception):
@@ -124,13 +124,15 @@ class ProviderError(Exception):
         self.code = code
         self.type = type_
         self.message = message
-        self.body = {"error": {"code": code, "type": type_, "message": message}}
+        self.body: dict[str, dict[str, str]] = {
+            "error": {"code": code, "type": type_, "message": message}
+        }
         headers: dict[str, str] = {}
         if retry_after is not None:
             headers["retry-after-ms"] = str(round(retry_after * 1000))
             headers["retry-after"] = f"{retry_after:.3f}"
         self.headers = headers
-        self.response = _Response(status, headers)
+        self.response: _Response = _Response(status, headers)
         self.retry_after = retry_after
 
 
