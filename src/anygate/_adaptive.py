@@ -43,6 +43,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
+from ._gate_args import check_capacity
 from ._validation import check_int, check_number, show
 from ._waiters import ki_protected
 
@@ -361,9 +362,8 @@ class AdaptiveLimit:
             TypeError, ValueError: ``maximum`` is not an int >= 0 (at most 2**53) or inf;
                 nothing changes.
         """
-        from ._gate import _check_capacity  # a cycle at import time otherwise
 
-        maximum = _check_capacity(maximum)
+        maximum = check_capacity(maximum)
         with self._lock:
             self._adopt_external_resize()
             reduced = self._limit < self._ceiling

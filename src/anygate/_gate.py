@@ -12,22 +12,30 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, final
 
 import anyio
 
 from . import _waiters
+from ._acquire import _Acquire
 from ._errors import Busy
+from ._gate_args import (
+    MAX_TOKENS,
+    check_capacity,
+    check_priority,
+    check_rate,
+    check_timeout,
+    check_tokens,
+)
 from ._ledger import UNLIMITED, Ledger
-from ._rate import Rate, RateStatistics
 from ._token import code_site, make_token
-from ._validation import FLOAT_MAX, MAX_COUNT, check_int, check_number, show
 from ._waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator
-    from types import CodeType, TracebackType
+    from collections.abc import Callable
+    from types import CodeType
 
+    from ._rate import Rate, RateStatistics
     from ._token import Token
 
 __all__ = ["Gate", "GateStatistics"]
@@ -64,87 +72,6 @@ class GateStatistics:
     cancelled: int
     leaked: int
     rate: RateStatistics | None = None
-
-
-def _check_capacity(value: object) -> int | float:
-    """An ``int >= 0`` (at most ``MAX_COUNT``), a whole float, or ``math.inf``."""
-    if type(value) is int and 0 <= value <= MAX_COUNT:
-        return value
-    allowed = "an int >= 0 or math.inf"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"capacity must be {allowed} (got {show(value)} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if isinstance(value, float):
-        if value == math.inf:
-            return math.inf
-        if math.isnan(value):
-            msg = f"capacity must be {allowed} (got {value!r})"
-            raise ValueError(msg)
-        if value < 0:
-            msg = f"capacity must be >= 0 (got {value!r})"
-            raise ValueError(msg)
-        if not value.is_integer():
-            msg = f"capacity must be a whole number (got {value!r})"
-            raise ValueError(msg)
-        if value > MAX_COUNT:
-            msg = f"capacity must be <= {MAX_COUNT} (math.inf: no limit) (got {value!r})"
-            raise ValueError(msg)
-        return int(value)
-    checked = check_int("capacity", value, minimum=0)
-    assert checked is not None
-    return checked
-
-
-def _check_timeout(value: object) -> float | None:
-    # No upper bound short of overflow: the waiters cap a wait at threading.TIMEOUT_MAX.
-    seconds = check_number("timeout", value, none=True, infinite=True, maximum=FLOAT_MAX)
-    return None if seconds == math.inf else seconds
-
-
-# Token counts stay exactly representable as floats in the budget arithmetic.
-_MAX_TOKENS = 2**53
-_MAX_PRIORITY = 10**9
-
-
-def _check_tokens(value: object, gate: Ledger) -> int:
-    """``tokens=``: an int >= 0 (None = 0), no more than one minute of the token budget."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = (
-            f"tokens must be an int >= 0 or None (got {show(value)} of type {type(value).__name__})"
-        )
-        raise TypeError(msg)
-    if not 0 <= value <= _MAX_TOKENS:
-        msg = f"tokens must be >= 0 and <= 2**53 (got {show(value)})"
-        raise ValueError(msg)
-    budgets = gate._budgets
-    if budgets is not None:
-        tpm = budgets.rate.tokens_per_minute
-        if tpm is not None and value > tpm:
-            msg = (
-                f"tokens must be <= the gate's tokens_per_minute ({tpm:g}): a cost above one "
-                f"minute's budget can never be admitted (got {show(value)})"
-            )
-            raise ValueError(msg)
-    return value
-
-
-def _check_priority(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"priority must be an int (got {show(value)} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if not -_MAX_PRIORITY <= value <= _MAX_PRIORITY:
-        msg = f"priority must be between -1e9 and 1e9 (got {show(value)})"
-        raise ValueError(msg)
-    return value
-
-
-def _check_rate(value: object) -> Rate | None:
-    if value is not None and not isinstance(value, Rate):
-        msg = f"rate must be an anygate.Rate or None (got {show(value)} of type {type(value).__name__})"
-        raise TypeError(msg)
-    return value
 
 
 @final
@@ -197,7 +124,7 @@ class Gate(Ledger):
         rate: Rate | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        cap = _check_capacity(capacity)
+        cap = check_capacity(capacity)
         # Typed as object: the check is for callers that are not type-checked, and mypy
         # would otherwise call it unreachable.
         label: object = name
@@ -206,7 +133,7 @@ class Gate(Ledger):
         elif not isinstance(label, str):
             msg = f"name must be a str (got {label!r} of type {type(label).__name__})"
             raise TypeError(msg)
-        checked = _check_rate(rate)
+        checked = check_rate(rate)
         given: object = clock
         if given is not None and not callable(given):
             msg = f"clock must be a callable returning seconds (got {given!r})"
@@ -233,7 +160,7 @@ class Gate(Ledger):
 
     @capacity.setter
     def capacity(self, value: float) -> None:
-        self._set_limit(_check_capacity(value))
+        self._set_limit(check_capacity(value))
 
     @property
     def rate(self) -> Rate | None:
@@ -249,7 +176,7 @@ class Gate(Ledger):
 
     @rate.setter
     def rate(self, value: Rate | None) -> None:
-        self._set_rate(_check_rate(value))
+        self._set_rate(check_rate(value))
 
     @property
     def in_flight(self) -> int:
@@ -328,7 +255,7 @@ class Gate(Ledger):
                 minute's token budget) or ``priority``.
         """
         if timeout is not None:
-            timeout = _check_timeout(timeout)
+            timeout = check_timeout(timeout)
         if tokens is None:
             cost = 0
         else:
@@ -337,14 +264,14 @@ class Gate(Ledger):
             # rate path's budget); anything else gets the full check and its message.
             if (
                 type(tokens) is int
-                and 0 <= tokens <= _MAX_TOKENS
+                and 0 <= tokens <= MAX_TOKENS
                 and (budgets is None or tokens <= budgets.max_tokens)
             ):
                 cost = tokens
             else:
-                cost = _check_tokens(tokens, self)
+                cost = check_tokens(tokens, self)
         if priority:
-            priority = _check_priority(priority)
+            priority = check_priority(priority)
         frame = _getframe(1)
         return _Acquire(self, timeout, cost, priority, frame.f_code, frame.f_lasti)
 
@@ -361,9 +288,9 @@ class Gate(Ledger):
         """
         if not _waiters.trio_protection_done:  # a sync-only path may be trio's first use
             _waiters.ensure_trio_protection()
-        cost = 0 if tokens is None else _check_tokens(tokens, self)
+        cost = 0 if tokens is None else check_tokens(tokens, self)
         if priority:
-            priority = _check_priority(priority)
+            priority = check_priority(priority)
         frame = _getframe(1)
         if self._admit(cost, priority):
             return make_token(self, frame.f_code, frame.f_lasti, cost)
@@ -386,10 +313,10 @@ class Gate(Ledger):
             TypeError, ValueError: bad ``timeout``, ``tokens`` or ``priority``.
         """
         if timeout is not None:
-            timeout = _check_timeout(timeout)
-        cost = 0 if tokens is None else _check_tokens(tokens, self)
+            timeout = check_timeout(timeout)
+        cost = 0 if tokens is None else check_tokens(tokens, self)
         if priority:
-            priority = _check_priority(priority)
+            priority = check_priority(priority)
         running = _waiters.event_loop_running()
         if running is not None:
             msg = (
@@ -566,69 +493,3 @@ class Gate(Ledger):
             waited=waited,
             retry_after_s=retry_after,
         )
-
-
-@final
-class _Acquire:
-    """What :meth:`Gate.acquire` returns: awaitable, and an async context manager."""
-
-    __slots__ = ("_code", "_gate", "_lasti", "_priority", "_timeout", "_token", "_tokens")
-
-    def __init__(
-        self,
-        gate: Gate,
-        timeout: float | None,
-        tokens: int,
-        priority: int,
-        code: CodeType,
-        lasti: int,
-    ) -> None:
-        self._gate = gate
-        self._timeout = timeout
-        self._tokens = tokens
-        self._priority = priority
-        self._code = code
-        self._lasti = lasti
-        self._token: Token | None = None
-
-    @ki_protected
-    def __await__(self) -> Generator[Any, None, Token]:
-        # A generator that usually never yields: the uncontended path is measured against
-        # anyio.Semaphore(fast_acquire=True), so it avoids awaiting anything at all.
-        gate = self._gate
-        # Checked even when we are about to queue: a grant can complete the wait before
-        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
-        check = _waiters.cancellation_check()
-        if check is not None:
-            yield from check.__await__()  # raises a pending cancellation
-        # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
-        # skips the fast path's lock round trip.
-        if not gate._live and gate._in_flight < gate._limit:
-            token = gate._try_fast(self._code, self._lasti, self._tokens)
-            if token is not None:
-                return token
-        return (yield from gate._wait(self).__await__())
-
-    @ki_protected
-    async def __aenter__(self) -> Token:
-        # The steps of __await__ spelled out: delegating to it would cost a generator.
-        gate = self._gate
-        check = _waiters.cancellation_check()
-        if check is not None:
-            await check
-        token = None
-        if not gate._live and gate._in_flight < gate._limit:
-            token = gate._try_fast(self._code, self._lasti, self._tokens)
-        if token is None:
-            token = await gate._wait(self)
-        self._token = token
-        return token
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        if self._token is not None:
-            self._token.release()

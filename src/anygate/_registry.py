@@ -7,7 +7,8 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from ._gate import Gate, _check_capacity
+from ._gate import Gate
+from ._gate_args import check_capacity as _check_capacity
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -26,9 +26,12 @@ import math
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio.lowlevel
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 WAITING: Final = 0
 GRANTED: Final = 1
@@ -318,3 +321,29 @@ def ensure_trio_protection() -> None:
     for fn in _protected:
         trio.lowlevel.enable_ki_protection(fn)
     trio_protection_done = True
+
+
+# The code objects of every @ki_protected function: each of the gate's locked steps is one
+# (trio's KI discipline requires it), so a frame running one of them on this thread means
+# the lock may be ours. Built lazily, once all modules have registered theirs.
+_locked_codes: frozenset[object] = frozenset()
+_locked_count = 0
+
+
+def inside_locked_step() -> bool:
+    """Whether this thread is running inside a ``@ki_protected`` function (stack walk).
+
+    Only called when a gate's lock is taken, from ``Ledger._release``: a user finalizer's
+    release that finds its own thread inside a locked step must defer, not block.
+    """
+    global _locked_codes, _locked_count
+    if _locked_count != len(_protected):
+        _locked_codes = frozenset(getattr(fn, "__code__", None) for fn in _protected)
+        _locked_count = len(_protected)
+    codes = _locked_codes
+    frame: FrameType | None = sys._getframe(2)  # skip ourselves and Ledger._release
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
