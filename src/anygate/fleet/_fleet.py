@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import math
 import os
 import threading
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import anyio
 
 from .._errors import Busy
 from .._gate import Gate
+from .._validation import check_number, show
 from ._agent import Agent, Settings
 from ._errors import FleetUnavailable
 
@@ -76,23 +76,25 @@ class FleetStatistics:
 
 
 def _seconds(param: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"{param} must be a number of seconds (got {value!r} of type {type(value).__name__})"
-        raise TypeError(msg)
-    ok = value >= 0 if allow_zero else value > 0
-    if math.isnan(value) or math.isinf(value) or not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        msg = f"{param} must be a finite number of seconds {bound} (got {value!r})"
-        raise ValueError(msg)
-    return float(value)
+    """A finite duration through the project's one number path (huge ints, NaN, bools)."""
+    bound = ">= 0" if allow_zero else "> 0"
+    seconds = check_number(
+        param,
+        value,
+        minimum=0.0,
+        strict=not allow_zero,
+        allowed=f"a finite number of seconds {bound}",
+    )
+    assert seconds is not None  # none=False
+    return seconds
 
 
 def _count(param: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{param} must be an int >= 0 (got {value!r} of type {type(value).__name__})"
+        msg = f"{param} must be an int >= 0 (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     if value < 0 or value >= 2**53:
-        msg = f"{param} must be an int >= 0 and < 2**53 (got {value!r})"
+        msg = f"{param} must be an int >= 0 and < 2**53 (got {show(value)})"
         raise ValueError(msg)
     return value
 
