@@ -18,18 +18,19 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, final
 
 import anyio
 
 from .._errors import Busy
 from .._gate import Gate
 from .._validation import check_number, show
+from ._acquire import _FleetAcquire
 from ._agent import Agent, Settings
 from ._errors import FleetUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator
+    from collections.abc import Callable
     from types import TracebackType
 
     from typing_extensions import Self
@@ -475,32 +476,3 @@ class FleetGate:
         exc_tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-@final
-class _FleetAcquire:
-    """What :meth:`FleetGate.acquire` returns: awaitable, and an async context manager."""
-
-    __slots__ = ("_fleet", "_timeout", "_token")
-
-    def __init__(self, fleet: FleetGate, timeout: float | None) -> None:
-        self._fleet = fleet
-        self._timeout = timeout
-        self._token: Token | None = None
-
-    def __await__(self) -> Generator[Any, None, Token]:
-        return self._fleet._acquire(self._timeout).__await__()
-
-    async def __aenter__(self) -> Token:
-        self._token = await self._fleet._acquire(self._timeout)
-        return self._token
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        if self._token is not None:
-            self._token.release()
-            self._fleet._released()
