@@ -55,7 +55,7 @@ def test_the_example_file_documents_every_key_and_loads() -> None:
     policy = Policy.from_config(EXAMPLE)
     assert policy.max_concurrent_calls == 0
     assert policy.breaker is not None
-    assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (5, 60)
+    assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (5, 5)
     assert policy.config.retry == RetryConfig()
 
 
