@@ -53,6 +53,7 @@ class Flavour(NamedTuple):
 
     Attributes:
         name: the library's import name, used in messages and to spot a wrong-flavour inner.
+        request: the library's ``Request`` (a request of the other library is refused).
         async_body: :class:`AsyncBody` combined with the library's ``AsyncByteStream``.
         sync_body: :class:`SyncBody` combined with the library's ``SyncByteStream``.
         byte_stream: the library's ``ByteStream`` (replays a buffered body, sync and async).
@@ -62,6 +63,7 @@ class Flavour(NamedTuple):
     """
 
     name: str
+    request: type
     async_body: type[AsyncBody]
     sync_body: type[SyncBody]
     byte_stream: type
@@ -184,7 +186,10 @@ class TransportCore:
 
         With a policy, failed responses are classified and retried under it (see
         :mod:`._retries`); the slot of a successful response is held until it is closed.
+        This and :meth:`send_sync` are the whole per-request path of a gated transport.
         """
+        if not isinstance(request, self.flavour.request):
+            raise wrong_client(self.flavour.name, request)
         if not self._retriable(request):
             return await self._attempt_async(request, _first_run(), guarded=False)
         assert self.policy is not None
@@ -235,6 +240,8 @@ class TransportCore:
 
     def send_sync(self, request: Any) -> Any:
         """Send ``request`` through the inner sync transport while holding one slot."""
+        if not isinstance(request, self.flavour.request):
+            raise wrong_client(self.flavour.name, request)
         if not self._retriable(request):
             return self._attempt_sync(request, _first_run(), guarded=False)
         assert self.policy is not None
