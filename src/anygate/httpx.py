@@ -26,9 +26,10 @@ except ImportError as _exc:
 
     raise missing_library("httpx") from _exc
 
+from . import Busy, CircuitOpen
 from .integrations import _shell, _transport
 
-__all__ = ["GatedTransport", "SyncGatedTransport"]
+__all__ = ["GatedTransport", "SyncGatedTransport", "TransportBusy", "TransportCircuitOpen"]
 
 
 class _AsyncBody(_transport.AsyncBody, httpx.AsyncByteStream):
@@ -39,9 +40,19 @@ class _SyncBody(_transport.SyncBody, httpx.SyncByteStream):
     pass
 
 
+class TransportBusy(Busy, httpx.PoolTimeout):
+    __doc__ = _shell.BUSY_DOC.format(lib="httpx")
+
+
+class TransportCircuitOpen(CircuitOpen, httpx.TransportError):
+    __doc__ = _shell.CIRCUIT_OPEN_DOC.format(lib="httpx")
+
+
 _FLAVOUR = _transport.Flavour(
     name="httpx",
     request=httpx.Request,
+    busy_error=TransportBusy,
+    circuit_error=TransportCircuitOpen,
     async_body=_AsyncBody,
     sync_body=_SyncBody,
     byte_stream=httpx.ByteStream,

@@ -27,9 +27,10 @@ except ImportError as _exc:
 
     raise missing_library("httpx2") from _exc
 
+from . import Busy, CircuitOpen
 from .integrations import _shell, _transport
 
-__all__ = ["GatedTransport", "SyncGatedTransport"]
+__all__ = ["GatedTransport", "SyncGatedTransport", "TransportBusy", "TransportCircuitOpen"]
 
 
 class _AsyncBody(_transport.AsyncBody, httpx2.AsyncByteStream):
@@ -40,9 +41,19 @@ class _SyncBody(_transport.SyncBody, httpx2.SyncByteStream):
     pass
 
 
+class TransportBusy(Busy, httpx2.PoolTimeout):
+    __doc__ = _shell.BUSY_DOC.format(lib="httpx2")
+
+
+class TransportCircuitOpen(CircuitOpen, httpx2.TransportError):
+    __doc__ = _shell.CIRCUIT_OPEN_DOC.format(lib="httpx2")
+
+
 _FLAVOUR = _transport.Flavour(
     name="httpx2",
     request=httpx2.Request,
+    busy_error=TransportBusy,
+    circuit_error=TransportCircuitOpen,
     async_body=_AsyncBody,
     sync_body=_SyncBody,
     byte_stream=httpx2.ByteStream,

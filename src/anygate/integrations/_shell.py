@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .._gate import Gate
     from .._policy import Policy
 
-__all__ = ["ASYNC_DOC", "SYNC_DOC", "AsyncShell", "SyncShell"]
+__all__ = ["ASYNC_DOC", "BUSY_DOC", "CIRCUIT_OPEN_DOC", "SYNC_DOC", "AsyncShell", "SyncShell"]
 
 # The library's AsyncBaseTransport / BaseTransport, Request and Response.
 InnerT = TypeVar("InnerT")
@@ -152,8 +152,10 @@ ASYNC_DOC = """An async {lib} transport that sends each request only while holdi
             ``inner`` is not an async transport (a transport of the other library is
             refused with a pointer to the module for it).
         ValueError: ``timeout`` is negative or NaN.
-        anygate.Busy: from a request, when no slot came within ``timeout``.
-        anygate.CircuitOpen: from a request, while the policy's breaker is open.
+        TransportBusy: from a request, when no slot came within ``timeout`` (an
+            :class:`anygate.Busy` and a ``{lib}.PoolTimeout``).
+        TransportCircuitOpen: from a request, while the policy's breaker is open (an
+            :class:`anygate.CircuitOpen` and a ``{lib}.TransportError``).
     """
 
 SYNC_DOC = """The blocking twin of :class:`GatedTransport`, for ``{lib}.Client``.
@@ -178,4 +180,20 @@ SYNC_DOC = """The blocking twin of :class:`GatedTransport`, for ``{lib}.Client``
         anygate.Busy: from a request, when no slot came within ``timeout``.
         anygate.CircuitOpen: from a request, while the policy's breaker is open.
         RuntimeError: from a request made on a thread that runs an event loop.
+    """
+
+BUSY_DOC = """Raised by a gated {lib} transport when no slot came within its wait.
+
+    An :class:`anygate.Busy` (same attributes and message) that is also a
+    ``{lib}.PoolTimeout``, so the client and an SDK on top treat it as their own: the
+    OpenAI and Anthropic SDKs raise ``APITimeoutError`` (a kind of ``APIConnectionError``)
+    with this as its ``__cause__``, and retry it if their ``max_retries`` allows.
+    """
+
+CIRCUIT_OPEN_DOC = """Raised by a gated {lib} transport while its policy's breaker is open.
+
+    An :class:`anygate.CircuitOpen` (same attributes and message) that is also a
+    ``{lib}.TransportError``: nothing was sent. The OpenAI and Anthropic SDKs raise
+    ``APIConnectionError`` with this as its ``__cause__`` (and retry it if their
+    ``max_retries`` allows: set it to 0 on a client whose transport has a policy).
     """
