@@ -41,10 +41,14 @@ class _SyncBody(_transport.SyncBody, httpx.SyncByteStream):
 
 
 class TransportBusy(Busy, httpx.PoolTimeout):
+    """Raised by a gated httpx transport when no slot came within its wait."""
+
     __doc__ = _shell.BUSY_DOC.format(lib="httpx")
 
 
 class TransportCircuitOpen(CircuitOpen, httpx.TransportError):
+    """Raised by a gated httpx transport while its policy's breaker is open."""
+
     __doc__ = _shell.CIRCUIT_OPEN_DOC.format(lib="httpx")
 
 
@@ -67,6 +71,8 @@ class GatedTransport(
     _shell.AsyncShell[httpx.AsyncBaseTransport, httpx.Request, httpx.Response],
     httpx.AsyncBaseTransport,
 ):
+    """An async httpx transport that sends each request only while holding a gate slot."""
+
     __doc__ = _shell.ASYNC_DOC.format(lib="httpx")
     _flavour = _FLAVOUR
 
@@ -75,5 +81,7 @@ class GatedTransport(
 class SyncGatedTransport(
     _shell.SyncShell[httpx.BaseTransport, httpx.Request, httpx.Response], httpx.BaseTransport
 ):
+    """The blocking twin of :class:`GatedTransport`, for ``httpx.Client``."""
+
     __doc__ = _shell.SYNC_DOC.format(lib="httpx")
     _flavour = _FLAVOUR

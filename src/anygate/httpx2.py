@@ -42,10 +42,14 @@ class _SyncBody(_transport.SyncBody, httpx2.SyncByteStream):
 
 
 class TransportBusy(Busy, httpx2.PoolTimeout):
+    """Raised by a gated httpx2 transport when no slot came within its wait."""
+
     __doc__ = _shell.BUSY_DOC.format(lib="httpx2")
 
 
 class TransportCircuitOpen(CircuitOpen, httpx2.TransportError):
+    """Raised by a gated httpx2 transport while its policy's breaker is open."""
+
     __doc__ = _shell.CIRCUIT_OPEN_DOC.format(lib="httpx2")
 
 
@@ -68,6 +72,8 @@ class GatedTransport(
     _shell.AsyncShell[httpx2.AsyncBaseTransport, httpx2.Request, httpx2.Response],
     httpx2.AsyncBaseTransport,
 ):
+    """An async httpx2 transport that sends each request only while holding a gate slot."""
+
     __doc__ = _shell.ASYNC_DOC.format(lib="httpx2")
     _flavour = _FLAVOUR
 
@@ -76,5 +82,7 @@ class GatedTransport(
 class SyncGatedTransport(
     _shell.SyncShell[httpx2.BaseTransport, httpx2.Request, httpx2.Response], httpx2.BaseTransport
 ):
+    """The blocking twin of :class:`GatedTransport`, for ``httpx2.Client``."""
+
     __doc__ = _shell.SYNC_DOC.format(lib="httpx2")
     _flavour = _FLAVOUR

@@ -127,7 +127,17 @@ assert_type(busy.retry_after_s, "float | None")
 # ---------------------------------------------------------------- acquiring
 
 
+async def take(acquisition: anygate.Acquisition) -> Token:
+    async with acquisition as token:
+        return token
+
+
 async def acquire_async() -> None:
+    acquisition = gate.acquire(timeout=1)
+    assert_type(acquisition, anygate.Acquisition)
+    assert_type(await take(gate.acquire()), Token)
+    assert_type(await acquisition, Token)
+    anygate.Acquisition()  # type: ignore[misc]  # a protocol: only a gate makes one
     token = await gate.acquire()
     assert_type(token, Token)
     assert_type(await gate.acquire(timeout=None), Token)

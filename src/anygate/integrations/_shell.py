@@ -113,7 +113,9 @@ class SyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
         inner.close()
 
 
-# The public docstrings, formatted with the library's import name ({lib}).
+# The public docstrings, formatted with the library's import name ({lib}). Each flavour
+# class also spells out its summary line as a literal docstring, which is what static tools
+# (pyright --verifytypes, editors) read; the assigned __doc__ is what help() and Sphinx show.
 ASYNC_DOC = """An async {lib} transport that sends each request only while holding a gate slot.
 
     Wrap the transport you would otherwise use (by default ``{lib}.AsyncHTTPTransport()``)
