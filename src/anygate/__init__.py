@@ -8,6 +8,7 @@ that hold no slot, ``Retry-After``, deadlines and a shared circuit breaker.
 
 from __future__ import annotations
 
+from ._acquisition import Acquisition as Acquisition
 from ._adaptive import AdaptiveLimit as AdaptiveLimit
 from ._adaptive import AdaptiveStatistics as AdaptiveStatistics
 from ._breaker import BreakerState as BreakerState
@@ -51,6 +52,7 @@ from ._testing import set_testing as set_testing
 from ._token import Token as Token
 
 __all__ = [
+    "Acquisition",
     "AdaptiveConfig",
     "AdaptiveLimit",
     "AdaptiveStatistics",
