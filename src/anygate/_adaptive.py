@@ -81,7 +81,7 @@ DEFAULT_HOLD_S = 30.0
 DEFAULT_MAX_HOLD_S = 600.0
 
 #: Whether a burst-rate throttle also cuts the concurrency limit (the first of an episode).
-_CUT_ON_BURST = False
+_CUT_ON_BURST = True
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9
