@@ -29,7 +29,10 @@ from ._scripts import SYNC, keys_for, prefix_for
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
-__all__ = ["Link", "LinkDown", "Session", "SyncReply"]
+__all__ = ["RATELESS", "Link", "LinkDown", "Session", "SyncReply"]
+
+#: The script's rate arguments when the fleet has no rate.
+RATELESS: tuple[object, ...] = ("", "", 0, 0, "", 0, 0, 0, "", 0, 0)
 
 
 class LinkDown(Exception):
@@ -43,7 +46,19 @@ class LinkDown(Exception):
 class SyncReply:
     """The script's answer, as numbers."""
 
-    __slots__ = ("active", "cap", "epoch", "grace_left", "held", "limit", "queued", "used")
+    __slots__ = (
+        "active",
+        "cap",
+        "epoch",
+        "grace_left",
+        "held",
+        "limit",
+        "permit_tokens",
+        "permit_wait",
+        "permits",
+        "queued",
+        "used",
+    )
 
     def __init__(self, raw: Sequence[Any]) -> None:
         self.held = int(raw[0])
@@ -55,6 +70,10 @@ class SyncReply:
         self.used = int(raw[5])
         self.active = int(raw[6])
         self.queued = int(raw[7])
+        self.permits = int(raw[8])
+        self.permit_tokens = int(raw[9])
+        wait = int(raw[10])
+        self.permit_wait: float | None = None if wait < 0 else wait / 1000.0
 
 
 def _describe(exc: BaseException) -> str:
@@ -156,10 +175,12 @@ class Session:
         epoch: str | None = None,
         hint: bool = True,
         op: str = "sync",
+        rate: Sequence[object] = RATELESS,
     ) -> SyncReply:
-        """Run the fleet script once (see ``_scripts``)."""
-        args = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms, self._link.prefix]
-        args += ["1" if hint else "0", op, wantmax, epoch or "", want]
+        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24."""
+        args: list[object] = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms]
+        args += [self._link.prefix, "1" if hint else "0", op, wantmax, epoch or "", want]
+        args += rate
         try:
             with anyio.fail_after(self._link.op_timeout):
                 raw = await self._script(keys=self._link.keys, args=args)
