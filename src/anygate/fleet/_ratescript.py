@@ -33,7 +33,7 @@ __all__ = ["RATE"]
 RATE = r"""
 local rpm, tpm = tonumber(ARGV[14]), tonumber(ARGV[15])
 local r_granted, t_granted, r_wait = 0, 0, -1
-if rpm ~= nil or tpm ~= nil then
+if rpm ~= nil or tpm ~= nil or ARGV[22] ~= '' then
   local tau = tonumber(ARGV[16])
   local rT = rpm and 60000 / rpm or 0
   local tT = tpm and 60000 / tpm or 0
