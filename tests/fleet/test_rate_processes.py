@@ -45,9 +45,7 @@ def worst_excess(
 
 
 def _run(server: RedisProc, name: str, n: int, **cfg: Any) -> list[dict[str, Any]]:
-    fleet = Fleet(
-        _configs(n, name=name, url=server.url, times=True, hold=(0.001, 0.005), **cfg)
-    )
+    fleet = Fleet(_configs(n, name=name, url=server.url, times=True, hold=(0.001, 0.005), **cfg))
     try:
         fleet.go()
         return fleet.results(timeout=cfg["duration"] + 60)

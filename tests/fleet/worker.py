@@ -77,9 +77,7 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
         while time.time() < end_at:
             t0 = time.monotonic()
             try:
-                token = await fleet.acquire(
-                    timeout=cfg.get("acquire_timeout", 30.0), tokens=stated
-                )
+                token = await fleet.acquire(timeout=cfg.get("acquire_timeout", 30.0), tokens=stated)
             except FleetUnavailable:
                 out["unavailable"] += 1
                 unavailable_times.append(time.time())

@@ -149,7 +149,9 @@ class Session:
     """Calls on one client. Any failure raises :class:`LinkDown`; the client is then unusable."""
 
     def __init__(self, link: Link, client: Any) -> None:
-        from coredis.exceptions import RedisError
+        import hashlib
+
+        from coredis.exceptions import NoScriptError, RedisError
 
         self._link = link
         self._client = client
@@ -158,7 +160,13 @@ class Session:
             TimeoutError,
             RedisError,
         )
-        self._script = client.register_script(SYNC)
+        self._noscript = NoScriptError
+        self._sha = hashlib.sha1(SYNC.encode()).hexdigest()
+        # The cold path in one round trip: a session's first call sends the script with
+        # EVAL (which also caches it), later ones EVALSHA. coredis's Script would try
+        # EVALSHA, get NOSCRIPT, SCRIPT LOAD and EVALSHA again: three round trips on every
+        # fresh server (first use, after a restart or a SCRIPT FLUSH).
+        self._loaded = False
 
     async def call(
         self,
@@ -181,9 +189,18 @@ class Session:
         args: list[object] = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms]
         args += [self._link.prefix, "1" if hint else "0", op, wantmax, epoch or "", want]
         args += rate
+        keys = self._link.keys
+        client = self._client
         try:
             with anyio.fail_after(self._link.op_timeout):
-                raw = await self._script(keys=self._link.keys, args=args)
+                if self._loaded:
+                    try:
+                        raw = await client.evalsha(self._sha, keys=keys, args=args)
+                    except self._noscript:  # flushed: EVAL again (two round trips in all)
+                        raw = await client.eval(SYNC, keys=keys, args=args)
+                else:
+                    raw = await client.eval(SYNC, keys=keys, args=args)
+                    self._loaded = True
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return SyncReply(raw)
