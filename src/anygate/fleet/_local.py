@@ -58,7 +58,14 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
             waiter.state = GONE  # never queued: the caller raises our _busy at once
             return False
         admitted = super()._enqueue(waiter, limit_s)
-        if not admitted:
+        if not admitted and waiter.state == WAITING:
+            if owner._outage() is not None:
+                # The outage began while we queued, maybe after _fail_waiters looked: leave
+                # now (a wake from this very thread would reach trio before we park).
+                # Withdrawing fails only if a slot was granted meanwhile: then it is ours,
+                # and the caller parks as usual to take the wake-up already sent to it.
+                self._withdraw(waiter)
+                return False
             owner._kick()
         return admitted
 
