@@ -48,7 +48,7 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
         on_unavailable=cfg.get("mode", "closed"),
         fallback_capacity=cfg.get("fallback"),
         backend=cfg.get("agent_backend", cfg["backend"]),
-        rate=Rate(**cfg["rate"]) if cfg.get("rate") else None,
+        **({"rate": Rate(**cfg["rate"])} if cfg.get("rate") else {}),
     )
     counter_url = cfg.get("counter_url")
     out: dict[str, Any] = {"grants": 0, "busy": 0, "unavailable": 0, "max_wait": 0.0}
@@ -77,7 +77,10 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
         while time.time() < end_at:
             t0 = time.monotonic()
             try:
-                token = await fleet.acquire(timeout=cfg.get("acquire_timeout", 30.0), tokens=stated)
+                token = await fleet.acquire(
+                    timeout=cfg.get("acquire_timeout", 30.0),
+                    **({} if stated is None else {"tokens": stated}),
+                )
             except FleetUnavailable:
                 out["unavailable"] += 1
                 unavailable_times.append(time.time())
