@@ -4,10 +4,11 @@ Composition: a fleet gate *has* an ordinary local :class:`anygate.Gate` (``fleet
 whose capacity a per-process agent keeps equal to the fleet leases this process may use.
 Callers get plain :class:`anygate.Token` objects from that local gate, so tokens stay
 transferable and idempotent, and :class:`anygate.Policy` or the transports take
-``fleet.gate`` unchanged. The fleet's own ``acquire`` methods add two things to the local
-gate's: they wake the agent at once when a caller has to wait (a bare ``fleet.gate`` user is
-noticed by the agent's local poll instead, within ``idle_poll_interval``), and in
-``closed`` mode they turn an outage into :class:`FleetUnavailable`.
+``fleet.gate`` unchanged. That local gate (``_local.FleetLocalGate``) wakes the agent when
+a caller has to wait and, in ``closed`` mode, turns an outage into
+:class:`FleetUnavailable`, so a bare ``fleet.gate`` behaves like the fleet's own
+``acquire`` methods, which are the same calls on it. With a fleet rate, its rate budget is
+the permit pool of ``_permits``.
 """
 
 from __future__ import annotations
