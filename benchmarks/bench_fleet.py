@@ -7,12 +7,19 @@
     same kind of connection, both on asyncio; the baseline is measured back to back and, as
     the agent makes its calls, after an idle gap with a blocking pop pending. "cold": every acquire needs a grant from Redis
     (``linger=0``; the lease went back before the next acquire). "warm": the lease lingers
-    in the process (the default), so the acquire is local. Target: cold median <= 2x.
+    in the process (the default), so the acquire is local. "script flushed": SCRIPT FLUSH
+    before each acquire (the script not loaded: a fresh or restarted server). "with a fleet
+    rate": the lease and the rate permit in the same call. "first acquire": a new FleetGate
+    (agent thread, connection, the script sent with EVAL). Target: cold median <= 2x.
 (b) 8 processes (4 asyncio, 4 trio) x 50 tasks, capacity 16, holds of 1-5 ms: grants per
     second, the ideal (16 slots / mean hold), Jain's index over processes (target >= 0.99),
     the worst wait, and Redis commands per grant from INFO commandstats (target <= 3):
     client-issued commands (EVALSHA, BLPOP, ...) and everything including the commands the
     script runs.
+
+(c) the fleet rate: 8 processes x 20 tasks against 1200 requests/minute: admissions per
+    minute and the worst excess over ``rate x d + burst`` in any span ``d`` of the run
+    (with no lag allowed, and with the lag the docs state), Jain's index over processes.
 
 Numbers from a shared 2-core machine: read the ratios.
 """
@@ -32,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fleet.fleetproc import Fleet
 from tests.fleet.redis_proc import RedisProc
 
+from anygate import Rate
 from anygate.fleet import FleetGate
 
 
@@ -84,8 +92,42 @@ async def uncontended(server: RedisProc, n: int = 300) -> None:
         f"(a) raw EVALSHA round trip: median {statistics.median(hot) * 1e6:.0f} us back to back, "
         f"{base * 1e6:.0f} us after a 5 ms idle gap with a BLPOP pending (the agent's conditions)"
     )
-    for label, linger in (("cold", 0.0), ("warm", 1.0)):
-        fleet = FleetGate(f"bench-a-{label}", capacity=4, url=server.url, linger=linger)
+    # What any client pays on a cold server: the fleet script itself sent with EVAL after
+    # a SCRIPT FLUSH (Redis compiles it), on a hot connection; and a new connection's
+    # first command (TCP connect, HELLO, the call).
+    from anygate.fleet._redis import RATELESS
+    from anygate.fleet._scripts import SYNC, keys_for, prefix_for
+
+    args = ["bench:pid", 0, 0, 4, 10000, 2000, 10000, prefix_for("bench-raw"), "0", "peek"]
+    args += [0, "", 0, *RATELESS]
+    compiled: list[float] = []
+    connected: list[float] = []
+    async with coredis.Redis.from_url(server.url, decode_responses=True) as raw:
+        for _ in range(20):
+            server.command("SCRIPT", "FLUSH")
+            t0 = time.perf_counter()
+            await raw.eval(SYNC, keys=keys_for("bench-raw"), args=args)
+            compiled.append(time.perf_counter() - t0)
+    for _ in range(20):
+        t0 = time.perf_counter()
+        fresh: Any = coredis.Redis.from_url(server.url, decode_responses=True)
+        async with fresh:
+            await fresh.eval("return 1", keys=[], args=[])
+        connected.append(time.perf_counter() - t0)
+    print(
+        f"    raw EVAL of the fleet script on a flushed server: median "
+        f"{statistics.median(compiled) * 1e6:.0f} us; a new connection's first EVAL of a trivial script: "
+        f"{statistics.median(connected) * 1e6:.0f} us"
+    )
+    fast_rate = Rate(requests_per_minute=6e6, burst_s=1.0)  # permits never bind
+    variants: list[tuple[str, float, bool, Rate | None]] = [
+        ("cold", 0.0, False, None),
+        ("cold, script flushed", 0.0, True, None),
+        ("cold, with a fleet rate", 0.0, False, fast_rate),
+        ("warm", 1.0, False, None),
+    ]
+    for label, linger, flush, rate in variants:
+        fleet = FleetGate(f"bench-a-{label}", capacity=4, url=server.url, linger=linger, rate=rate)
         samples: list[float] = []
         try:
             (await fleet.acquire()).release()
@@ -94,18 +136,35 @@ async def uncontended(server: RedisProc, n: int = 300) -> None:
                     with anyio.fail_after(5):
                         while fleet.statistics().held:
                             await anyio.sleep(0.001)
+                if flush:
+                    server.command("SCRIPT", "FLUSH")
                 t0 = time.perf_counter()
                 token = await fleet.acquire()
                 token.release()
                 samples.append(time.perf_counter() - t0)
         finally:
             fleet.close()
-        med = statistics.median(samples)
-        print(
-            f"    {label} fleet acquire+release: median {med * 1e6:.0f} us = {med / base:.2f}x "
-            f"idle EVALSHA, {med / statistics.median(hot):.2f}x back-to-back "
-            f"(p90 {sorted(samples)[int(n * 0.9)] * 1e6:.0f} us)"
-        )
+        report(f"{label} fleet acquire+release", samples, base, statistics.median(hot))
+    # The very first acquire of a process: agent thread, connection, EVAL of the script.
+    first: list[float] = []
+    for i in range(20):
+        fleet = FleetGate(f"bench-a-first-{i}", capacity=4, url=server.url)
+        try:
+            t0 = time.perf_counter()
+            (await fleet.acquire()).release()
+            first.append(time.perf_counter() - t0)
+        finally:
+            fleet.close()
+    report("first acquire of a new FleetGate", first, base, statistics.median(hot))
+
+
+def report(label: str, samples: list[float], idle: float, hot: float) -> None:
+    med = statistics.median(samples)
+    p90 = sorted(samples)[int(len(samples) * 0.9)]
+    print(
+        f"    {label}: median {med * 1e6:.0f} us = {med / idle:.2f}x idle EVALSHA, "
+        f"{med / hot:.2f}x back-to-back (p90 {p90 * 1e6:.0f} us)"
+    )
 
 
 def contended(server: RedisProc, duration: float = 10.0) -> None:
@@ -151,8 +210,47 @@ def contended(server: RedisProc, duration: float = 10.0) -> None:
     )
 
 
+def rate_bound(server: RedisProc, duration: float = 5.0) -> None:
+    from tests.fleet.test_rate_processes import LAG_S, worst_excess
+
+    rpm, burst_s = 1200.0, 0.5
+    configs = [
+        {
+            "name": "bench-c",
+            "url": server.url,
+            "capacity": 16,
+            "tasks": 20,
+            "duration": duration,
+            "hold": (0.001, 0.005),
+            "backend": "asyncio" if i % 2 == 0 else "trio",
+            "seed": i,
+            "times": True,
+            "rate": {"requests_per_minute": rpm, "burst_s": burst_s},
+        }
+        for i in range(8)
+    ]
+    fleet = Fleet(configs)
+    fleet.go()
+    results = fleet.results(timeout=duration + 60)
+    times = sorted(t for r in results for t in r["grant_mono"])
+    per_s = rpm / 60
+    span = times[-1] - times[0]
+    tight = worst_excess(times, [1] * len(times), per_s, per_s * burst_s, 0.0)
+    slack = worst_excess(times, [1] * len(times), per_s, per_s * burst_s, LAG_S)
+    grants = [r["grants"] for r in results]
+    print(
+        f"(c) fleet rate, 8 processes x 20 tasks, {rpm:.0f}/min, burst {burst_s} s, "
+        f"{duration:.0f} s:\n"
+        f"    admitted {len(times)} in {span:.2f} s = {len(times) / span * 60:.0f}/min "
+        f"(rate x span + burst = {per_s * span + per_s * burst_s:.0f})\n"
+        f"    worst excess over rate x d + burst in any span d: {tight:+.1f} admissions with "
+        f"no lag allowed, {slack:+.1f} with the stated {LAG_S} s lag (<= 0 holds)\n"
+        f"    per process {grants}; Jain's index {jain(grants):.4f}"
+    )
+
+
 def main() -> None:
-    sections = set(sys.argv[1:]) or {"a", "b"}
+    sections = set(sys.argv[1:]) or {"a", "b", "c"}
     server = RedisProc()
     server.start()
     try:
@@ -160,6 +258,8 @@ def main() -> None:
             anyio.run(uncontended, server)
         if "b" in sections:
             contended(server)
+        if "c" in sections:
+            rate_bound(server)
     finally:
         server.stop()
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from anygate import Busy
+from anygate import Busy, Rate
 from anygate.fleet import FleetGate, FleetUnavailable
 
 COUNT = """
@@ -48,10 +48,14 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
         on_unavailable=cfg.get("mode", "closed"),
         fallback_capacity=cfg.get("fallback"),
         backend=cfg.get("agent_backend", cfg["backend"]),
+        **({"rate": Rate(**cfg["rate"])} if cfg.get("rate") else {}),
     )
     counter_url = cfg.get("counter_url")
     out: dict[str, Any] = {"grants": 0, "busy": 0, "unavailable": 0, "max_wait": 0.0}
     grant_times: list[float] = []
+    grant_mono: list[float] = []  # CLOCK_MONOTONIC: one clock for every process of a host
+    settled: list[int] = []
+    stated, settle = cfg.get("tokens"), cfg.get("settle")
     unavailable_times: list[float] = []
     waits: list[float] = []
     hold_min, hold_max = cfg.get("hold", (0.005, 0.05))
@@ -73,7 +77,10 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
         while time.time() < end_at:
             t0 = time.monotonic()
             try:
-                token = await fleet.acquire(timeout=cfg.get("acquire_timeout", 30.0))
+                token = await fleet.acquire(
+                    timeout=cfg.get("acquire_timeout", 30.0),
+                    **({} if stated is None else {"tokens": stated}),
+                )
             except FleetUnavailable:
                 out["unavailable"] += 1
                 unavailable_times.append(time.time())
@@ -91,6 +98,10 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
                     await count(keys=keys, args=[1])
                 out["grants"] += 1
                 grant_times.append(time.time())
+                grant_mono.append(time.monotonic())
+                if settle is not None:
+                    token.settle(tokens=settle)
+                settled.append(token.tokens)
                 await anyio.sleep(rng.uniform(hold_min, hold_max))
                 if count is not None:
                     await count(keys=keys, args=[-1])
@@ -113,6 +124,8 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
     out["redis_calls"] = stats.redis_calls
     if cfg.get("times"):
         out["grant_times"] = grant_times
+        out["grant_mono"] = grant_mono
+        out["settled"] = settled
         out["unavailable_times"] = unavailable_times
     return out
 

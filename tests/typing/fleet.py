@@ -36,3 +36,9 @@ async def fleet_api() -> None:
         assert_type(exc.fleet, str)
     FleetGate("llm", capacity="8")  # type: ignore[arg-type]
     anygate.Policy(gate=fleet.gate)
+    rated = FleetGate("llm", capacity=16, rate=anygate.Rate(tokens_per_minute=10_000))
+    token = await rated.acquire(timeout=1.0, tokens=100, priority=1)
+    token.settle(tokens=120)
+    assert_type(rated.acquire_sync(tokens=5), anygate.Token)
+    assert_type(rated.acquire_nowait(tokens=5, priority=2), anygate.Token)
+    FleetGate("llm", capacity=16, rate="60/min")  # type: ignore[arg-type]

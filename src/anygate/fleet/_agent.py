@@ -36,13 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._redis import Link, LinkDown
+from .._rate import Budgets
+from ._redis import RATELESS, Link, LinkDown
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Future
 
-    from .._gate import Gate
+    from .._rate import Rate
+    from ._local import FleetLocalGate
+    from ._permits import FleetBudgets
     from ._redis import Session, SyncReply
 
 __all__ = ["Agent", "Settings"]
@@ -66,6 +69,7 @@ class Settings:
     fallback_capacity: int | None
     backend: str
     cluster: bool
+    rate: Rate | None = None
     poll_interval: float = 0.002
     idle_poll_interval: float = 0.05
 
@@ -73,11 +77,20 @@ class Settings:
 class Agent:
     """The fleet's per-process agent (see the module docstring)."""
 
+    #: Queued callers whose token costs one permit request states, at most.
+    PERMIT_BATCH = 256
+
     def __init__(
-        self, settings: Settings, gate: Gate, on_outage: Callable[[str], None] | None = None
+        self,
+        settings: Settings,
+        gate: FleetLocalGate,
+        on_outage: Callable[[str], None] | None = None,
+        budgets: FleetBudgets | None = None,
     ) -> None:
         self.s = settings
         self.gate = gate
+        self.budgets = budgets
+        self._permit_at = -math.inf
         self.pid = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.owner_pid = os.getpid()
         self.link = Link(
@@ -258,6 +271,9 @@ class Agent:
     def _next_wait(self) -> float:
         gate = self.gate
         moving = gate.waiting or self.limit is not None or self._hinted or self._cap_requests
+        budgets = self.budgets
+        if budgets is not None and (budgets.adjust or budgets.permits):
+            moving = True
         return self.s.poll_interval if moving else self.s.idle_poll_interval
 
     async def _cycle(self, session: Session) -> None:
@@ -310,6 +326,12 @@ class Agent:
             due = True
         if self._ticket and want <= held:
             due = True  # withdraw the ticket: nobody here waits any more
+        budgets = self.budgets
+        if budgets is not None:
+            if budgets.wanted and gate.waiting and now >= self._permit_at:
+                due = True  # callers wait for fleet rate permits
+            if budgets.adjust or (budgets.permits and not gate.waiting):
+                due = True  # settled tokens, or unused permits, go back to the fleet
         if now >= self._heartbeat_at and (held > 0 or self._ticket):
             due = True
         if not due:
@@ -334,6 +356,7 @@ class Agent:
             wantmax = keep
         if want is None:
             want = wantmax
+        rate = self._rate_args(op)
         started = time.monotonic()
         self.calls += 1
         logger.debug(
@@ -357,6 +380,7 @@ class Agent:
             grace_ms=int(self.s.restart_grace * 1000),
             epoch=self.epoch,
             op=op,
+            rate=rate,
         )
         logger.debug(
             "fleet %r %s: -> held=%s limit=%s used=%s",
@@ -383,7 +407,43 @@ class Agent:
         self._backoff = 0.05
         if was_down is not None:
             self._hinted = True  # look again at once: local state moved during the outage
+        budgets = self.budgets
+        if budgets is not None:
+            wait = reply.permit_wait
+            self._permit_at = -math.inf if wait is None else started + wait
+            with self.gate._lock:
+                budgets.down = False
+                budgets.fallback = None
+            next_at = -math.inf if wait is None else time.monotonic() + wait
+            self.gate._refill(budgets, reply.permits, reply.permit_tokens, next_at)
         return reply
+
+    def _rate_args(self, op: str) -> tuple[object, ...]:
+        """The script's rate arguments; a sync (or leave) gives the unused permits back."""
+        budgets, rate = self.budgets, self.s.rate
+        if budgets is None or rate is None:
+            return RATELESS
+        costs: list[int] = []
+        returned = (0, 0, 0)
+        in_flight = self.gate.in_flight
+        if op in ("sync", "leave"):
+            most = self.PERMIT_BATCH if op == "sync" else 0
+            in_flight, costs, returned = self.gate._rate_demand(budgets, most)
+        rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
+        ramp = rate.ramp
+        return (
+            "" if rpm is None else repr(float(rpm)),
+            "" if tpm is None else repr(float(tpm)),
+            repr(rate.burst_s * 1000.0),
+            in_flight,
+            ",".join(map(str, costs)),
+            returned[0],
+            returned[1],
+            returned[2],
+            "" if not ramp else repr(float(ramp)),
+            repr(rate.window_s * 1000.0),
+            rate.floor,
+        )
 
     async def _leave(self, session: Session) -> None:
         """Closing: stop admitting, give back every lease that is not in use."""
@@ -407,11 +467,31 @@ class Agent:
     def _apply_outage_mode(self) -> None:
         if self.down is None:
             return
+        budgets, rate = self.budgets, self.s.rate
+        if budgets is not None and rate is not None:
+            with self.gate._lock:
+                if self.s.on_unavailable == "closed":
+                    budgets.down = True
+                elif budgets.fallback is None:
+                    # Open: pace to this process's share of the fleet rate, locally.
+                    budgets.fallback = Budgets(self._rate_share(rate), self.gate._clock())
         if self.s.on_unavailable == "open":
             self._set_local(self.fallback())
         elif time.monotonic() >= self._valid_until:
             # Closed: our leases may have lapsed on Redis and been granted elsewhere.
             self._set_local(0)
+
+    def _rate_share(self, rate: Rate) -> Rate:
+        """The fleet rate divided by the processes active at the last contact."""
+        import dataclasses
+
+        n = max(self.active, 1)
+        rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
+        return dataclasses.replace(
+            rate,
+            requests_per_minute=None if rpm is None else rpm / n,
+            tokens_per_minute=None if tpm is None else tpm / n,
+        )
 
     def fallback(self) -> int:
         """The local cap while Redis is unreachable in ``open`` mode."""

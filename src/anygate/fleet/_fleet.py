@@ -4,17 +4,17 @@ Composition: a fleet gate *has* an ordinary local :class:`anygate.Gate` (``fleet
 whose capacity a per-process agent keeps equal to the fleet leases this process may use.
 Callers get plain :class:`anygate.Token` objects from that local gate, so tokens stay
 transferable and idempotent, and :class:`anygate.Policy` or the transports take
-``fleet.gate`` unchanged. The fleet's own ``acquire`` methods add two things to the local
-gate's: they wake the agent at once when a caller has to wait (a bare ``fleet.gate`` user is
-noticed by the agent's local poll instead, within ``idle_poll_interval``), and in
-``closed`` mode they turn an outage into :class:`FleetUnavailable`.
+``fleet.gate`` unchanged. That local gate (``_local.FleetLocalGate``) wakes the agent when
+a caller has to wait and, in ``closed`` mode, turns an outage into
+:class:`FleetUnavailable`, so a bare ``fleet.gate`` behaves like the fleet's own
+``acquire`` methods, which are the same calls on it. With a fleet rate, its rate budget is
+the permit pool of ``_permits``.
 """
 
 from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -22,20 +22,22 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 
-from .._errors import Busy
-from .._gate import Gate
+from .._gate_args import check_rate
 from .._validation import check_number, show
 from ._acquire import _FleetAcquire
 from ._agent import Agent, Settings
 from ._errors import FleetUnavailable
+from ._local import FleetLocalGate
+from ._permits import FleetBudgets
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from types import TracebackType
 
     from typing_extensions import Self
 
     from .._acquisition import Acquisition
+    from .._gate import Gate
+    from .._rate import Rate
     from .._token import Token
 
 __all__ = ["FleetGate", "FleetStatistics"]
@@ -108,19 +110,6 @@ def _choice(param: str, value: object, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _current_call_soon() -> Callable[[Callable[[], object]], object]:
-    """The running loop's thread-safe scheduling call (asyncio or trio)."""
-    import sniffio
-
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
-    import asyncio
-
-    return asyncio.get_running_loop().call_soon_threadsafe
-
-
 @final
 class FleetGate:
     """At most ``capacity`` slots held at once across every process that uses this name.
@@ -166,6 +155,10 @@ class FleetGate:
         backend: the event loop the agent thread runs (``"asyncio"`` or ``"trio"``);
             callers may use any runtime either way.
         cluster: connect with ``coredis.RedisCluster``.
+        rate: a :class:`anygate.Rate` the whole fleet shares: its request and token
+            budgets and its slope bound are kept by the script on Redis time, and callers
+            admit on permits it grants (see ``docs/fleet.md``). Every process should pass
+            the same rate. ``None`` (the default): no fleet rate.
 
     Raises:
         TypeError, ValueError: a parameter has the wrong type or is out of range; the
@@ -188,6 +181,7 @@ class FleetGate:
         fallback_capacity: int | None = None,
         backend: str = "asyncio",
         cluster: bool = False,
+        rate: Rate | None = None,
     ) -> None:
         label: object = name
         if not isinstance(label, str):
@@ -218,6 +212,7 @@ class FleetGate:
             else _count("fallback_capacity", fallback_capacity),
             backend=_choice("backend", backend, _BACKENDS),
             cluster=bool(cluster),
+            rate=check_rate(rate),
         )
         if settings.ticket_ttl >= ttl:
             msg = f"ticket_ttl must be shorter than lease_ttl (got {ticket_ttl!r} >= {lease_ttl!r})"
@@ -225,14 +220,14 @@ class FleetGate:
         import coredis  # noqa: F401  # fail here, not in the agent thread, when it is missing
 
         self._settings = settings
-        self._gate = Gate(0, name=f"fleet:{name}")
+        self._gate = FleetLocalGate(f"fleet:{name}", self)
+        self._budgets: FleetBudgets | None = None
+        if settings.rate is not None:
+            self._budgets = FleetBudgets(settings.rate)
+            self._gate._install(self._budgets)
         self._lock = threading.Lock()
         self._agent: Agent | None = None
         self._closed = False
-        # Async waiters to fail at once when Redis goes away in closed mode.
-        self._waiters: dict[
-            int, tuple[anyio.CancelScope, Callable[[Callable[[], object]], object]]
-        ] = {}
 
     # ------------------------------------------------------------------ introspection
 
@@ -315,12 +310,15 @@ class FleetGate:
 
     # ------------------------------------------------------------------ acquiring
 
-    def acquire(self, *, timeout: float | None = None) -> Acquisition:
+    def acquire(
+        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+    ) -> Acquisition:
         """Wait for a fleet slot: ``await fleet.acquire()`` or ``async with fleet.acquire()``.
 
         Args:
-            timeout: seconds to wait at most (``None``: no limit), as for
-                :meth:`anygate.Gate.acquire`.
+            timeout, tokens, priority: as for :meth:`anygate.Gate.acquire`; ``tokens`` is
+                charged to the fleet's token budget (correct it with
+                :meth:`anygate.Token.settle`, which reaches the fleet's budget too).
 
         Returns:
             An :class:`anygate.Acquisition`: awaited, an :class:`anygate.Token` of
@@ -328,80 +326,50 @@ class FleetGate:
             on exit.
 
         Raises:
-            Busy: no slot within ``timeout``.
+            Busy: no slot (or fleet rate permit) within ``timeout``.
             FleetUnavailable: ``closed`` mode and Redis is unreachable (at once, not after
                 ``timeout``, for a caller that would have to wait).
         """
-        return _FleetAcquire(self, timeout)
+        self._ensure_agent()
+        return _FleetAcquire(
+            self, self._gate.acquire(timeout=timeout, tokens=tokens, priority=priority)
+        )
 
-    def acquire_sync(self, *, timeout: float | None = None) -> Token:
+    def acquire_sync(
+        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+    ) -> Token:
         """Block this thread for a fleet slot; for plain (non-async) threads.
 
-        A thread that is already waiting when Redis goes away learns it at its
-        ``timeout`` (a blocked thread cannot be interrupted from outside); one that arrives
-        during the outage gets :class:`FleetUnavailable` at once.
-
         Raises:
-            Busy, FleetUnavailable: as for :meth:`acquire`.
+            Busy, FleetUnavailable: as for :meth:`acquire` (a thread already waiting when
+                Redis goes away is woken to get ``FleetUnavailable``).
             RuntimeError: called on a thread running an event loop.
         """
-        agent = self._ensure_agent()
-        gate = self._gate
-        if gate.waiting or gate.in_flight >= gate.capacity:
-            self._refuse_if_down(agent, 0.0)
-            agent.kick()
-        try:
-            return gate.acquire_sync(timeout=timeout)
-        except Busy as exc:
-            self._refuse_if_down(agent, timeout or 0.0, exc)
-            raise
+        self._ensure_agent()
+        return self._gate.acquire_sync(timeout=timeout, tokens=tokens, priority=priority)
 
-    def acquire_nowait(self) -> Token:
+    def acquire_nowait(self, *, tokens: int | None = None, priority: int = 0) -> Token:
         """Take a slot only if this process holds an idle lease; never waits or calls Redis.
 
         Raises:
-            Busy: no idle lease here (or callers are queued).
+            Busy: no idle lease here (or callers are queued, or no rate permit is here);
+                :class:`FleetUnavailable` while Redis is unreachable in ``closed`` mode.
         """
-        agent = self._ensure_agent()
-        try:
-            return self._gate.acquire_nowait()
-        except Busy as exc:
-            self._refuse_if_down(agent, 0.0, exc)
-            raise
+        self._ensure_agent()
+        return self._gate.acquire_nowait(tokens=tokens, priority=priority)
 
-    async def _acquire(self, wait_s: float | None) -> Token:
-        agent = self._ensure_agent()
-        gate = self._gate
-        if not (gate.waiting or gate.in_flight >= gate.capacity):
-            return await gate.acquire(timeout=wait_s)
-        self._refuse_if_down(agent, 0.0)
-        agent.kick()
-        scope = anyio.CancelScope()
-        key = id(scope)
-        closed = self._settings.on_unavailable == "closed"
-        if closed:
-            with self._lock:
-                self._waiters[key] = (scope, _current_call_soon())
-        try:
-            with scope:
-                return await gate.acquire(timeout=wait_s)
-        except Busy as exc:
-            self._refuse_if_down(agent, wait_s or 0.0, exc)
-            raise
-        finally:
-            if closed:
-                with self._lock:
-                    self._waiters.pop(key, None)
-        # Only our own outage cancellation lands here (an outer cancel propagates): the
-        # local gate already passed on any slot reserved for us.
-        raise self._unavailable(agent.down or "Redis unreachable", 0.0)
+    # What the local gate asks of its fleet (``_local.Owner``).
 
-    def _refuse_if_down(
-        self, agent: Agent, waited: float, exc: BaseException | None = None
-    ) -> None:
-        cause = agent.down
-        if cause is not None and self._settings.on_unavailable == "closed":
-            raise self._unavailable(cause, waited) from exc
+    def _kick(self) -> None:
+        agent = self._agent
+        if agent is not None:
+            agent.kick()
+
+    def _outage(self) -> str | None:
+        agent = self._agent
+        if agent is None or self._settings.on_unavailable != "closed":
+            return None
+        return agent.down
 
     def _unavailable(self, cause: str, waited: float) -> FleetUnavailable:
         agent = self._agent
@@ -415,13 +383,8 @@ class FleetGate:
         )
 
     def _on_outage(self, cause: str) -> None:
-        """Agent thread: Redis went away in closed mode; fail the parked async callers."""
-        with self._lock:
-            waiters = list(self._waiters.values())
-        for scope, call_soon in waiters:
-            # RuntimeError: that loop has ended, and its caller with it.
-            with contextlib.suppress(RuntimeError):
-                call_soon(scope.cancel)
+        """Agent thread: Redis went away in closed mode; fail the queued callers at once."""
+        self._gate._fail_waiters()
 
     def _released(self) -> None:
         agent = self._agent
@@ -447,7 +410,7 @@ class FleetGate:
                 )
                 raise RuntimeError(msg)
             if agent is None:
-                agent = Agent(self._settings, self._gate, self._on_outage)
+                agent = Agent(self._settings, self._gate, self._on_outage, self._budgets)
                 agent.start()
                 atexit.register(self.close, 1.0)
                 self._agent = agent

@@ -29,7 +29,10 @@ from ._scripts import SYNC, keys_for, prefix_for
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
-__all__ = ["Link", "LinkDown", "Session", "SyncReply"]
+__all__ = ["RATELESS", "Link", "LinkDown", "Session", "SyncReply"]
+
+#: The script's rate arguments when the fleet has no rate.
+RATELESS: tuple[object, ...] = ("", "", 0, 0, "", 0, 0, 0, "", 0, 0)
 
 
 class LinkDown(Exception):
@@ -43,7 +46,19 @@ class LinkDown(Exception):
 class SyncReply:
     """The script's answer, as numbers."""
 
-    __slots__ = ("active", "cap", "epoch", "grace_left", "held", "limit", "queued", "used")
+    __slots__ = (
+        "active",
+        "cap",
+        "epoch",
+        "grace_left",
+        "held",
+        "limit",
+        "permit_tokens",
+        "permit_wait",
+        "permits",
+        "queued",
+        "used",
+    )
 
     def __init__(self, raw: Sequence[Any]) -> None:
         self.held = int(raw[0])
@@ -55,6 +70,10 @@ class SyncReply:
         self.used = int(raw[5])
         self.active = int(raw[6])
         self.queued = int(raw[7])
+        self.permits = int(raw[8])
+        self.permit_tokens = int(raw[9])
+        wait = int(raw[10])
+        self.permit_wait: float | None = None if wait < 0 else wait / 1000.0
 
 
 def _describe(exc: BaseException) -> str:
@@ -130,7 +149,9 @@ class Session:
     """Calls on one client. Any failure raises :class:`LinkDown`; the client is then unusable."""
 
     def __init__(self, link: Link, client: Any) -> None:
-        from coredis.exceptions import RedisError
+        import hashlib
+
+        from coredis.exceptions import NoScriptError, RedisError
 
         self._link = link
         self._client = client
@@ -139,7 +160,13 @@ class Session:
             TimeoutError,
             RedisError,
         )
-        self._script = client.register_script(SYNC)
+        self._noscript = NoScriptError
+        self._sha = hashlib.sha1(SYNC.encode()).hexdigest()
+        # The cold path in one round trip: a session's first call sends the script with
+        # EVAL (which also caches it), later ones EVALSHA. coredis's Script would try
+        # EVALSHA, get NOSCRIPT, SCRIPT LOAD and EVALSHA again: three round trips on every
+        # fresh server (first use, after a restart or a SCRIPT FLUSH).
+        self._loaded = False
 
     async def call(
         self,
@@ -156,13 +183,24 @@ class Session:
         epoch: str | None = None,
         hint: bool = True,
         op: str = "sync",
+        rate: Sequence[object] = RATELESS,
     ) -> SyncReply:
-        """Run the fleet script once (see ``_scripts``)."""
-        args = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms, self._link.prefix]
-        args += ["1" if hint else "0", op, wantmax, epoch or "", want]
+        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24."""
+        args: list[object] = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms]
+        args += [self._link.prefix, "1" if hint else "0", op, wantmax, epoch or "", want]
+        args += rate
+        keys = self._link.keys
+        client = self._client
         try:
             with anyio.fail_after(self._link.op_timeout):
-                raw = await self._script(keys=self._link.keys, args=args)
+                if self._loaded:
+                    try:
+                        raw = await client.evalsha(self._sha, keys=keys, args=args)
+                    except self._noscript:  # flushed: EVAL again (two round trips in all)
+                        raw = await client.eval(SYNC, keys=keys, args=args)
+                else:
+                    raw = await client.eval(SYNC, keys=keys, args=args)
+                    self._loaded = True
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return SyncReply(raw)

@@ -16,6 +16,8 @@ State (all times are milliseconds of Redis ``TIME``, never a client clock):
 ``pexp``   sorted set process -> claim deadline of its pending grant.
 ``q``      sorted set process -> round-robin position, for processes with unmet demand.
 ``tix``    sorted set process -> ticket expiry (a waiter that stops renewing drops out).
+``sl``     hash: the fleet rate's slope counts (see ``_ratescript``, which also keeps the
+           rate budgets in ``meta``).
 ``w:<p>``  list: wake-up hints for process ``p``. Hints carry no state: a lost one only
            delays the process until its next call, never changes the count.
 
@@ -34,9 +36,11 @@ its slots free up. With more processes than capacity, shares are 0 and grants ro
 
 from __future__ import annotations
 
+from ._ratescript import RATE
+
 __all__ = ["KEY_NAMES", "SYNC", "keys_for", "prefix_for"]
 
-KEY_NAMES = ("meta", "held", "pend", "dem", "exp", "pexp", "q", "tix", "wnt")
+KEY_NAMES = ("meta", "held", "pend", "dem", "exp", "pexp", "q", "tix", "wnt", "sl")
 
 
 def prefix_for(name: str) -> str:
@@ -56,8 +60,10 @@ def keys_for(name: str) -> list[str]:
 # 11 the most leases the caller wants to keep holding (its share caps it while others are
 # short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
 # ticket: grants never exceed it).
-# Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued}.
-SYNC = r"""
+# 14-24: the fleet rate (see ``_ratescript``).
+# Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued,
+# permits granted, their tokens, ms until the next permit conforms (-1: none waits on it)}.
+_LEASES = r"""
 local meta, held, pend, dem, exp, pexp, q, tix, wnt =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local pid = ARGV[1]
@@ -315,5 +321,10 @@ if op == 'cap' then
   for p, _ in pairs(have) do if p ~= pid and not granted[p] then wake(p) end end
 end
 
-return {h, limit, epoch, cap, grace_left, used, #procs, #waiting}
 """
+
+_REPLY = r"""
+return {h, limit, epoch, cap, grace_left, used, #procs, #waiting, r_granted, t_granted, r_wait}
+"""
+
+SYNC = _LEASES + RATE + _REPLY

@@ -1,0 +1,160 @@
+"""The fleet's local gate: an :class:`anygate.Gate` that knows its fleet.
+
+``fleet.gate`` is what :class:`anygate.Policy` and the transports take, so it must behave
+like the fleet itself even when used bare (without :meth:`FleetGate.acquire`):
+
+* a caller that has to wait wakes the agent at once (no poll of the gate's counters),
+* in ``closed`` mode while Redis is unreachable, a caller that would wait gets
+  :class:`FleetUnavailable` at once, and callers already queued are woken and get it too
+  (a ``timeout=None`` caller would otherwise wait for Redis for ever),
+* its refusals are :class:`FleetUnavailable` while the fleet is down, naming the cause.
+
+It subclasses the ``@final`` :class:`anygate.Gate` on purpose, privately: every guarantee
+of the gate (FIFO, cancellation, tokens) is inherited unchanged, and the three overrides
+touch only the paths a caller takes when it cannot be admitted at once (never the
+uncontended fast path). Its rate budget, when the fleet has a rate, is the permit pool of
+``_permits``, installed by the fleet gate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from .._gate import Gate
+from .._waiters import GONE, WAITING
+
+if TYPE_CHECKING:
+    from .._errors import Busy
+    from .._rate import Rate
+    from .._waiters import Waiter
+    from ._permits import FleetBudgets
+
+__all__ = ["FleetLocalGate", "Owner"]
+
+
+class Owner(Protocol):
+    """What the local gate asks its fleet gate."""
+
+    def _kick(self) -> None: ...
+
+    def _outage(self) -> str | None: ...
+
+    def _unavailable(self, cause: str, waited: float) -> Busy: ...
+
+
+class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module docstring
+    """``fleet.gate``: a Gate whose capacity (and rate budget) the fleet's agent owns."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, name: str, owner: Owner) -> None:
+        super().__init__(0, name=name)
+        self._owner = owner
+
+    def _enqueue(self, waiter: Waiter, limit_s: float | None = None) -> bool:
+        owner = self._owner
+        cause = owner._outage()
+        if cause is not None:
+            waiter.state = GONE  # never queued: the caller raises our _busy at once
+            return False
+        admitted = super()._enqueue(waiter, limit_s)
+        if not admitted and waiter.state == WAITING:
+            if owner._outage() is not None:
+                # The outage began while we queued, maybe after _fail_waiters looked: leave
+                # now (a wake from this very thread would reach trio before we park).
+                # Withdrawing fails only if a slot was granted meanwhile: then it is ours,
+                # and the caller parks as usual to take the wake-up already sent to it.
+                self._withdraw(waiter)
+                return False
+            owner._kick()
+        return admitted
+
+    def _busy(
+        self,
+        waited: float,
+        *,
+        rejected: bool = False,
+        timed_out: bool = False,
+        due: float | None = None,
+    ) -> Busy:
+        cause = self._owner._outage()
+        if cause is None:
+            return super()._busy(waited, rejected=rejected, timed_out=timed_out, due=due)
+        self._count_refusal(rejected=rejected, timed_out=timed_out)
+        return self._owner._unavailable(cause, waited)
+
+    def _set_rate(self, rate: Rate | None) -> None:
+        msg = (
+            f"the rate of fleet gate {self.name!r}'s local gate belongs to the fleet: pass "
+            "rate= to FleetGate (every process shares it through Redis)"
+        )
+        raise AttributeError(msg)
+
+    def _fail_waiters(self) -> None:
+        """Redis went away (closed mode): wake every queued caller to fail at once.
+
+        Each is withdrawn (lazy deletion, as a timeout does) and woken; its own wait loop
+        then sees it is gone and raises :meth:`_busy`, a :class:`FleetUnavailable`.
+        """
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            for queue in list(self._queues.values()):
+                for waiter in list(queue):
+                    if waiter.state == WAITING:
+                        self._withdraw_locked(waiter)
+                        if waiter.armed:
+                            waiter.armed = False
+                            wakes.append(waiter)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        for waiter in wakes:
+            waiter.wake()  # False: its loop is gone, and the caller with it
+
+    def _rate_demand(
+        self, budgets: FleetBudgets, most: int
+    ) -> tuple[int, list[int], tuple[int, int, int]]:
+        """For a permit request: ``(in_flight, costs, returned)``, in one locked step.
+
+        ``costs``: the tokens stated by the first ``most`` queued callers, higher classes
+        first, in queue order within a class (the order they will be admitted in, but for
+        the overtaking bound). ``returned``: the pool, emptied, to give back to Redis (the
+        request asks again for what the queue needs, so no permit ages here).
+        """
+        costs: list[int] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            in_flight = self._in_flight
+            for priority in sorted(self._queues, reverse=True):
+                for waiter in self._queues[priority]:
+                    if len(costs) >= most:
+                        break
+                    if waiter.state == WAITING:
+                        costs.append(waiter.tokens)
+            returned = budgets.withdraw()
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return in_flight, costs, returned
+
+    def _refill(self, budgets: FleetBudgets, permits: int, tokens: int, next_at: float) -> None:
+        """Permits arrived from Redis: add them under the lock, then admit who can go."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets.deposit(permits, tokens, next_at)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        self._set_limit(self._capacity)  # a locked step that admits from the head
+
+    def _install(self, budgets: FleetBudgets) -> None:
+        """Make ``budgets`` this gate's rate budget (before any caller arrives)."""
+        with self._lock:
+            self._budgets = budgets  # type: ignore[assignment]  # duck-typed Budgets
