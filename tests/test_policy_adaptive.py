@@ -75,7 +75,9 @@ async def test_when_the_pause_ends_at_most_the_lowered_limit_goes_at_once() -> N
     """Eight calls queued during the pause: 2 go at its end, the rest as slots free up (and
     as successes grow the limit back), in the gate's FIFO order."""
     policy = Policy(
-        max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=anyio.current_time
+        max_concurrent_calls=4,
+        retry=RetryConfig(max_attempts=1, throttle_attempts=1),
+        clock=anyio.current_time,
     )
     with pytest.raises(CallFailed):
         await policy.call(Provider(burst()))  # gives up at once; the pause and the cut stay
@@ -212,7 +214,9 @@ async def test_a_pause_longer_than_the_slot_wait_budget_is_busy() -> None:
 async def test_a_deadline_inside_the_pause_is_busy_and_frees_the_slot() -> None:
     """deadline=2 during a 5 s pause: Busy after exactly 2 s, slot returned."""
     policy = Policy(
-        max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=anyio.current_time
+        max_concurrent_calls=4,
+        retry=RetryConfig(max_attempts=1, throttle_attempts=1),
+        clock=anyio.current_time,
     )
     with pytest.raises(CallFailed):
         await policy.call(Script(burst()))
@@ -227,7 +231,9 @@ async def test_a_deadline_inside_the_pause_is_busy_and_frees_the_slot() -> None:
 async def test_cancelled_during_the_pause_frees_the_slot() -> None:
     """Cancellation while sitting out a pause propagates and returns the slot."""
     policy = Policy(
-        max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=anyio.current_time
+        max_concurrent_calls=4,
+        retry=RetryConfig(max_attempts=1, throttle_attempts=1),
+        clock=anyio.current_time,
     )
     with pytest.raises(CallFailed):
         await policy.call(Script(burst()))
@@ -308,7 +314,9 @@ def test_call_sync_sits_out_the_pause_measured_by_the_policy_clock(
     the policy's clock (time.sleep is recorded, and advances the clock), holding its slot."""
     clock = FakeClock()
     slept: list[tuple[float, int]] = []
-    policy = Policy(max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=clock)
+    policy = Policy(
+        max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=clock
+    )
 
     def sleep(seconds: float) -> None:
         slept.append((seconds, policy.gate.in_flight))
@@ -333,7 +341,9 @@ def test_call_sync_with_a_pause_past_its_deadline_is_busy(
     """The sync path does not start a pause it cannot finish before ``deadline``."""
     clock = FakeClock()
     monkeypatch.setattr("anygate._attempts.time.sleep", lambda s: None)
-    policy = Policy(max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=clock)
+    policy = Policy(
+        max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=clock
+    )
     with pytest.raises(CallFailed):
         policy.call_sync(SyncScript(burst()))
     with pytest.raises(Busy):

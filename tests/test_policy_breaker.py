@@ -30,7 +30,9 @@ virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
 def tripping_policy(clock: FakeClock, **kwargs: Any) -> Policy:
     """Threshold 1, recovery 60 s, fail fast, a manual clock, instant retries, 2 throttles."""
     return Policy(
-        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=60),
+        circuit_breaker=BreakerConfig(
+            when_open="fail", failure_threshold=1, recovery_timeout_sec=60
+        ),
         retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0, throttle_attempts=2),
         clock=clock,
         **kwargs,

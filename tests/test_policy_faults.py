@@ -54,7 +54,9 @@ class RaiseOn:
 def tripped_policy(clock: FakeClock, **kwargs: Any) -> Policy:
     """A policy whose breaker (threshold 1, 60 s) is open, with the recovery time passed."""
     policy = Policy(
-        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=60),
+        circuit_breaker=BreakerConfig(
+            when_open="fail", failure_threshold=1, recovery_timeout_sec=60
+        ),
         retry=RetryConfig(max_attempts=1, throttle_attempts=1),
         clock=clock,
         **kwargs,
@@ -129,7 +131,9 @@ async def test_a_hook_raising_later_in_the_call_settles_everything(
     clock = FakeClock()
     policy = Policy(
         max_concurrent_calls=1,
-        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=60),
+        circuit_breaker=BreakerConfig(
+            when_open="fail", failure_threshold=1, recovery_timeout_sec=60
+        ),
         retry=RetryConfig(max_attempts=2, base_delay_ms=0, cap_delay_ms=0),
         adaptive_concurrency=anygate.AdaptiveConfig(pause_ms=0),
         clock=clock,
@@ -186,7 +190,9 @@ def test_hooks_raising_in_many_threads_leave_gate_and_breaker_consistent() -> No
     policy = Policy(
         max_concurrent_calls=2,
         busy_wait_s=None,
-        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=2, recovery_timeout_sec=1),
+        circuit_breaker=BreakerConfig(
+            when_open="fail", failure_threshold=2, recovery_timeout_sec=1
+        ),
         retry=RetryConfig(max_attempts=2, base_delay_ms=0, cap_delay_ms=0),
         adaptive_concurrency=False,
         clock=clock,

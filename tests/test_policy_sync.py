@@ -36,7 +36,8 @@ def test_burst_rate_budget_and_breaker_neutrality_on_the_sync_path() -> None:
     breaker; transient exhaustion does."""
     policy = Policy(
         retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0, throttle_attempts=2),
-        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1))
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1),
+    )
     script = SyncScript(burst(), burst(), burst())
     with pytest.raises(CallFailed) as info:
         policy.call_sync(script)
@@ -130,7 +131,11 @@ def test_a_thread_in_backoff_lets_another_thread_take_the_only_slot() -> None:
 def test_call_and_call_sync_share_one_breaker() -> None:
     """A breaker opened by the sync path fails async calls fast, and vice versa."""
     clock = FakeClock()
-    policy = Policy(retry=INSTANT, circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1), clock=clock)
+    policy = Policy(
+        retry=INSTANT,
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1),
+        clock=clock,
+    )
     with pytest.raises(CallFailed):
         policy.call_sync(SyncScript(transient(), transient(), transient()))
 

@@ -8,6 +8,7 @@ slot wait bounded by the call's deadline.
 from __future__ import annotations
 
 import math
+
 import anyio
 import pytest
 
@@ -297,7 +298,9 @@ async def test_fail_mode_fails_fast() -> None:
     outage = Outage(until=anyio.current_time() + 1000.0)
     policy = Policy(
         name="fails-fast",
-        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=50, when_open="fail"),
+        circuit_breaker=BreakerConfig(
+            failure_threshold=1, recovery_timeout_sec=50, when_open="fail"
+        ),
         retry=RetryConfig(max_attempts=5, base_delay_ms=10, cap_delay_ms=20),
         clock=anyio.current_time,
     )

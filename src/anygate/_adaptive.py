@@ -52,8 +52,6 @@ from ._waiters import ki_protected
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._gate import Gate
-
 __all__ = [
     "DEFAULT_DECREASE_FACTOR",
     "DEFAULT_ENABLED",
@@ -189,8 +187,8 @@ class AdaptiveLimit:
         "_floor",
         "_gate",
         "_generation",
-        "_hold_s",
         "_held_until",
+        "_hold_s",
         "_learned",
         "_limit",
         "_lock",
@@ -282,7 +280,7 @@ class AdaptiveLimit:
         if not self._pausing:
             return 0.0
         with self._lock:
-            return max(0.0, self._paused_until - self._clock()) if self._pausing else 0.0
+            return max(0.0, self._paused_until - self._clock())
 
     @ki_protected
     def pass_pause(self) -> tuple[float, bool]:
@@ -297,7 +295,7 @@ class AdaptiveLimit:
         if not self._pausing:
             return 0.0, False
         with self._lock:
-            if not self._pausing:
+            if self._paused_until == -math.inf:  # ended meanwhile (the flag was read unlocked)
                 return 0.0, False
             left = self._paused_until - self._clock()
             if left > 0:

@@ -154,7 +154,7 @@ class Attempts:
         while True:
             try:
                 self.retrier.admit(breaker, run)
-            except CircuitOpen as exc:
+            except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
                 if not self.wait_when_open:
                     if run.verdict is None:
                         raise
@@ -267,7 +267,7 @@ class Attempts:
         while True:
             try:
                 self.retrier.admit(breaker, run)
-            except CircuitOpen as exc:
+            except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
                 left = deadline - time.monotonic()
                 if not self.wait_when_open or left <= 0:
                     if run.verdict is None:

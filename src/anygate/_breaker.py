@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
 from ._errors import Busy, CircuitOpen
-from ._gate import Gate
 from ._events import BreakerStateChanged
+from ._gate import Gate
 from ._validation import check_int, check_number
 from ._waiters import ki_protected
 

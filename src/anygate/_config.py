@@ -83,9 +83,7 @@ class RetryConfig:
     cap_delay_ms: float = 8000.0
     burst_base_delay_ms: float = 5000.0
     retry_after_max_s: float = 120.0
-    reason_budgets: Mapping[str, int] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    reason_budgets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     exception_budgets: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({"StreamChunkTimeoutError": 2})
     )

@@ -18,8 +18,8 @@ from ._classify import Reason, Rule
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig, check_floor
 from ._errors import ConfigError
 from ._rate import Rate
-from ._validation import show
 from ._validation import FILE as _FILE
+from ._validation import show
 
 __all__ = ["load_config"]
 

@@ -491,8 +491,8 @@ class Retrier:
                 # Waited for the breaker all along: nothing was attempted.
                 left = breaker.statistics().retry_after
                 raise CircuitOpen(name=breaker.name, retry_after=left)
-            cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
-            self.fail(run, "circuit_open", self.config.retry.max_attempts, cause)
+            last = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
+            self.fail(run, "circuit_open", self.config.retry.max_attempts, last)
         if run.phase == "slot" and run.verdict is None:
             gate = self.gate
             raise Busy(

@@ -79,7 +79,9 @@ async def test_giving_up_hands_the_sdk_its_own_error_and_stops_its_retries(sdk: 
     provider = FakeProvider()
     provider.script("burst", "burst", "burst")
     events: list[Any] = []
-    policy = _policy(events, circuit_breaker=anygate.BreakerConfig(when_open="fail", failure_threshold=1))
+    policy = _policy(
+        events, circuit_breaker=anygate.BreakerConfig(when_open="fail", failure_threshold=1)
+    )
     async with serve(provider) as url:
         client = sdk.client(url, sdk.gated(policy=policy), max_retries=2)
         with pytest.raises(sdk.errors.RateLimitError) as info:
@@ -133,7 +135,9 @@ async def test_breaker_opens_and_fails_fast_through_the_sdk(sdk: Sdk) -> None:
     policy = _policy(
         events,
         retry=anygate.RetryConfig(max_attempts=2, base_delay_ms=1, cap_delay_ms=2),
-        circuit_breaker=anygate.BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=3600),
+        circuit_breaker=anygate.BreakerConfig(
+            when_open="fail", failure_threshold=1, recovery_timeout_sec=3600
+        ),
     )
     async with serve(provider) as url:
         client = sdk.client(url, sdk.gated(policy=policy), max_retries=0)

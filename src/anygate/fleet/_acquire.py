@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator
     from types import TracebackType
 
-    from .._acquire import _Acquire
+    from .._acquisition import Acquisition
     from .._token import Token
     from ._fleet import FleetGate
 
@@ -26,7 +26,7 @@ class _FleetAcquire:
 
     __slots__ = ("_fleet", "_inner")
 
-    def __init__(self, fleet: FleetGate, inner: _Acquire) -> None:
+    def __init__(self, fleet: FleetGate, inner: Acquisition) -> None:
         self._fleet = fleet
         self._inner = inner
 
