@@ -93,7 +93,7 @@ async def test_an_open_breaker_refuses_before_calling(
 ) -> None:
     """After the breaker opens, every entry point refuses with CircuitOpen, calling nothing."""
     policy = Policy(
-        retry=RetryConfig(max_attempts=1),
+        retry=RetryConfig(max_attempts=1, throttle_attempts=1),
         circuit_breaker=anygate.BreakerConfig(failure_threshold=1, recovery_timeout_sec=3600),
     )
     with pytest.raises(CallFailed):

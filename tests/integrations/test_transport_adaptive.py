@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
 
-ONE_ATTEMPT = anygate.RetryConfig(max_attempts=1)
+ONE_ATTEMPT = anygate.RetryConfig(max_attempts=1, throttle_attempts=1)
 PATH = "/v1/chat/completions"
 
 
