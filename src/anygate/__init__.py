@@ -40,6 +40,13 @@ from ._events import SlotAdmitted as SlotAdmitted
 from ._events import SlotWaiting as SlotWaiting
 from ._gate import Gate as Gate
 from ._gate import GateStatistics as GateStatistics
+from ._headers import LimitReport as LimitReport
+from ._headers import ReportedLimit as ReportedLimit
+from ._headers import parse_limit_headers as parse_limit_headers
+from ._learn import LearnedLimits as LearnedLimits
+from ._learn import RateLearner as RateLearner
+from ._learn import headers_of as headers_of
+from ._learn import learn_from_headers as learn_from_headers
 from ._loader import load_config as load_config
 from ._policy import Policy as Policy
 from ._rate import Rate as Rate
@@ -69,13 +76,17 @@ __all__ = [
     "GateStatistics",
     "GaveUp",
     "Hook",
+    "LearnedLimits",
     "LimitChanged",
+    "LimitReport",
     "Permit",
     "Policy",
     "PolicyConfig",
     "Rate",
+    "RateLearner",
     "RateStatistics",
     "Reason",
+    "ReportedLimit",
     "ResponseError",
     "RetryConfig",
     "RetryScheduled",
@@ -86,8 +97,11 @@ __all__ = [
     "Verdict",
     "classify",
     "classify_response",
+    "headers_of",
     "is_testing",
+    "learn_from_headers",
     "load_config",
+    "parse_limit_headers",
     "redact",
     "set_testing",
     "shared_breaker",

@@ -102,7 +102,8 @@ class LimitReport:
 
     def __bool__(self) -> bool:
         return any(
-            d is not None for d in (self.requests, self.tokens, self.input_tokens, self.output_tokens)
+            d is not None
+            for d in (self.requests, self.tokens, self.input_tokens, self.output_tokens)
         )
 
     @property
@@ -195,7 +196,12 @@ def rfc3339_seconds(text: str | None, now: float) -> float | None:
     year, month, day, hour, minute, second, frac, zone = match.groups()
     try:
         when = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second),
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
             tzinfo=timezone.utc,
         )
         if zone and zone not in "Zz":
@@ -316,16 +322,15 @@ def _parse(h: dict[str, str], now: float | None) -> LimitReport:
 
 
 def _openai(h: dict[str, str]) -> LimitReport:
-    dims = []
-    for kind in ("requests", "tokens"):
-        dims.append(
-            _dimension(
-                _count(h.get(f"x-ratelimit-limit-{kind}")),
-                _count(h.get(f"x-ratelimit-remaining-{kind}")),
-                go_duration(h.get(f"x-ratelimit-reset-{kind}")),
-                _MINUTE,
-            )
+    dims = [
+        _dimension(
+            _count(h.get(f"x-ratelimit-limit-{kind}")),
+            _count(h.get(f"x-ratelimit-remaining-{kind}")),
+            go_duration(h.get(f"x-ratelimit-reset-{kind}")),
+            _MINUTE,
         )
+        for kind in ("requests", "tokens")
+    ]
     return LimitReport(requests=dims[0], tokens=dims[1], source="openai")
 
 
@@ -443,7 +448,7 @@ def _ietf_dictionary(items: list[_Item], policies: list[_Item]) -> LimitReport:
 
 def _ietf_named(items: list[_Item], policies: list[_Item]) -> LimitReport:
     # draft 08+: RateLimit: "name";r=5;t=30 with RateLimit-Policy: "name";q=100;w=60
-    by_name = {name: params for name, params in policies}
+    by_name = dict(policies)
     best: ReportedLimit | None = None
     for name, params in items:
         policy = by_name.get(name, {})

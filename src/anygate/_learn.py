@@ -121,8 +121,9 @@ class RateLearner:
     ) -> None:
         from ._gate import Gate  # a cycle at import time: _gate does not import us
 
-        if not isinstance(gate, Gate):
-            msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
+        given: object = gate  # typed as object: the check is for untyped callers
+        if not isinstance(given, Gate):
+            msg = f"gate must be an anygate.Gate (got {given!r} of type {type(given).__name__})"
             raise TypeError(msg)
         room = check_number("headroom", headroom, maximum=0.99, unit="")
         assert room is not None
@@ -261,7 +262,11 @@ class RateLearner:
         per_minute = dim.per_minute
         if per_minute is None or dim.limit is None:
             return False
-        if dim.reset_s is not None and dim.window_s is not None and dim.reset_s > 2 * dim.window_s + 1:
+        if (
+            dim.reset_s is not None
+            and dim.window_s is not None
+            and dim.reset_s > 2 * dim.window_s + 1
+        ):
             return False  # refills over more than its window: not a per-window limit
         if dim.remaining is not None and dim.remaining >= dim.limit:
             return False  # a full bucket tells nothing
@@ -281,24 +286,24 @@ class RateLearner:
         current = gate.rate
         ceiling = self._ceiling
         values: dict[str, float | None] = {
-            "requests_per_minute": None if current is None else current.requests_per_minute,
-            "tokens_per_minute": None if current is None else current.tokens_per_minute,
+            "requests": None if current is None else current.requests_per_minute,
+            "tokens": None if current is None else current.tokens_per_minute,
         }
         for kind in _KINDS:
             learned = self._learned.get(kind)
             if learned is None:
                 continue
-            field = f"{kind}_per_minute"
             paced = min(learned * (1.0 - self._headroom), _MAX_PER_MINUTE)
-            cap = None if ceiling is None else getattr(ceiling, field)
+            cap = None if ceiling is None else getattr(ceiling, f"{kind}_per_minute")
             if cap is not None:
                 paced = min(paced, cap)
             if paced > 0:
-                values[field] = paced
+                values[kind] = paced
+        rpm, tpm = values["requests"], values["tokens"]
         if current is None:
-            rate = Rate(**values)
+            rate = Rate(requests_per_minute=rpm, tokens_per_minute=tpm)
         else:
-            rate = dataclasses.replace(current, **values)
+            rate = dataclasses.replace(current, requests_per_minute=rpm, tokens_per_minute=tpm)
         if rate == current:
             return False
         gate.rate = rate
@@ -357,5 +362,6 @@ def headers_of(obj: object) -> object | None:
         except Exception:  # e.g. httpx raises RuntimeError for an unset .response
             continue
         if headers is not None and _looks_like_headers(headers):
-            return headers
+            found: object = headers
+            return found
     return None
