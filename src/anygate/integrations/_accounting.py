@@ -23,12 +23,14 @@ otherwise the estimate stands).
 from __future__ import annotations
 
 import importlib
+import json
 import zlib
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, final
 
-from .._learn import RateLearner
 from .._headers import parse_limit_headers
+from .._learn import RateLearner
 from .._usage import StreamUsage, estimate_tokens, usage_tokens
 
 if TYPE_CHECKING:
@@ -96,8 +98,6 @@ class Accounting:
         if not body:
             return None
         try:
-            import json
-
             doc = json.loads(body)
             cost = estimator(doc) if isinstance(doc, Mapping) else None
         except Exception:  # not JSON, or a user's estimator failing: no estimate
@@ -263,10 +263,8 @@ class _Meter:
         self._done = True
         self._buffer = None
         if used is not None:
-            try:
+            with suppress(TypeError, ValueError):  # an absurd count: the estimate stands
                 self._token.settle(tokens=used)
-            except (TypeError, ValueError):  # a provider's absurd count: keep the estimate
-                pass
 
     def wrap_async(self, inner: Any) -> _AsyncMetered:
         return _AsyncMetered(inner, self)
@@ -306,10 +304,8 @@ class _AsyncMetered:
         try:
             aclose = getattr(self._iterator, "aclose", None)
             if aclose is not None:
-                try:
+                with suppress(RuntimeError):  # another task is inside it: inner.aclose stops it
                     await aclose()
-                except RuntimeError:  # another task is inside it; closing inner stops it
-                    pass
         finally:
             try:
                 await self._inner.aclose()
@@ -347,10 +343,8 @@ class _SyncMetered:
         try:
             close = getattr(self._iterator, "close", None)
             if close is not None:
-                try:
+                with suppress(ValueError):  # "generator already executing" (another thread)
                     close()
-                except ValueError:  # "generator already executing" (another thread)
-                    pass
         finally:
             try:
                 self._inner.close()
