@@ -56,6 +56,10 @@ from ._registry import shared_gate as shared_gate
 from ._testing import is_testing as is_testing
 from ._testing import set_testing as set_testing
 from ._token import Token as Token
+from ._usage import chars_counter as chars_counter
+from ._usage import estimate_tokens as estimate_tokens
+from ._usage import tiktoken_counter as tiktoken_counter
+from ._usage import usage_tokens as usage_tokens
 
 __all__ = [
     "AdaptiveConfig",
@@ -95,8 +99,10 @@ __all__ = [
     "SlotWaiting",
     "Token",
     "Verdict",
+    "chars_counter",
     "classify",
     "classify_response",
+    "estimate_tokens",
     "headers_of",
     "is_testing",
     "learn_from_headers",
@@ -106,6 +112,8 @@ __all__ = [
     "set_testing",
     "shared_breaker",
     "shared_gate",
+    "tiktoken_counter",
+    "usage_tokens",
 ]
 
 __version__ = "0.1.0.dev0"
