@@ -169,6 +169,15 @@ def go_duration(text: str | None) -> float | None:
     plain = _count(text)
     if plain is not None:
         return _seconds(plain)
+    # The common shapes ("12ms", "1.5s") without the regex; "1m2s" and friends below.
+    if text.endswith("ms"):
+        number, scale = text[:-2], 1e-3
+    elif text.endswith("s"):
+        number, scale = text[:-1], 1.0
+    else:
+        number, scale = "", 0.0
+    if number and number.replace(".", "", 1).isdigit() and number.isascii():
+        return _seconds(float(number) * scale)
     total = 0.0
     pos = 0
     for match in _GO_PART.finditer(text):
@@ -217,10 +226,23 @@ def rfc3339_seconds(text: str | None, now: float) -> float | None:
     return max(0.0, delta)
 
 
+_last_date: tuple[str, float | None] = ("", None)
+
+
 def _date_of(text: str | None) -> float | None:
-    """The response's ``Date`` header as a POSIX time, or ``None``."""
+    """The response's ``Date`` header as a POSIX time, or ``None`` (the last one is cached:
+    responses arriving within a second share it)."""
+    global _last_date  # a one-entry cache; a race only recomputes it
     if text is None:
         return None
+    last = _last_date
+    if last[0] == text:
+        return last[1]
+    _last_date = (text, at := _parse_date(text))
+    return at
+
+
+def _parse_date(text: str) -> float | None:
     try:
         when = parsedate_to_datetime(text.strip())
         if when.tzinfo is None:
@@ -249,33 +271,36 @@ def _dimension(
 def _lowered(headers: object) -> dict[str, str] | None:
     """The rate-limit-relevant headers by lower-cased name, or ``None`` if there are none.
 
-    Accepts httpx / httpx2 ``Headers`` (``multi_items``), mappings, and sequences of
-    ``(name, value)`` pairs, with ``str`` or ``bytes`` names and values. Only names that
-    mention ``ratelimit`` (and ``date``) are kept: a response without them costs one pass.
+    Accepts httpx / httpx2 ``Headers`` (read through ``raw``: bytes pairs, nothing decoded
+    that is not needed), mappings, and sequences of ``(name, value)`` pairs, with ``str``
+    or ``bytes`` names and values. Only names that mention ``ratelimit`` (and ``date``)
+    are kept: a response without them costs one pass over its names.
     """
-    items: object
-    multi = getattr(headers, "multi_items", None)
-    if multi is not None:
-        items = multi()
-    else:
+    items: object = getattr(headers, "raw", None)
+    if not isinstance(items, list):
         method = getattr(headers, "items", None)
         items = method() if method is not None else headers
     found: dict[str, str] | None = None
     date: str | None = None
-    for pair in items:  # type: ignore[attr-defined]
-        key, value = pair
+    for key, value in items:  # type: ignore[attr-defined]
         if isinstance(key, bytes):
-            key = key.decode("latin-1")
-        key = key.lower()
-        if "ratelimit" in key:
-            if isinstance(value, bytes):
-                value = value.decode("latin-1")
-            if found is None:
-                found = {}
-            # Repeated fields join with ", " (RFC 9110), which structured fields expect.
-            found[key] = f"{found[key]}, {value}" if key in found else str(value)
-        elif key == "date":
-            date = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            lower = key.lower()
+            if b"ratelimit" not in lower:
+                if lower == b"date":
+                    date = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+                continue
+            name = lower.decode("latin-1")
+        else:
+            name = key.lower()
+            if "ratelimit" not in name:
+                if name == "date":
+                    date = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+                continue
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        if found is None:
+            found = {}
+        # Repeated fields join with ", " (RFC 9110), which structured fields expect.
+        found[name] = f"{found[name]}, {text}" if name in found else text
     if found is not None and date is not None:
         found["date"] = date
     return found
@@ -339,13 +364,18 @@ def _anthropic(h: dict[str, str], now: float | None) -> LimitReport:
     if base is None:
         base = time.time() if now is None else now
     dims = {}
+    resets: dict[str, float | None] = {}  # the dimensions usually share one reset time
     for kind in ("requests", "tokens", "input-tokens", "output-tokens"):
         prefix = f"anthropic-ratelimit-{kind}-"
+        raw = h.get(prefix + "reset")
+        if raw is None:
+            reset = None
+        elif raw in resets:
+            reset = resets[raw]
+        else:
+            reset = resets[raw] = rfc3339_seconds(raw, base)
         dims[kind] = _dimension(
-            _count(h.get(prefix + "limit")),
-            _count(h.get(prefix + "remaining")),
-            rfc3339_seconds(h.get(prefix + "reset"), base),
-            _MINUTE,
+            _count(h.get(prefix + "limit")), _count(h.get(prefix + "remaining")), reset, _MINUTE
         )
     return LimitReport(
         requests=dims["requests"],
