@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DECREASE_FACTOR",
     "DEFAULT_ENABLED",
+    "DEFAULT_HOLD_S",
+    "DEFAULT_MAX_HOLD_S",
     "DEFAULT_MIN_CONCURRENT_CALLS",
     "DEFAULT_PAUSE_MS",
     "AdaptiveLimit",
@@ -71,6 +73,10 @@ DEFAULT_ENABLED = True
 DEFAULT_MIN_CONCURRENT_CALLS = 1
 DEFAULT_DECREASE_FACTOR = 0.7
 DEFAULT_PAUSE_MS = 5000.0
+#: After a concurrency cut the limit holds this long before it may grow again (probe).
+DEFAULT_HOLD_S = 30.0
+#: The hold doubles each time a probe finds the same limit again, up to this.
+DEFAULT_MAX_HOLD_S = 600.0
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9
@@ -115,7 +121,7 @@ class LimitChange(NamedTuple):
     old: float
     new: float
     maximum: float
-    reason: str  # "burst_rate" or "recovered"
+    reason: str  # "burst_rate", "concurrency" or "recovered"
     pause_s: float
 
 
@@ -178,6 +184,9 @@ class AdaptiveLimit:
         "_floor",
         "_gate",
         "_generation",
+        "_hold_s",
+        "_held_until",
+        "_learned",
         "_limit",
         "_lock",
         "_name",
@@ -218,6 +227,11 @@ class AdaptiveLimit:
         self._pausing = False  # read without the lock on the hot path
         self._throttles = 0
         self._stale = 0
+        # Concurrency learning: the last limit a concurrency throttle taught, the current
+        # hold (no growth until _held_until) and how long the next one lasts.
+        self._learned = math.inf
+        self._hold_s = DEFAULT_HOLD_S
+        self._held_until = -math.inf
 
     # ------------------------------------------------------------------ reading
 
@@ -331,16 +345,86 @@ class AdaptiveLimit:
             return LimitChange(old, self._applied, self._ceiling, "burst_rate", pause)
 
     @ki_protected
-    def on_success(self) -> LimitChange | None:
+    def on_concurrency(
+        self, generation: int | None, in_flight: int, *, exact: bool
+    ) -> LimitChange | None:
+        """The provider turned an attempt away for load: learn its concurrency.
+
+        Args:
+            generation: :attr:`generation` when the attempt was admitted (``None``: unknown,
+                then the throttle counts unless a hold is on).
+            in_flight: this gate's calls in flight when the attempt was admitted, itself
+                included (the caller may lower it with what is still in flight now).
+            exact: ``True`` for a concurrency 429 (the provider's slots were all taken by
+                the others: the limit becomes ``in_flight - 1``); ``False`` for an overload
+                answer (529, 503 with Retry-After: the limit becomes
+                ``min(limit, in_flight) * decrease_factor``, and a lone call teaches
+                nothing).
+
+        One cut per generation, as for burst-rate throttles. After a cut the limit holds
+        for a while before it grows again (each probe upward costs a throttle): 30 s,
+        doubling each time a probe finds the same limit again, up to 10 minutes. Works
+        without a configured cap: the learned limit becomes the gate's capacity.
+
+        Returns:
+            the change, or ``None`` when the throttle was ignored.
+        """
+        if not self._enabled:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            if self._ceiling < 1:
+                return None
+            now = self._clock()
+            if generation is None:
+                stale = now < self._held_until and self._limit < self._ceiling
+            else:
+                stale = generation != self._generation
+            if stale:
+                self._stale += 1
+                return None
+            floor = self._floor_now()
+            if exact:
+                target = float(max(floor, in_flight - 1))
+            else:
+                if in_flight <= 1:
+                    return None
+                target = max(float(floor), min(self._limit, in_flight) * self._factor)
+            if target >= self._limit:
+                return None
+            old = self._applied
+            # A probe that lands where the last lesson did confirms it: hold longer.
+            if target >= self._learned - 1 and now < self._held_until + 4 * self._hold_s:
+                self._hold_s = min(self._hold_s * 2, DEFAULT_MAX_HOLD_S)
+            else:
+                self._hold_s = DEFAULT_HOLD_S
+            self._learned = target
+            self._held_until = now + self._hold_s
+            self._limit = target
+            self._generation += 1
+            self._throttles += 1
+            self._apply()
+            return LimitChange(old, self._applied, self._ceiling, "concurrency", 0.0)
+
+    @ki_protected
+    def on_success(self, *, saturated: bool = True) -> LimitChange | None:
         """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
-        a whole slot."""
+        a whole slot.
+
+        Args:
+            saturated: whether the gate was full when the call was admitted. A success
+                while slots stood free says nothing about a higher limit, so it does not
+                grow it; neither does any success during a hold after a concurrency cut.
+        """
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
-        if not self._enabled or self._limit >= self._ceiling:
+        if not self._enabled or self._limit >= self._ceiling or not saturated:
             return None
         with self._lock:
             self._adopt_external_resize()
             if not self._active() or self._limit >= self._ceiling:
+                return None
+            if self._clock() < self._held_until:
                 return None
             old = self._applied
             self._limit = raised_limit(self._limit, ceiling=self._ceiling)
@@ -411,7 +495,8 @@ class AdaptiveLimit:
     # ------------------------------------------------------------------ internals (locked)
 
     def _active(self) -> bool:
-        return self._enabled and 1 <= self._ceiling < math.inf
+        # Capped, or uncapped with a limit learned from concurrency throttles.
+        return self._enabled and self._ceiling >= 1 and self._limit < math.inf
 
     def _floor_now(self) -> int:
         # A maximum below the configured floor wins: the floor never raises the cap.

@@ -1,4 +1,4 @@
-"""The attempt loop: slot -> (adaptive pause) -> fn -> release -> classify -> sleep, repeat.
+"""The attempt loop: breaker -> slot -> (adaptive pause) -> fn -> release -> classify -> sleep.
 
 :class:`anygate.Policy` decides what surrounds a call (the breaker permit, the deadline
 scope, the final report); this module runs its attempts, once per provider request, on an
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import anyio
 
-from ._errors import Busy
+from ._errors import Busy, CircuitOpen
 from ._events import SlotAdmitted, SlotWaiting, emit
 from ._retrying import NEUTRAL, SUCCESS, Stop
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._adaptive import AdaptiveLimit
+    from ._breaker import CircuitBreaker
     from ._events import Hook
     from ._gate import Gate
     from ._retrying import Retrier, Run
@@ -48,12 +49,14 @@ class Attempts:
     __slots__ = (
         "adaptive",
         "attempt_timeout",
+        "breaker",
         "busy_wait",
         "gate",
         "hooks",
         "max_attempts",
         "name",
         "retrier",
+        "wait_when_open",
     )
 
     def __init__(
@@ -67,8 +70,12 @@ class Attempts:
         attempt_timeout: float | None,
         max_attempts: int,
         retrier: Retrier,
+        breaker: CircuitBreaker | None = None,
+        wait_when_open: bool = True,
     ) -> None:
         self.name = name
+        self.breaker = breaker
+        self.wait_when_open = wait_when_open
         self.gate = gate
         self.adaptive = adaptive
         self.hooks = hooks
@@ -94,9 +101,10 @@ class Attempts:
         retrier = self.retrier
         attempt_timeout = self.attempt_timeout
         timed = timed or bool(self.hooks)  # the slot wait is measured only when someone reads it
-        permit = run.permit
         while True:
             run.attempt += 1
+            if self.breaker is not None:
+                await self.pass_breaker(run)
             # admit() hands the token over only once it is safe to (it releases it itself
             # on any BaseException until then), and the try that releases it starts at once:
             # nothing runs between the two that could raise.
@@ -121,11 +129,11 @@ class Attempts:
                 wait = retrier.plan(
                     run,
                     exc,
-                    permit,
                     anyio.current_time(),
                     anyio.current_effective_deadline(),
                     testing,
                 )
+                retrier.attempt_ended(run)
                 if isinstance(wait, Stop):
                     retrier.fail(run, wait.why, wait.max_attempts, exc)
                 run.phase = "sleep"
@@ -133,6 +141,28 @@ class Attempts:
             else:
                 run.outcome = SUCCESS
                 return result
+
+    async def pass_breaker(self, run: Run) -> None:
+        """Take the breaker's permit for the next attempt, waiting while it is open.
+
+        In wait mode (the default) the call waits, bounded only by its deadline and
+        enclosing cancel scopes, for the probe's outcome or its own turn to probe; in fail
+        mode the first attempt raises :class:`anygate.CircuitOpen` and a retry gives up.
+        """
+        breaker = self.breaker
+        assert breaker is not None
+        while True:
+            try:
+                self.retrier.admit(breaker, run)
+            except CircuitOpen as exc:
+                if not self.wait_when_open:
+                    if run.verdict is None:
+                        raise
+                    self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
+                run.phase = "breaker"
+                await breaker.wait()
+            else:
+                return
 
     async def admit(self, run: Run, testing: TestingState, *, timed: bool) -> Token:
         """Take the slot for the next attempt; sit out an adaptive pause holding it."""
@@ -149,6 +179,8 @@ class Attempts:
             )
         token = await gate.acquire(timeout=self.busy_wait)
         try:
+            run.in_flight = in_flight = gate.in_flight
+            run.saturated = in_flight >= gate.capacity or gate.waiting > 0
             pause = adaptive.pause_left()
             if pause > 0 and not testing.enabled:
                 # Holding the slot while paused is the point: when the pause ends, at most
@@ -187,9 +219,10 @@ class Attempts:
         """The blocking twin of :meth:`run`; ``seconds`` is the caller's deadline, if any."""
         retrier = self.retrier
         deadline = math.inf if seconds is None else time.monotonic() + seconds
-        permit = run.permit
         while True:
             run.attempt += 1
+            if self.breaker is not None:
+                self.pass_breaker_sync(run, deadline)
             token = self.admit_sync(run, testing, deadline)  # see run(): no gap before try
             try:
                 run.phase = "attempt"
@@ -209,7 +242,8 @@ class Attempts:
                 if retrier.is_control_flow(exc):
                     run.outcome = NEUTRAL
                     raise
-                wait = retrier.plan(run, exc, permit, time.monotonic(), deadline, testing)
+                wait = retrier.plan(run, exc, time.monotonic(), deadline, testing)
+                retrier.attempt_ended(run)
                 if isinstance(wait, Stop):
                     retrier.fail(run, wait.why, wait.max_attempts, exc)
                 run.phase = "sleep"
@@ -218,6 +252,24 @@ class Attempts:
             else:
                 run.outcome = SUCCESS
                 return result
+
+    def pass_breaker_sync(self, run: Run, deadline: float) -> None:
+        """The blocking twin of :meth:`pass_breaker`; ``deadline`` is on ``time.monotonic``."""
+        breaker = self.breaker
+        assert breaker is not None
+        while True:
+            try:
+                self.retrier.admit(breaker, run)
+            except CircuitOpen as exc:
+                left = deadline - time.monotonic()
+                if not self.wait_when_open or left <= 0:
+                    if run.verdict is None:
+                        raise
+                    self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
+                run.phase = "breaker"
+                breaker.wait_sync(None if deadline == math.inf else left)
+            else:
+                return
 
     def admit_sync(self, run: Run, testing: TestingState, deadline: float) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
@@ -239,6 +291,8 @@ class Attempts:
             )
         token = gate.acquire_sync(timeout=timeout)
         try:
+            run.in_flight = in_flight = gate.in_flight
+            run.saturated = in_flight >= gate.capacity or gate.waiting > 0
             pause = adaptive.pause_left()
             if pause > 0 and not testing.enabled:
                 self.check_pause(pause)

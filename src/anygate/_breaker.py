@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from ._errors import CircuitOpen
+from ._errors import Busy, CircuitOpen
+from ._gate import Gate
 from ._events import BreakerStateChanged
 from ._validation import check_int, check_number
 from ._waiters import ki_protected
@@ -146,6 +148,7 @@ class CircuitBreaker:
         "_rejected",
         "_state",
         "_threshold",
+        "_wakeup",
     )
 
     def __init__(
@@ -176,6 +179,10 @@ class CircuitBreaker:
         self._episode = 0
         self._opened = 0
         self._rejected = 0
+        # Callers waiting for the breaker to close park here: open while closed (capacity
+        # inf), shut otherwise; _move_locked flips it. A Gate, so asyncio loops, trio runs
+        # and threads wait alike, FIFO, and a cancelled wait leaves nothing behind.
+        self._wakeup = Gate(math.inf, name=f"breaker {name}")
 
     # ------------------------------------------------------------------ introspection
 
@@ -286,6 +293,50 @@ class CircuitBreaker:
                 return self._clock() >= self._opened_until
             return not self._probe_out
 
+    def _wait_s(self) -> float:
+        """How long a caller should wait before asking again (0: ask now)."""
+        with self._lock:
+            if self._state is BreakerState.CLOSED:
+                return 0.0
+            if self._state is BreakerState.OPEN:
+                return max(0.0, self._opened_until - self._clock())
+            # Half-open: the probe is out (or about to be). Its success opens the wake-up
+            # gate; if it fails, the breaker reopens for recovery_timeout, so asking again
+            # after that long finds either the next probe's turn or a closed breaker.
+            return 0.0 if not self._probe_out else max(self._recovery, 1e-3)
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Wait until a call may try :meth:`acquire` again: the breaker closed, or its open
+        period ended (the next caller becomes the probe); at most ``timeout`` seconds.
+
+        Returns as soon as the breaker closes. Callers loop: ``acquire()``, and on
+        :class:`anygate.CircuitOpen` ``await breaker.wait()``; only one of them becomes
+        the probe per recovery interval. Cancellation propagates; nothing is left behind.
+        """
+        seconds = self._wait_s()
+        if timeout is not None:
+            seconds = min(seconds, timeout)
+        if seconds <= 0:
+            return
+        try:
+            token = await self._wakeup.acquire(timeout=seconds)
+        except Busy:
+            return
+        token.release()
+
+    def wait_sync(self, timeout: float | None = None) -> None:
+        """The blocking twin of :meth:`wait`, for plain threads."""
+        seconds = self._wait_s()
+        if timeout is not None:
+            seconds = min(seconds, timeout)
+        if seconds <= 0:
+            return
+        try:
+            token = self._wakeup.acquire_sync(timeout=seconds)
+        except Busy:
+            return
+        token.release()
+
     @ki_protected
     def reset(self) -> BreakerStateChanged | None:
         """Force the breaker closed with no failures counted (an operator's override)."""
@@ -299,6 +350,8 @@ class CircuitBreaker:
         if old is new:
             return None
         self._state = new
+        # Lock order breaker -> gate; the gate never calls back into the breaker.
+        self._wakeup.capacity = math.inf if new is BreakerState.CLOSED else 0
         retry_after = 0.0
         if new is BreakerState.OPEN:
             self._opened += 1

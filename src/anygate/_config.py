@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._adaptive import (
     DEFAULT_DECREASE_FACTOR,
@@ -23,6 +23,7 @@ from ._classify import Rule
 from ._errors import ConfigError
 from ._rate import Rate
 from ._validation import PY as _PY
+from ._validation import show
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -48,6 +49,11 @@ class RetryConfig:
             YAML ``reason_budgets``. ``{"burst_rate": 2}``.
         exception_budgets: per-exception-class-name budgets, matched anywhere in the MRO;
             they only tighten. YAML ``exception_budgets``. ``{"StreamChunkTimeoutError": 2}``.
+        throttle_attempts: the budget for attempts answered with a *throttle* (a 429, an
+            overload answer: the provider is up and asks for less), counted apart from
+            ``max_attempts``, which bounds the other failures. A throttled call is not
+            failing, it is early; it waits its turn (the gate learns the provider's
+            limits from the throttles meanwhile). YAML ``retry_throttle_attempts``. 12.
 
     Raises:
         TypeError: a value of the wrong type.
@@ -65,10 +71,16 @@ class RetryConfig:
     exception_budgets: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({"StreamChunkTimeoutError": 2})
     )
+    throttle_attempts: int = 12
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "max_attempts", _PY.integer("max_attempts", self.max_attempts, minimum=1))
+        set_(
+            self,
+            "throttle_attempts",
+            _PY.integer("throttle_attempts", self.throttle_attempts, minimum=1),
+        )
         for name in ("base_delay_ms", "cap_delay_ms", "burst_base_delay_ms", "retry_after_max_s"):
             set_(self, name, _PY.number(name, getattr(self, name)))
         set_(
@@ -92,6 +104,7 @@ class RetryConfig:
                 self.retry_after_max_s,
                 tuple(sorted(self.reason_budgets.items())),
                 tuple(sorted(self.exception_budgets.items())),
+                self.throttle_attempts,
             )
         )
 
@@ -109,6 +122,7 @@ class RetryConfig:
             self.retry_after_max_s,
             dict(self.reason_budgets),
             dict(self.exception_budgets),
+            self.throttle_attempts,
         )
 
     def __repr__(self) -> str:
@@ -117,7 +131,8 @@ class RetryConfig:
             f"cap_delay_ms={self.cap_delay_ms:g}, burst_base_delay_ms={self.burst_base_delay_ms:g}, "
             f"retry_after_max_s={self.retry_after_max_s:g}, "
             f"reason_budgets={dict(self.reason_budgets)!r}, "
-            f"exception_budgets={dict(self.exception_budgets)!r})"
+            f"exception_budgets={dict(self.exception_budgets)!r}, "
+            f"throttle_attempts={self.throttle_attempts})"
         )
 
 
@@ -135,6 +150,12 @@ class BreakerConfig:
         enabled: ``False`` turns the breaker off. YAML ``circuit_breaker.enabled``.
         name: the process-wide breaker's name; ``None`` uses the policy's name. YAML
             ``circuit_breaker.name``.
+        when_open: what a call does while the breaker is open. ``"wait"`` (the default):
+            it waits, within its deadline, for the single probe's outcome and goes on when
+            the breaker closes, so an overload or a short outage delays work instead of
+            failing it; ``"fail"``: it fails fast with :class:`anygate.CircuitOpen` (or
+            :class:`anygate.CallFailed` after a first attempt). YAML
+            ``circuit_breaker.when_open``.
 
     Raises:
         TypeError: a value of the wrong type.
@@ -145,6 +166,7 @@ class BreakerConfig:
     recovery_timeout_sec: float | None = None
     enabled: bool = True
     name: str | None = None
+    when_open: Literal["wait", "fail"] = "wait"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -160,6 +182,9 @@ class BreakerConfig:
         )
         _PY.boolean("enabled", self.enabled)
         _PY.name("name", self.name, none=True)
+        if self.when_open not in ("wait", "fail"):
+            msg = f"when_open must be 'wait' or 'fail' (got {show(self.when_open)})"
+            raise ConfigError(msg, path="when_open", value=self.when_open)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,8 +264,8 @@ class PolicyConfig:
         gate_name: the process-wide gate's name; ``None`` uses ``name``.
         max_concurrent_calls: the gate's capacity; ``0`` = no cap; ``None`` (key absent)
             = use the shared gate as it is.
-        busy_wait_s: how long one attempt may wait for a slot before ``Busy``; ``None`` =
-            as long as it takes.
+        busy_wait_s: how long one attempt may wait for a slot before ``Busy``; ``None`` (the
+            default) = as long as the call's deadline and enclosing cancel scopes allow.
         attempt_timeout_s: per-attempt timeout (async calls only); ``None`` = none.
         provider: provider hint for classification (``"dashscope"``...), or ``None``.
         retry: the :class:`RetryConfig`.
@@ -257,7 +282,7 @@ class PolicyConfig:
     name: str = "llm"
     gate_name: str | None = None
     max_concurrent_calls: int | None = None
-    busy_wait_s: float | None = 60.0
+    busy_wait_s: float | None = None
     attempt_timeout_s: float | None = None
     provider: str | None = None
     retry: RetryConfig = field(default_factory=RetryConfig)
@@ -313,6 +338,7 @@ class PolicyConfig:
                 "retry_after_max_s": r.retry_after_max_s,
                 "reason_budgets": dict(r.reason_budgets),
                 "exception_budgets": dict(r.exception_budgets),
+                "retry_throttle_attempts": r.throttle_attempts,
                 "control_flow_exceptions": list(self.control_flow),
                 "rules": [_rule_to_mapping(rule) for rule in self.rules],
                 "requests_per_minute": None if self.rate is None else self.rate.requests_per_minute,
@@ -333,6 +359,7 @@ class PolicyConfig:
                 "name": b.name or self.name,
                 "failure_threshold": b.failure_threshold,
                 "recovery_timeout_sec": b.recovery_timeout_sec,
+                "when_open": b.when_open,
                 # None above means "the shared breaker's value" (5 and 60 when created).
             },
         }

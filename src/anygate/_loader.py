@@ -18,6 +18,7 @@ from ._classify import Reason, Rule
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig, check_floor
 from ._errors import ConfigError
 from ._rate import Rate
+from ._validation import show
 from ._validation import FILE as _FILE
 
 __all__ = ["load_config"]
@@ -37,6 +38,7 @@ _LLM_KEYS = (
     "retry_after_max_s",
     "reason_budgets",
     "exception_budgets",
+    "retry_throttle_attempts",
     "control_flow_exceptions",
     "rules",
     "adaptive_concurrency",
@@ -45,7 +47,7 @@ _LLM_KEYS = (
     "ramp",
     "ramp_window_s",
 )
-_BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec")
+_BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec", "when_open")
 _SECTIONS = ("llm_call", "circuit_breaker")
 _RULE_KEYS = ("reason", "retriable", "contains", "status", "code", "exception")
 _ADAPTIVE_KEYS = ("enabled", "min_concurrent_calls", "decrease_factor", "pause_ms")
@@ -255,6 +257,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         retry["max_attempts"] = _FILE.integer(
             p("retry_max_attempts"), llm["retry_max_attempts"], minimum=1
         )
+    if "retry_throttle_attempts" in llm:
+        retry["throttle_attempts"] = _FILE.integer(
+            p("retry_throttle_attempts"), llm["retry_throttle_attempts"], minimum=1
+        )
     for key, target in (
         ("retry_base_delay_ms", "base_delay_ms"),
         ("retry_cap_delay_ms", "cap_delay_ms"),
@@ -305,6 +311,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         breaker["recovery_timeout_sec"] = _FILE.number(
             "circuit_breaker.recovery_timeout_sec", brk["recovery_timeout_sec"]
         )
+    if "when_open" in brk:
+        when_open = brk["when_open"]
+        if when_open not in ("wait", "fail"):
+            msg = f"circuit_breaker.when_open must be 'wait' or 'fail' (got {show(when_open)})"
+            raise ConfigError(msg, path="circuit_breaker.when_open", value=when_open)
+        breaker["when_open"] = when_open
     return PolicyConfig(
         retry=RetryConfig(**retry), circuit_breaker=BreakerConfig(**breaker), **policy
     )

@@ -106,7 +106,8 @@ class Policy:
         max_concurrent_calls: the shared gate's capacity (``0`` = no cap). ``None``: use
             the shared gate as it is (created uncapped if absent).
         busy_wait_s: how long one attempt may wait for a slot before :class:`anygate.Busy`;
-            ``None`` waits as long as it takes.
+            ``None`` (the default) waits as long as the call's ``deadline`` and enclosing
+            cancel scopes allow.
         attempt_timeout_s: cancel an attempt that runs longer and treat it as a
             ``transient`` failure (async calls only). ``None``: no per-attempt limit.
         gate_name: the shared gate's name; default ``name``.
@@ -151,7 +152,7 @@ class Policy:
         *,
         name: str = "llm",
         max_concurrent_calls: int | None = None,
-        busy_wait_s: float | None = 60.0,
+        busy_wait_s: float | None = None,
         attempt_timeout_s: float | None = None,
         gate_name: str | None = None,
         provider: str | None = None,
@@ -243,6 +244,8 @@ class Policy:
             attempt_timeout=self._config.attempt_timeout_s,
             max_attempts=self._config.retry.max_attempts,
             retrier=self._retrier,
+            breaker=self._breaker,
+            wait_when_open=self._config.circuit_breaker.when_open == "wait",
         )
 
     @classmethod
@@ -362,7 +365,9 @@ class Policy:
 
         Raises:
             CallFailed: the call failed for good; the provider's exception is the cause.
-            CircuitOpen: the breaker is open; nothing was attempted.
+            CircuitOpen: nothing was attempted: the breaker is open and
+                ``circuit_breaker.when_open`` is ``"fail"``, or (``"wait"``, the default)
+                the deadline passed while the call waited for it to close.
             Busy: an attempt got no slot within ``busy_wait_s`` (or before ``deadline``).
             TypeError: ``fn`` did not return an awaitable.
             Cancellation and control-flow exceptions propagate unchanged.
@@ -372,9 +377,8 @@ class Policy:
         retrier = self._retrier
         run = Run()
         try:
-            # Before the first await (claims the probe atomically), and inside the try whose
-            # finally settles it: nothing after the permit exists can strand it.
-            retrier.admit(self._breaker, run)
+            # Each attempt takes its breaker permit inside this try, whose finally settles
+            # it: nothing after a permit exists can strand it.
             if seconds is None:
                 # No scope of our own: an enclosing one still bounds everything, and
                 # skipping it keeps the uncontended call cheap (AnyIO clock reads cost).
@@ -382,7 +386,9 @@ class Policy:
             with anyio.CancelScope(deadline=anyio.current_time() + seconds):
                 return await self._loop.run(run, testing, fn, args, kwargs, timed=True)
             # Only our deadline lands here: the scope swallowed its own cancellation.
-            retrier.deadline_failure(run, seconds, anyio.current_time() - run.slot_started)
+            retrier.deadline_failure(
+                run, seconds, anyio.current_time() - run.slot_started, self._breaker
+            )
         finally:
             retrier.settle(run)
 
@@ -416,7 +422,6 @@ class Policy:
         retrier = self._retrier
         run = Run()
         try:
-            retrier.admit(self._breaker, run)
             return self._loop.run_sync(run, testing, seconds, fn, args, kwargs)
         finally:
             retrier.settle(run)

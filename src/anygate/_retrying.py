@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn, final
 
 from ._backoff import Uniform, decorrelated_jitter
 from ._classify import Reason, RuleLike, Verdict, classify
-from ._errors import Busy, CallFailed
+from ._errors import Busy, CallFailed, CircuitOpen
 from ._events import (
     GaveUp,
     Hook,
@@ -24,6 +24,7 @@ from ._events import (
     user_message,
 )
 from ._redact import redact
+from ._throttle import throttle_kind
 from ._validation import FLOAT_MAX, check_number
 from ._waiters import ki_protected
 
@@ -59,17 +60,29 @@ class Run:
     __slots__ = (
         "attempt",
         "exc",
+        "failures",
         "generation",
+        "in_flight",
         "outcome",
         "permit",
         "phase",
         "prev_ms",
+        "saturated",
         "slot_started",
+        "throttles",
         "verdict",
     )
 
     def __init__(self) -> None:
         self.attempt = 0
+        # Failed attempts by budget: provider failures (max_attempts; a failed breaker
+        # probe does not count) and throttles (throttle_attempts).
+        self.failures = 0
+        self.throttles = 0
+        # The gate's calls in flight when this attempt was admitted (itself included), and
+        # whether the gate was full then (only then is a success evidence for more).
+        self.in_flight = 0
+        self.saturated = False
         # The adaptive limit's generation when the current attempt was admitted; None when
         # the caller does not track it (a throttle during a pause is then old news).
         self.generation: int | None = None
@@ -80,7 +93,7 @@ class Run:
         # The breaker permit, stored here by Retrier.admit inside KI-protected code so the
         # caller's finally (Retrier.settle) sees it whatever interrupts the call afterwards.
         self.permit: Permit | None = None
-        self.phase = "slot"  # "slot", "attempt" or "sleep": what a deadline interrupted
+        self.phase = "slot"  # "breaker", "slot", "attempt" or "sleep": what a deadline cut
         self.slot_started = 0.0
 
 
@@ -147,11 +160,14 @@ class Retrier:
         self.control_names = control_names
 
     def admit(self, breaker: CircuitBreaker | None, run: Run) -> None:
-        """Take the breaker permit into ``run.permit``, then report the state changes.
+        """Take the breaker permit for the next attempt into ``run.permit``, then report
+        the state changes.
 
-        Call it as the first thing inside the ``try`` whose ``finally`` calls
-        :meth:`settle`: the permit is on ``run`` from the moment it exists, so a hook
-        raising a ``BaseException`` here (or a Ctrl-C under trio) cannot strand a probe.
+        One permit per *attempt*: the breaker counts failed attempts, and an attempt made
+        after the breaker opened (a retry, a caller that waited) asks it again. Call it
+        inside the ``try`` whose ``finally`` calls :meth:`settle`: the permit is on
+        ``run`` from the moment it exists, so a hook raising a ``BaseException`` here (or
+        a Ctrl-C under trio) cannot strand a probe.
 
         Raises:
             CircuitOpen: the breaker is open; ``run.permit`` stays ``None``.
@@ -164,18 +180,30 @@ class Retrier:
             for change in permit.changes:
                 emit(self.hooks, change)
 
+    def attempt_ended(self, run: Run) -> None:
+        """Report a failed attempt's outcome (:meth:`plan` set it) on its permit."""
+        permit = run.permit
+        if permit is None:
+            return
+        run.permit = None
+        change = _report(permit, run.outcome)
+        run.outcome = NEUTRAL
+        if change is not None and self.hooks:
+            emit(self.hooks, change)
+
     def settle(self, run: Run) -> None:
         """Report how the call ended: to the breaker and to the adaptive limit (a success
-        grows it); then tell the hooks. Every state change happens before any hook runs,
-        so a hook raising a ``BaseException`` leaves nothing unsettled."""
+        on a full gate grows it); then tell the hooks. Every state change happens before
+        any hook runs, so a hook raising a ``BaseException`` leaves nothing unsettled."""
         outcome = run.outcome
         change = None
         permit = run.permit
         if permit is not None:
+            run.permit = None
             change = _report(permit, outcome)
         grown = None
         if outcome == SUCCESS and self.adaptive is not None:
-            grown = self.adaptive.on_success()
+            grown = self.adaptive.on_success(saturated=run.saturated)
         if grown is not None:
             self._limit_changed(grown)
         if change is not None and self.hooks:
@@ -188,9 +216,18 @@ class Retrier:
             return any(c.__name__ in self.control_names for c in type(exc).__mro__)
         return False
 
-    def budget(self, verdict: Verdict, exc: BaseException, testing: TestingState) -> int:
+    def budget(
+        self,
+        verdict: Verdict,
+        exc: BaseException,
+        testing: TestingState,
+        *,
+        throttle: bool = False,
+    ) -> int:
+        """Attempts this failure may use: ``throttle_attempts`` for a throttle, else
+        ``max_attempts``, tightened by the per-reason and per-exception budgets."""
         retry = self.config.retry
-        budget = retry.max_attempts
+        budget = retry.throttle_attempts if throttle else retry.max_attempts
         per_reason = retry.reason_budgets.get(verdict.reason.value)
         if per_reason is not None:
             budget = min(budget, per_reason)
@@ -207,30 +244,60 @@ class Retrier:
         self,
         run: Run,
         exc: Exception,
-        permit: Permit | None,
         now: float,
         deadline: float,
         testing: TestingState,
     ) -> float | Stop:
-        """Classify ``exc``; return seconds to sleep before the next attempt, or a Stop."""
+        """Classify ``exc``; return seconds to sleep before the next attempt, or a Stop.
+
+        Decides, without acting on the loop: what the breaker hears of this attempt
+        (``run.outcome``), what the gate learns (a throttle lowers its limit), which budget
+        the attempt counts against and how long to wait.
+        """
         verdict = classify(exc, rules=self.rules, provider=self.config.provider)
         run.verdict, run.exc = verdict, exc
-        if verdict.reason is Reason.BURST_RATE and self.adaptive is not None:
-            # Whether or not this call retries, the whole gate slows down.
-            self.throttled(run, verdict)
-        budget = self.budget(verdict, exc, testing)
+        kind = throttle_kind(verdict) if verdict.retriable else None
+        permit = run.permit
+        probe = permit is not None and permit.probe
+        # The breaker counts provider failures: errors and overload answers. A 429 says
+        # the provider is up and wants less; the gate's limits answer it, not the breaker.
+        if not verdict.retriable or kind in ("concurrency", "rate", "burst"):
+            run.outcome = NEUTRAL
+        else:
+            run.outcome = FAILURE
+        relearned = False
+        if self.adaptive is not None:
+            if kind == "burst":
+                # Whether or not this call retries, the whole gate slows down.
+                self.throttled(run, verdict)
+            elif kind in ("concurrency", "overload"):
+                relearned = self.learn_concurrency(run, exact=kind == "concurrency")
+        throttle = kind is not None
+        budget = self.budget(verdict, exc, testing, throttle=throttle)
         if not verdict.retriable:
             return Stop("not_retriable", budget)
-        if run.attempt >= budget:
+        if throttle:
+            run.throttles += 1
+            used = run.throttles
+        else:
+            # A failed probe is the breaker's question, asked on this call's time: it does
+            # not use up the call's own attempts (the breaker is open again, so the next
+            # attempt waits for the next probe's outcome anyway).
+            if not probe:
+                run.failures += 1
+            used = run.failures
+        if used >= budget:
             return Stop("budget", budget)
-        if permit is not None and not permit.still_admitted():
-            return Stop("circuit_open", budget)
         retry = self.config.retry
         from_header = verdict.retry_after is not None
         if verdict.retry_after is not None:
             if verdict.retry_after > retry.retry_after_max_s:
                 return Stop("retry_after_ceiling", budget)
             wait_ms = verdict.retry_after * 1000.0
+        elif relearned or (probe and run.outcome == FAILURE):
+            # The gate's limit is already down (the next attempt queues under it), or the
+            # breaker reopened (the next attempt waits for the next probe): no own sleep.
+            wait_ms = 0.0
         else:
             base = (
                 retry.burst_base_delay_ms
@@ -240,21 +307,21 @@ class Retrier:
             wait_ms = decorrelated_jitter(
                 run.prev_ms, base_ms=base, cap_ms=retry.cap_delay_ms, rng=self.rng
             )
-        run.prev_ms = wait_ms
+            run.prev_ms = wait_ms
         if testing.enabled:
             wait_ms = 0.0
         wait_s = wait_ms / 1000.0
         # A sleep that would end at or past the deadline leaves no time for the attempt.
         if now + wait_s >= deadline:
             return Stop("deadline", budget)
-        message = retry_message(run.attempt, budget, wait_ms, verdict.reason)
+        message = retry_message(used, budget, wait_ms, verdict.reason)
         # INFO, not WARNING: a scheduled retry is the policy doing its job, and in a storm
         # there is one per failed attempt. Python prints WARNING and above to stderr when
         # the application configured no logging, which flooded users' terminals.
         logger.info(
             "%s: attempt %d/%d failed (%s); retrying in %dms: %s",
             self.name,
-            run.attempt,
+            used,
             budget,
             verdict.reason.value,
             round(wait_ms),
@@ -282,6 +349,20 @@ class Retrier:
                 ),
             )
         return wait_s
+
+    def learn_concurrency(self, run: Run, *, exact: bool) -> bool:
+        """Tell the adaptive limit the provider turned an attempt away for load; whether
+        the gate's limit is now below what the attempt was admitted under."""
+        adaptive = self.adaptive
+        assert adaptive is not None
+        # In flight now, counting this attempt again (its slot is already released): the
+        # smaller of this and the count at admission is the better estimate, since calls
+        # rejected together with this one drop out of it within the reject latency.
+        in_flight = min(run.in_flight, self.gate.in_flight + 1)
+        change = adaptive.on_concurrency(run.generation, in_flight, exact=exact)
+        if change is not None:
+            self._limit_changed(change)
+        return adaptive.limit < run.in_flight
 
     def throttled(self, run: Run, verdict: Verdict) -> None:
         """Tell the adaptive limit about a burst-rate throttle; report what it did."""
@@ -335,19 +416,15 @@ class Retrier:
         why: str,
         max_attempts: int,
         cause: BaseException | None,
-        *,
-        charge: bool = True,
     ) -> NoReturn:
-        """Give up: report GaveUp, decide what the breaker hears, raise CallFailed.
+        """Give up: report GaveUp, raise CallFailed.
 
-        Only here does a call become a breaker *failure*: a retriable verdict other than
-        burst-rate that could not be retried. Anything that ends a call earlier (cancellation
-        during a backoff sleep, Busy on a later slot wait) leaves the outcome neutral.
+        The breaker has heard every attempt already (:meth:`attempt_ended`); giving up
+        tells it nothing more, so the outcome left for :meth:`settle` is neutral.
         """
         verdict = run.verdict
         assert verdict is not None
-        if charge and verdict.retriable and verdict.reason is not Reason.BURST_RATE:
-            run.outcome = FAILURE
+        run.outcome = NEUTRAL
         text = user_message(verdict)
         # WARNING: the caller's call failed for good, which someone may need to act on
         # (and it is one line per failed call, not one per attempt).
@@ -386,8 +463,21 @@ class Retrier:
             message, verdict=verdict, attempts=run.attempt, user_message=text
         ) from cause
 
-    def deadline_failure(self, run: Run, seconds: float, waited: float) -> NoReturn:
+    def deadline_failure(
+        self,
+        run: Run,
+        seconds: float,
+        waited: float,
+        breaker: CircuitBreaker | None = None,
+    ) -> NoReturn:
         """Our own ``deadline=`` ran out; say what was going on at the time."""
+        if run.phase == "breaker" and breaker is not None:
+            if run.verdict is None:
+                # Waited for the breaker all along: nothing was attempted.
+                left = breaker.statistics().retry_after
+                raise CircuitOpen(name=breaker.name, retry_after=left)
+            cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
+            self.fail(run, "circuit_open", self.config.retry.max_attempts, cause)
         if run.phase == "slot" and run.verdict is None:
             gate = self.gate
             raise Busy(
@@ -402,6 +492,6 @@ class Retrier:
                 detail=f"deadline of {seconds:g}s exceeded",
             )
             cause: BaseException = TimeoutError(f"deadline of {seconds:g}s exceeded")
-            self.fail(run, "deadline", self.config.retry.max_attempts, cause, charge=False)
+            self.fail(run, "deadline", self.config.retry.max_attempts, cause)
         cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
         self.fail(run, "deadline", self.config.retry.max_attempts, cause)

@@ -82,6 +82,26 @@ def _retrier(policy: Policy) -> Retrier:
     return retrier
 
 
+def breaker_passer(policy: Policy) -> Attempts | None:
+    """What takes each attempt's breaker permit (waiting while open, as in
+    :meth:`Policy.call`), or ``None`` for a policy without a breaker."""
+    if policy.breaker is None:
+        return None
+    config = policy.config
+    return Attempts(
+        name=policy.name,
+        gate=policy.gate,
+        adaptive=policy.adaptive_limit,
+        hooks=policy.hooks,
+        busy_wait=None,
+        attempt_timeout=None,
+        max_attempts=config.retry.max_attempts,
+        retrier=_retrier(policy),
+        breaker=policy.breaker,
+        wait_when_open=config.circuit_breaker.when_open == "wait",
+    )
+
+
 def admitter(policy: Policy, gate: Gate, timeout: float | None) -> Attempts:
     """How a transport under ``policy`` takes a slot: exactly as :meth:`Policy.call` does.
 
@@ -124,19 +144,26 @@ async def retry_async(policy: Policy, attempt: Callable[[Run], Awaitable[T]]) ->
     before the latest cut is then old news, as in :meth:`anygate.Policy.call`.
 
     Raises:
-        CircuitOpen: the breaker is open; nothing was attempted.
+        CircuitOpen: the breaker is open (``when_open: fail``); nothing was attempted.
         Busy: an attempt found no slot in time (neutral for the breaker, not retried).
         the last attempt's exception: when the policy gives up (an :class:`ErrorResponse`
             for a failed response).
     """
     retrier = _retrier(policy)
     testing = testing_state()
+    passer = breaker_passer(policy)
     run = Run()
     try:
-        retrier.admit(policy.breaker, run)  # before the first await, inside the try
-        permit = run.permit
         while True:
             run.attempt += 1
+            if passer is not None:
+                try:
+                    await passer.pass_breaker(run)
+                except CallFailed:
+                    # Open after a failed attempt in fail mode: answer with that attempt's
+                    # response or error, as when the budget runs out.
+                    assert run.exc is not None
+                    raise run.exc from None
             run.phase = "attempt"
             try:
                 result = await attempt(run)
@@ -146,11 +173,11 @@ async def retry_async(policy: Policy, attempt: Callable[[Run], Awaitable[T]]) ->
                 wait = retrier.plan(
                     run,
                     exc,
-                    permit,
                     anyio.current_time(),
                     anyio.current_effective_deadline(),
                     testing,
                 )
+                retrier.attempt_ended(run)
                 if isinstance(wait, Stop):
                     _give_up(retrier, run, wait, exc)
                     raise
@@ -167,19 +194,25 @@ def retry_sync(policy: Policy, attempt: Callable[[Run], T]) -> T:
     """The blocking twin of :func:`retry_async` (``time.sleep`` between attempts)."""
     retrier = _retrier(policy)
     testing = testing_state()
+    passer = breaker_passer(policy)
     run = Run()
     try:
-        retrier.admit(policy.breaker, run)
-        permit = run.permit
         while True:
             run.attempt += 1
+            if passer is not None:
+                try:
+                    passer.pass_breaker_sync(run, float("inf"))
+                except CallFailed:
+                    assert run.exc is not None
+                    raise run.exc from None
             run.phase = "attempt"
             try:
                 result = attempt(run)
             except Exception as exc:
                 if isinstance(exc, Busy) or retrier.is_control_flow(exc):
                     raise
-                wait = retrier.plan(run, exc, permit, time.monotonic(), float("inf"), testing)
+                wait = retrier.plan(run, exc, time.monotonic(), float("inf"), testing)
+                retrier.attempt_ended(run)
                 if isinstance(wait, Stop):
                     _give_up(retrier, run, wait, exc)
                     raise
