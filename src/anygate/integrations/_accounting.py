@@ -27,7 +27,7 @@ import json
 import zlib
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 from .._headers import parse_limit_headers
 from .._learn import RateLearner
@@ -55,7 +55,7 @@ def check_tokens_option(tokens: object) -> Estimator | None:
     if tokens is False or tokens is None:
         return None
     if callable(tokens):
-        return tokens
+        return cast("Estimator", tokens)
     msg = (
         "tokens must be True (estimate from the request body), False (no token accounting) "
         f"or a callable taking the request's JSON and returning an int or None (got {tokens!r})"
@@ -286,10 +286,11 @@ class _AsyncMetered:
         return self
 
     async def __anext__(self) -> bytes:
-        if self._iterator is None:
-            self._iterator = self._inner.__aiter__()
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = self._inner.__aiter__()
         try:
-            chunk: bytes = await self._iterator.__anext__()
+            chunk: bytes = await iterator.__anext__()
         except StopAsyncIteration:
             self._meter.finish()
             raise
@@ -326,10 +327,11 @@ class _SyncMetered:
         return self
 
     def __next__(self) -> bytes:
-        if self._iterator is None:
-            self._iterator = iter(self._inner)
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = iter(self._inner)
         try:
-            chunk: bytes = next(self._iterator)
+            chunk: bytes = next(iterator)
         except StopIteration:
             self._meter.finish()
             raise
