@@ -51,11 +51,19 @@ OPENAI = COMMON | {
     "x-ratelimit-reset-requests": "6ms",
     "x-ratelimit-reset-tokens": "1m2.5s",
 }
-ANTHROPIC = COMMON | {
-    f"anthropic-ratelimit-{kind}-{field}": value
-    for kind in ("requests", "tokens", "input-tokens", "output-tokens")
-    for field, value in (("limit", "4000"), ("remaining", "3999"), ("reset", "2026-12-03T10:00:01Z"))
-} | {"retry-after": "1"}
+ANTHROPIC = (
+    COMMON
+    | {
+        f"anthropic-ratelimit-{kind}-{field}": value
+        for kind in ("requests", "tokens", "input-tokens", "output-tokens")
+        for field, value in (
+            ("limit", "4000"),
+            ("remaining", "3999"),
+            ("reset", "2026-12-03T10:00:01Z"),
+        )
+    }
+    | {"retry-after": "1"}
+)
 
 
 def report(name: str, value: float, target: float | None, unit: str = "x") -> None:

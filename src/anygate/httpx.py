@@ -28,6 +28,9 @@ except ImportError as _exc:
 from .integrations import _transport
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
     from ._gate import Gate
     from ._policy import Policy
 
@@ -87,12 +90,19 @@ class GatedTransport(httpx.AsyncBaseTransport):
         timeout: longest wait for a slot, in seconds. ``None`` (the default): the policy's
             ``busy_wait_s``, or as long as it takes without a policy (an enclosing cancel
             scope or the caller's cancellation still ends the wait).
+        learn_limits: learn the provider's limits from every response's rate-limit
+            headers and pace the gate to them (``docs/learning.md``); default on.
+        tokens: token accounting while the gate has a token budget: ``True`` (default)
+            estimates each request from its JSON body and settles it from the usage the
+            response reports (JSON or stream), ``False`` turns it off, a callable taking
+            the request's JSON and returning a count (or ``None``) replaces the estimate.
 
     Raises:
         TypeError: neither ``gate`` nor ``policy`` given, or one of them of the wrong type;
             ``inner`` is not an async transport (a plain ``httpx`` transport is refused
             with a pointer to :mod:`anygate.httpx`).
         ValueError: ``timeout`` is negative or NaN.
+        TypeError: ``learn_limits`` is not a bool, ``tokens`` not a bool or callable.
         anygate.Busy: from a request, when no slot came within ``timeout``.
         anygate.CircuitOpen: from a request, while the policy's breaker is open.
     """
@@ -104,9 +114,18 @@ class GatedTransport(httpx.AsyncBaseTransport):
         gate: Gate | None = None,
         policy: Policy | None = None,
         timeout: float | None = None,
+        learn_limits: bool = True,
+        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
     ) -> None:
         self._core = _transport.TransportCore(
-            _FLAVOUR, inner, gate=gate, policy=policy, timeout=timeout, is_async=True
+            _FLAVOUR,
+            inner,
+            gate=gate,
+            policy=policy,
+            timeout=timeout,
+            is_async=True,
+            learn_limits=learn_limits,
+            tokens=tokens,
         )
 
     @property
@@ -156,11 +175,13 @@ class SyncGatedTransport(httpx.BaseTransport):
         policy: classify, retry and circuit-break failed requests under this policy.
         timeout: longest wait for a slot, in seconds; ``None``: the policy's
             ``busy_wait_s``, or as long as it takes without a policy.
+        learn_limits, tokens: as for :class:`GatedTransport`.
 
     Raises:
         TypeError: neither ``gate`` nor ``policy`` given, one of them of the wrong type, or
             ``inner`` is not a sync transport.
         ValueError: ``timeout`` is negative or NaN.
+        TypeError: ``learn_limits`` is not a bool, ``tokens`` not a bool or callable.
         anygate.Busy: from a request, when no slot came within ``timeout``.
         anygate.CircuitOpen: from a request, while the policy's breaker is open.
         RuntimeError: from a request made on a thread that runs an event loop.
@@ -173,9 +194,18 @@ class SyncGatedTransport(httpx.BaseTransport):
         gate: Gate | None = None,
         policy: Policy | None = None,
         timeout: float | None = None,
+        learn_limits: bool = True,
+        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
     ) -> None:
         self._core = _transport.TransportCore(
-            _FLAVOUR, inner, gate=gate, policy=policy, timeout=timeout, is_async=False
+            _FLAVOUR,
+            inner,
+            gate=gate,
+            policy=policy,
+            timeout=timeout,
+            is_async=False,
+            learn_limits=learn_limits,
+            tokens=tokens,
         )
 
     @property
