@@ -12,6 +12,11 @@
     state) vs parse alone. Target: <= 1.5x.
 (c) ``StreamUsage`` following a 200-chunk SSE stream vs a bare loop over the same chunks.
     Reported (no target): what token accounting adds to a streamed answer.
+(d) one request through ``anygate.httpx.GatedTransport`` over ``httpx.MockTransport``
+    (the cheapest exchange there is) answering with OpenAI's rate-limit headers and a JSON
+    usage (limits far above the run's pace), the gate holding a token budget:
+    ``learn_limits=True, tokens=True`` vs both off.
+    Target: <= 1.5x (on a real provider the difference is noise against network time).
 
 Timings are best-of-N wall clock on a shared machine: read ratios, not absolute numbers.
 """
@@ -134,7 +139,49 @@ def bench_stream() -> None:
     print(f"    per chunk: {(cost - base) / len(events) * 1e6:.2f} us added")
 
 
+def bench_transport() -> None:
+    import anyio
+
+    from anygate.httpx import GatedTransport
+
+    print("(d) a request through GatedTransport (MockTransport), learning + tokens vs off")
+    body = json.dumps({"id": "x", "choices": [], "usage": {"total_tokens": 42}}).encode()
+
+    # Limits far above the run's pace: this measures the work, not the pacing it leads to.
+    limits = OPENAI | {
+        "x-ratelimit-limit-requests": "1000000000",
+        "x-ratelimit-remaining-requests": "999999999",
+        "x-ratelimit-limit-tokens": "100000000000",
+        "x-ratelimit-remaining-tokens": "99999999999",
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=limits, content=body)
+
+    payload = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+
+    async def run(on: bool) -> float:
+        gate = anygate.Gate(name="bench", rate=anygate.Rate(tokens_per_minute=1e11))
+        transport = GatedTransport(
+            httpx.MockTransport(handler), gate=gate, learn_limits=on, tokens=on
+        )
+        async with httpx.AsyncClient(transport=transport) as client:
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(500):
+                    await client.post("http://llm/v1/chat/completions", json=payload)
+                best = min(best, (time.perf_counter() - start) / 500)
+        return best
+
+    off = anyio.run(run, False)
+    on = anyio.run(run, True)
+    report("learning + tokens / off", on / off, 1.5)
+    print(f"    per request: {off * 1e6:.0f} us off, {on * 1e6:.0f} us on")
+
+
 if __name__ == "__main__":
     bench_parse()
     bench_learn()
     bench_stream()
+    bench_transport()
