@@ -337,3 +337,27 @@ class _Stream:
 
     def close(self) -> None:
         pass
+
+
+def test_sync_transport_settles_and_learns(flavour: Flavour) -> None:
+    """SyncGatedTransport: the same accounting on a blocking client, in a plain thread."""
+    clock = Still()
+    gate = _gate(clock)
+    remaining = iter([590, 580])
+    raw = json.dumps({"usage": USAGE}).encode()
+
+    def handler(request: Any) -> Any:
+        return flavour.lib.Response(
+            200,
+            headers={"content-type": "application/json", **_limits(next(remaining))},
+            stream=_Stream(flavour, raw, 5),
+        )
+
+    transport = flavour.gated.SyncGatedTransport(flavour.lib.MockTransport(handler), gate=gate)
+    with flavour.lib.Client(transport=transport) as client:
+        for _ in range(2):
+            assert client.post("http://llm/v1/chat/completions", json=BODY).json()["usage"] == USAGE
+    assert _tokens_left(gate) == FULL - 2 * 42
+    assert gate.rate == anygate.Rate(
+        requests_per_minute=540, tokens_per_minute=FULL, burst_s=60
+    )  # the user's 60000 caps the learned 90000
