@@ -261,3 +261,12 @@ async def test_hold_refuses_until_reset_on_every_backend(anyio_backend: Any) -> 
     token = await gate.acquire(timeout=0)
     token.release()
     assert math.isclose(gate.rate.requests_per_minute or 0, 54_000)  # type: ignore[union-attr]
+
+
+def test_a_clock_that_cannot_be_read_skips_the_hold() -> None:
+    """A virtual clock outside its run: the rate is still learned, no hold, no exception."""
+    gate = Gate(name="llm", clock=anyio.current_time)  # raises outside an event loop
+    learner = RateLearner(gate)
+    assert learner.observe(report(600, 0, 20.0))
+    assert gate.rate == Rate(requests_per_minute=540)
+    assert learner.limits.holds == 0

@@ -251,8 +251,9 @@ class RateLearner:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
             changed = self._apply(gate) if adopted else False
             if hold_s > 0:
-                at = (gate._clock() if now is None else now) + hold_s
-                if gate._hold_until(at):
+                start = gate._read_clock() if now is None else now
+                # A virtual clock read outside its run cannot say when: no hold then.
+                if start is not None and gate._hold_until(start + hold_s):
                     self._holds += 1
                     changed = True
         return changed
