@@ -54,7 +54,7 @@ SWEEP: tuple[tuple[str, list[str]], ...] = (
     ("latency x3", ["provider.latency.median_s=6.0"]),
     ("fleet x4", ["fleet.agents=960"]),
     ("outage", ["provider.outages=[{start_s: 60, end_s: 150}]"]),
-    ("Retry-After on", ["provider.retry_after=auto"]),
+    ("Retry-After on", ["provider.retry_after_s=auto"]),
     (
         "dynamic burst threshold",
         [
@@ -77,7 +77,7 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
     ("latency", ["provider.latency.median_s=3.5,1.5"]),
     ("fleet", ["fleet.agents=360,720"]),
     ("outage", ["provider.outages=[{start_s: 30, end_s: 80}]"]),
-    ("Retry-After on, slots 24", ["provider.retry_after=auto", "provider.slots=24"]),
+    ("Retry-After on, slots 24", ["provider.retry_after_s=auto", "provider.slots=24"]),
     ("burst growth 1.6", ["provider.burst={window_s: 10, growth: 1.6, floor: 40}"]),
 )
 

@@ -67,6 +67,7 @@ ENTRY_POINTS: list[tuple[str, Callable[[Any], object]]] = [
     ("attempt_timeout_s", lambda v: Policy(attempt_timeout_s=v)),
     ("max_concurrent_calls", lambda v: Policy(max_concurrent_calls=v)),
     ("max_attempts", lambda v: RetryConfig(max_attempts=v)),
+    ("throttle_attempts", lambda v: RetryConfig(throttle_attempts=v)),
     ("base_delay_ms", lambda v: RetryConfig(base_delay_ms=v)),
     ("retry_after_max_s", lambda v: RetryConfig(retry_after_max_s=v)),
     ("reason_budgets.burst_rate", lambda v: RetryConfig(reason_budgets={"burst_rate": v})),

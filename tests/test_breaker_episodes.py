@@ -266,7 +266,7 @@ async def test_many_callers_on_a_failing_provider_never_run_two_probes_of_one_ep
         name="episodes",
         max_concurrent_calls=50,
         busy_wait_s=None,
-        circuit_breaker=BreakerConfig(failure_threshold=3, recovery_timeout_sec=0.1),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=3, recovery_timeout_sec=0.1),
         retry=RetryConfig(max_attempts=2, base_delay_ms=10, cap_delay_ms=50),
         adaptive_concurrency=False,
         clock=clock,

@@ -31,15 +31,17 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.yaml"
 
 
 def test_defaults_are_the_documented_numbers() -> None:
-    """An empty config gives deer-flow's defaults."""
+    """An empty config gives the documented defaults."""
     config = load_config({})
     retry = config.retry
     assert (retry.max_attempts, retry.base_delay_ms, retry.cap_delay_ms) == (3, 1000, 8000)
     assert (retry.burst_base_delay_ms, retry.retry_after_max_s) == (5000, 120)
-    assert dict(retry.reason_budgets) == {"burst_rate": 2}
+    assert dict(retry.reason_budgets) == {}
+    assert retry.throttle_attempts == 12
     assert dict(retry.exception_budgets) == {"StreamChunkTimeoutError": 2}
-    assert (config.busy_wait_s, config.max_concurrent_calls, config.name) == (60, None, "llm")
+    assert (config.busy_wait_s, config.max_concurrent_calls, config.name) == (None, None, "llm")
     assert config.circuit_breaker.enabled
+    assert config.circuit_breaker.when_open == "wait"
     assert config == PolicyConfig()
 
 
@@ -53,7 +55,7 @@ def test_the_example_file_documents_every_key_and_loads() -> None:
     policy = Policy.from_config(EXAMPLE)
     assert policy.max_concurrent_calls == 0
     assert policy.breaker is not None
-    assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (5, 60)
+    assert (policy.breaker.failure_threshold, policy.breaker.recovery_timeout) == (5, 5)
     assert policy.config.retry == RetryConfig()
 
 

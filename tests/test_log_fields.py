@@ -43,7 +43,7 @@ async def test_breaker_records_have_fields(caplog: pytest.LogCaptureFixture) -> 
     """The breaker opening names the breaker, the new state and the delay to the probe."""
     policy = Policy(
         name="chat",
-        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=10),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=10),
     )
     with caplog.at_level(logging.DEBUG, logger="anygate"), anygate.set_testing(True):
         with pytest.raises(CallFailed):

@@ -82,10 +82,12 @@ async def test_a_call_in_backoff_lets_another_caller_take_its_only_slot() -> Non
 
 @virtual_time
 async def test_burst_rate_reports_its_effective_budget_in_events() -> None:
-    """Ported: burst-rate allows 2 attempts, and events say 1/2 (not the configured 3)."""
+    """Ported: a burst-rate budget of 2 allows 2 attempts, and events say 1/2 (not the
+    throttle budget of 12)."""
     events: list[Any] = []
     script = Script(burst(), burst(), burst())
-    policy = Policy(hooks=[events.append])
+    two = RetryConfig(reason_budgets={"burst_rate": 2})
+    policy = Policy(hooks=[events.append], retry=two)
     with pytest.raises(CallFailed) as info:
         await policy.call(script)
     assert script.calls == 2
@@ -328,14 +330,14 @@ async def test_stream_chunk_timeouts_have_their_own_budget_of_two() -> None:
     user is told to ask for shorter output."""
     script = Script(*[StreamChunkTimeoutError("no chunk in 120s") for _ in range(3)])
     with anygate.set_testing(True), pytest.raises(CallFailed) as info:
-        await Policy().call(script)
+        await Policy(retry=two).call(script)
     assert (script.calls, info.value.attempts) == (2, 2)
     assert "shorter" in info.value.user_message
 
 
 async def test_the_tightest_budget_wins() -> None:
-    """retry_max_attempts caps everything; budgets only tighten it."""
-    generous = RetryConfig(max_attempts=2, reason_budgets={"burst_rate": 5})
+    """retry_throttle_attempts caps throttles; per-reason budgets only tighten it."""
+    generous = RetryConfig(throttle_attempts=2, reason_budgets={"burst_rate": 5})
     script = Script(*[burst() for _ in range(5)])
     with anygate.set_testing(True), pytest.raises(CallFailed):
         await Policy(retry=generous).call(script)

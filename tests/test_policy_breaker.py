@@ -28,10 +28,10 @@ virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
 
 
 def tripping_policy(clock: FakeClock, **kwargs: Any) -> Policy:
-    """Threshold 1, recovery 60 s, a manual clock, instant retries."""
+    """Threshold 1, recovery 60 s, fail fast, a manual clock, instant retries, 2 throttles."""
     return Policy(
-        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=60),
-        retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=60),
+        retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0, throttle_attempts=2),
         clock=clock,
         **kwargs,
     )
@@ -193,8 +193,8 @@ def test_conflicting_shared_settings_raise_unless_reconfigured() -> None:
     assert resized.gate is first.gate
     assert first.gate.capacity == 2
     with pytest.raises(anygate.ConfigError, match="failure_threshold=5"):
-        Policy(circuit_breaker=BreakerConfig(failure_threshold=2))
-    Policy(circuit_breaker=BreakerConfig(failure_threshold=2), reconfigure=True)
+        Policy(circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=2))
+    Policy(circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=2), reconfigure=True)
     assert first.breaker is not None
     assert first.breaker.failure_threshold == 2
     assert Policy(gate_name="other", max_concurrent_calls=2).gate is not first.gate
@@ -281,10 +281,11 @@ async def test_secrets_never_reach_messages_events_or_logs(
 
 @virtual_time
 async def test_cancellation_during_a_backoff_sleep_is_neutral() -> None:
-    """A call cancelled while sleeping between attempts is not a provider failure."""
+    """A call cancelled while sleeping between attempts adds nothing to the one failed
+    attempt the breaker heard."""
     scope = anyio.CancelScope()
     policy = Policy(
-        circuit_breaker=BreakerConfig(failure_threshold=1),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=2),
         retry=RetryConfig(base_delay_ms=5000, cap_delay_ms=5000),
         hooks=[lambda e: scope.cancel() if isinstance(e, anygate.RetryScheduled) else None],
     )
@@ -292,16 +293,17 @@ async def test_cancellation_during_a_backoff_sleep_is_neutral() -> None:
         await policy.call(Script(transient()))
     assert scope.cancelled_caught
     assert policy.breaker is not None
-    assert policy.breaker.statistics().failures == 0
+    assert policy.breaker.statistics().failures == 1
     assert policy.breaker.state == "closed"
 
 
 @virtual_time
 async def test_busy_on_a_later_slot_wait_is_neutral() -> None:
-    """No slot for the retry is local congestion, not the provider failing: Busy, neutral."""
+    """No slot for the retry is local congestion, not the provider failing: Busy, and the
+    breaker heard only the failed attempt."""
     holder: list[anygate.Token] = []
     policy = Policy(
-        circuit_breaker=BreakerConfig(failure_threshold=1),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=2),
         max_concurrent_calls=1,
         busy_wait_s=2,
         retry=RetryConfig(base_delay_ms=1000, cap_delay_ms=1000),

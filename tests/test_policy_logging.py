@@ -57,7 +57,7 @@ async def test_the_breaker_opening_is_a_warning_and_closing_is_info(
     """Opening is WARNING (calls are being refused); half-open and closed are INFO."""
     clock = [0.0]
     policy = Policy(
-        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=10),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=10),
         clock=lambda: clock[0],
     )
     with caplog.at_level(logging.DEBUG, logger="anygate"), anygate.set_testing(True):

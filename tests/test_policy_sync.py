@@ -32,9 +32,11 @@ def test_retries_then_succeeds_and_reports_events() -> None:
 
 
 def test_burst_rate_budget_and_breaker_neutrality_on_the_sync_path() -> None:
-    """Ported (sync): burst-rate gets 2 attempts and its exhaustion does not trip the
+    """Ported (sync): a throttle budget of 2 and its exhaustion does not trip the
     breaker; transient exhaustion does."""
-    policy = Policy(retry=INSTANT, circuit_breaker=BreakerConfig(failure_threshold=1))
+    policy = Policy(
+        retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0, throttle_attempts=2),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1))
     script = SyncScript(burst(), burst(), burst())
     with pytest.raises(CallFailed) as info:
         policy.call_sync(script)
@@ -128,7 +130,7 @@ def test_a_thread_in_backoff_lets_another_thread_take_the_only_slot() -> None:
 def test_call_and_call_sync_share_one_breaker() -> None:
     """A breaker opened by the sync path fails async calls fast, and vice versa."""
     clock = FakeClock()
-    policy = Policy(retry=INSTANT, circuit_breaker=BreakerConfig(failure_threshold=1), clock=clock)
+    policy = Policy(retry=INSTANT, circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1), clock=clock)
     with pytest.raises(CallFailed):
         policy.call_sync(SyncScript(transient(), transient(), transient()))
 

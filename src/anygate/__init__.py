@@ -8,6 +8,7 @@ that hold no slot, ``Retry-After``, deadlines and a shared circuit breaker.
 
 from __future__ import annotations
 
+from ._acquisition import Acquisition as Acquisition
 from ._adaptive import AdaptiveLimit as AdaptiveLimit
 from ._adaptive import AdaptiveStatistics as AdaptiveStatistics
 from ._breaker import BreakerState as BreakerState
@@ -62,6 +63,7 @@ from ._usage import tiktoken_counter as tiktoken_counter
 from ._usage import usage_tokens as usage_tokens
 
 __all__ = [
+    "Acquisition",
     "AdaptiveConfig",
     "AdaptiveLimit",
     "AdaptiveStatistics",

@@ -43,6 +43,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
+from ._errors import Busy
+from ._gate import Gate
 from ._gate_args import check_capacity
 from ._validation import check_int, check_number, show
 from ._waiters import ki_protected
@@ -77,6 +79,9 @@ DEFAULT_PAUSE_MS = 5000.0
 DEFAULT_HOLD_S = 30.0
 #: The hold doubles each time a probe finds the same limit again, up to this.
 DEFAULT_MAX_HOLD_S = 600.0
+
+#: Whether a burst-rate throttle also cuts the concurrency limit (the first of an episode).
+_CUT_ON_BURST = False
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9
@@ -193,6 +198,8 @@ class AdaptiveLimit:
         "_pause_s",
         "_paused_until",
         "_pausing",
+        "_probe_out",
+        "_resume",
         "_stale",
         "_throttles",
     )
@@ -232,6 +239,10 @@ class AdaptiveLimit:
         self._learned = math.inf
         self._hold_s = DEFAULT_HOLD_S
         self._held_until = -math.inf
+        # A burst-rate pause ends with one probe: when it is over, one attempt goes; the
+        # others wait on _resume (shut while a pause lasts) until the probe succeeds.
+        self._probe_out = False
+        self._resume = Gate(math.inf, name=f"adaptive {gate.name}")
 
     # ------------------------------------------------------------------ reading
 
@@ -267,15 +278,63 @@ class AdaptiveLimit:
         return self._enabled, self._floor, self._factor, self._pause_s
 
     def pause_left(self) -> float:
-        """Seconds an attempt admitted now must wait before calling the provider (0: none)."""
+        """Seconds until the current burst-rate pause ends (0: none, or over)."""
         if not self._pausing:
             return 0.0
         with self._lock:
+            return max(0.0, self._paused_until - self._clock()) if self._pausing else 0.0
+
+    @ki_protected
+    def pass_pause(self) -> tuple[float, bool]:
+        """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
+
+        ``(0, False)``: no pause, go. While a burst-rate pause lasts: wait until it ends.
+        When it has ended, the first attempt to ask is the probe ``(0, True)``; the others
+        wait for its outcome (at most ``pause_s`` before asking again): a success ends
+        the pause for everyone (:meth:`on_success` with ``probe=True``), another burst
+        429 starts a new pause, anything else hands the probe on (:meth:`probe_ended`).
+        """
+        if not self._pausing:
+            return 0.0, False
+        with self._lock:
+            if not self._pausing:
+                return 0.0, False
             left = self._paused_until - self._clock()
-            if left <= 0:
-                self._pausing = False
-                return 0.0
-            return left
+            if left > 0:
+                return left, False
+            if not self._probe_out:
+                self._probe_out = True
+                return 0.0, True
+            return max(self._pause_s, 1e-3), False
+
+    async def wait_pause(self, seconds: float) -> None:
+        """Wait ``seconds`` or until the pause ends, whichever comes first."""
+        try:
+            token = await self._resume.acquire(timeout=seconds)
+        except Busy:
+            return
+        token.release()
+
+    def wait_pause_sync(self, seconds: float) -> None:
+        """The blocking twin of :meth:`wait_pause`."""
+        try:
+            token = self._resume.acquire_sync(timeout=seconds)
+        except Busy:
+            return
+        token.release()
+
+    @ki_protected
+    def probe_ended(self) -> None:
+        """The probe ended without an answer about the rate (an error, a cancellation):
+        the next attempt to ask becomes the probe."""
+        with self._lock:
+            self._probe_out = False
+
+    def _end_pause_locked(self) -> None:
+        self._pausing = False
+        self._probe_out = False
+        self._paused_until = -math.inf
+        self._resume.capacity = math.inf
 
     def statistics(self) -> AdaptiveStatistics:
         """A consistent snapshot."""
@@ -308,7 +367,9 @@ class AdaptiveLimit:
     # ------------------------------------------------------------------ reacting
 
     @ki_protected
-    def on_throttle(self, generation: int | None, retry_after: float | None) -> LimitChange | None:
+    def on_throttle(
+        self, generation: int | None, retry_after: float | None, in_flight: int | None = None
+    ) -> LimitChange | None:
         """A burst-rate throttle: pause and lower the limit, unless it is old news.
 
         Args:
@@ -323,7 +384,7 @@ class AdaptiveLimit:
             return None
         with self._lock:
             self._adopt_external_resize()
-            if not self._active():
+            if self._ceiling < 1:
                 return None
             now = self._clock()
             if generation is None:
@@ -334,13 +395,25 @@ class AdaptiveLimit:
                 self._stale += 1
                 return None
             old = self._applied
-            self._limit = lowered_limit(self._limit, factor=self._factor, floor=self._floor_now())
+            # A throttle while the pause's probe is out continues the episode: a new
+            # pause, but the limit was cut already.
+            continuing = self._pausing
+            if not continuing and _CUT_ON_BURST and self._active():
+                self._limit = lowered_limit(
+                    self._limit, factor=self._factor, floor=self._floor_now()
+                )
+            elif not continuing and math.isinf(self._limit) and in_flight is not None:
+                # No limit yet: what was in flight when the rate grew too steep is one;
+                # without it the end of the pause would release every queued call at once.
+                self._limit = float(max(self._floor_now(), in_flight))
             self._generation += 1
             self._throttles += 1
             pause = self._pause_s if retry_after is None else max(0.0, retry_after)
+            self._probe_out = False
             if pause > 0:
                 self._paused_until = now + pause
                 self._pausing = True
+                self._resume.capacity = 0
             self._apply()
             return LimitChange(old, self._applied, self._ceiling, "burst_rate", pause)
 
@@ -407,7 +480,7 @@ class AdaptiveLimit:
             return LimitChange(old, self._applied, self._ceiling, "concurrency", 0.0)
 
     @ki_protected
-    def on_success(self, *, saturated: bool = True) -> LimitChange | None:
+    def on_success(self, *, saturated: bool = True, probe: bool = False) -> LimitChange | None:
         """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
         a whole slot.
 
@@ -415,7 +488,12 @@ class AdaptiveLimit:
             saturated: whether the gate was full when the call was admitted. A success
                 while slots stood free says nothing about a higher limit, so it does not
                 grow it; neither does any success during a hold after a concurrency cut.
+            probe: the call was a burst-rate pause's probe: its success ends the pause.
         """
+        if probe:
+            with self._lock:
+                if self._pausing and self._probe_out:
+                    self._end_pause_locked()
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
         if not self._enabled or self._limit >= self._ceiling or not saturated:
@@ -488,8 +566,7 @@ class AdaptiveLimit:
                 self._enabled = enabled
             if not self._enabled:
                 self._limit = self._ceiling
-                self._pausing = False
-                self._paused_until = -math.inf
+                self._end_pause_locked()
             self._apply(force=True)
 
     # ------------------------------------------------------------------ internals (locked)

@@ -181,20 +181,27 @@ class Attempts:
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-            pause = adaptive.pause_left()
-            if pause > 0 and not testing.enabled:
-                # Holding the slot while paused is the point: when the pause ends, at most
-                # the (lowered) capacity's worth of attempts go at once, in FIFO order.
-                self.check_pause(pause)
-                await anyio.sleep(pause)
+            if not testing.enabled:
+                # Holding the slot while paused is the point: when the pause ends, one probe
+                # goes, and after its success at most the capacity's worth at once.
+                while True:
+                    pause, run.burst_probe = adaptive.pass_pause()
+                    if pause <= 0:
+                        break
+                    self.check_pause(pause)
+                    await adaptive.wait_pause(pause)
             run.generation = adaptive.generation
             if hooks:
                 waited = anyio.current_time() - run.slot_started
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
         except BaseException:
             # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
-            # slot is ours until the caller has it, so it is ours to give back.
+            # slot is ours until the caller has it, so it is ours to give back (and the
+            # probe role, if this attempt had claimed it).
             token.release()
+            if run.burst_probe:
+                run.burst_probe = False
+                adaptive.probe_ended()
             raise
         return token
 
@@ -293,8 +300,10 @@ class Attempts:
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-            pause = adaptive.pause_left()
-            if pause > 0 and not testing.enabled:
+            while not testing.enabled:
+                pause, run.burst_probe = adaptive.pass_pause()
+                if pause <= 0:
+                    break
                 self.check_pause(pause)
                 if time.monotonic() + pause >= deadline:
                     if run.verdict is not None:
@@ -305,13 +314,16 @@ class Attempts:
                         in_flight=gate.in_flight,
                         waited=time.monotonic() - now,
                     )
-                time.sleep(pause)
+                adaptive.wait_pause_sync(pause)
             run.generation = adaptive.generation
             if hooks:
                 waited = time.monotonic() - now
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
         except BaseException:
             token.release()
+            if run.burst_probe:
+                run.burst_probe = False
+                adaptive.probe_ended()
             raise
         return token
 

@@ -12,7 +12,8 @@ Each entry into half-open starts a new *episode*, and a probe permit is bound to
 episode it was admitted in. Only that episode's probe can close, reopen or hand on the
 probe role; a probe whose episode is over (another call's success closed the breaker, or
 the breaker reopened and half-opened again meanwhile) reports like any other call: its
-success still closes the breaker (a success is evidence whoever reports it), its failure
+success still closes the breaker (a success is evidence whoever reports it, if it was sent
+after the breaker last opened: a long call admitted before an outage proves nothing), its failure
 counts towards ``failure_threshold`` while closed and is ignored otherwise, and its
 neutral outcome does nothing. So a late report can neither let a second probe out nor
 open a closed breaker on a single failure.
@@ -281,8 +282,10 @@ class CircuitBreaker:
                     self._rejected += 1
                     raise CircuitOpen(name=self._name, retry_after=0.0)
                 self._probe_out = True
-                return Permit(self, probe=True, change=change, episode=self._episode)
-        return Permit(self, probe=False, change=None)
+                return Permit(
+                    self, probe=True, change=change, episode=self._episode, spell=self._opened
+                )
+        return Permit(self, probe=False, change=None, spell=self._opened)
 
     def would_admit(self) -> bool:
         """Whether :meth:`acquire` would succeed now for a caller that holds no probe."""
@@ -380,9 +383,14 @@ class CircuitBreaker:
                 and permit._episode == self._episode
             )
             if outcome == "success":
+                if self._state is not BreakerState.CLOSED and permit._spell != self._opened:
+                    # Sent before the breaker last opened (a long call finishing during an
+                    # outage that refuses new requests): no news about the provider now.
+                    return None
                 self._failures = 0
-                # Any success is fresh evidence the provider works, whichever call it is
-                # (closing also ends the episode: its probe becomes stale).
+                # Any success sent since the breaker opened is fresh evidence the provider
+                # works, whichever call it is (closing also ends the episode: its probe
+                # becomes stale).
                 return self._move_locked(BreakerState.CLOSED)
             if outcome == "failure":
                 if probe:
@@ -443,7 +451,7 @@ class Permit:
         changes: the state changes this permit caused (at admission and at its outcome).
     """
 
-    __slots__ = ("_breaker", "_done", "_episode", "_probe", "changes")
+    __slots__ = ("_breaker", "_done", "_episode", "_probe", "_spell", "changes")
 
     def __init__(
         self,
@@ -452,9 +460,13 @@ class Permit:
         probe: bool,
         change: BreakerStateChanged | None,
         episode: int = -1,
+        spell: int = 0,
     ) -> None:
         self._breaker = breaker
         self._probe = probe
+        # How many times the breaker had opened when this permit was given: a call sent
+        # before the latest opening proves nothing about the provider since.
+        self._spell = spell
         self._episode = episode  # the half-open episode a probe belongs to
         self._done = False
         self.changes: list[BreakerStateChanged] = []

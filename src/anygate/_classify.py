@@ -42,7 +42,7 @@ class Reason(str, enum.Enum):
     AUTH = "auth"
     """Bad or missing credentials, or no permission. Never retried."""
     BURST_RATE = "burst_rate"
-    """The request *rate* rose too steeply (``limit_burst_rate``). Retried once, later."""
+    """The request *rate* rose too steeply (``limit_burst_rate``). Retried after a pause."""
     TRANSIENT = "transient"
     """Timeouts, dropped connections and streams, 408/409/425/429/5xx. Retried."""
     BUSY = "busy"

@@ -28,7 +28,24 @@ from ._validation import show
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["AdaptiveConfig", "BreakerConfig", "PolicyConfig", "RetryConfig"]
+__all__ = [
+    "AdaptiveConfig",
+    "BreakerConfig",
+    "PolicyConfig",
+    "RetryConfig",
+    "default_recovery_s",
+]
+
+#: The recovery interval a policy's breaker gets when none is stated, by ``when_open``.
+#: Failing fast, a probe a minute is the classic choice (pybreaker's default); waiting
+#: callers pay every second the breaker stays open after the provider is back, and a probe
+#: is one request, so it asks every few seconds.
+_DEFAULT_RECOVERY_S = {"fail": 60.0, "wait": 5.0}
+
+
+def default_recovery_s(when_open: str) -> float:
+    """The breaker's recovery interval when the config states none."""
+    return _DEFAULT_RECOVERY_S[when_open]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +63,8 @@ class RetryConfig:
         retry_after_max_s: the longest ``Retry-After`` obeyed; a longer one gives up at
             once instead of retrying early or oversleeping. YAML ``retry_after_max_s``. 120.
         reason_budgets: per-reason attempt budgets; they only tighten ``max_attempts``.
-            YAML ``reason_budgets``. ``{"burst_rate": 2}``.
+            YAML ``reason_budgets``. Empty: throttles, burst-rate ones included, use
+            ``throttle_attempts``.
         exception_budgets: per-exception-class-name budgets, matched anywhere in the MRO;
             they only tighten. YAML ``exception_budgets``. ``{"StreamChunkTimeoutError": 2}``.
         throttle_attempts: the budget for attempts answered with a *throttle* (a 429, an
@@ -66,7 +84,7 @@ class RetryConfig:
     burst_base_delay_ms: float = 5000.0
     retry_after_max_s: float = 120.0
     reason_budgets: Mapping[str, int] = field(
-        default_factory=lambda: MappingProxyType({"burst_rate": 2})
+        default_factory=lambda: MappingProxyType({})
     )
     exception_budgets: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({"StreamChunkTimeoutError": 2})
@@ -146,7 +164,8 @@ class BreakerConfig:
             absent): keep the shared breaker's value, 5 when this policy creates it.
         recovery_timeout_sec: seconds it stays open before one probe (>= 0). YAML
             ``circuit_breaker.recovery_timeout_sec``. ``None``: keep the shared breaker's
-            value, 60 when this policy creates it.
+            value; when this policy creates it, 5 with ``when_open: wait`` and 60 with
+            ``when_open: fail``.
         enabled: ``False`` turns the breaker off. YAML ``circuit_breaker.enabled``.
         name: the process-wide breaker's name; ``None`` uses the policy's name. YAML
             ``circuit_breaker.name``.

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import CodeType
 
+    from ._acquisition import Acquisition
     from ._rate import Rate, RateStatistics
     from ._token import Token
 
@@ -231,7 +232,7 @@ class Gate(Ledger):
 
     def acquire(
         self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
-    ) -> _Acquire:
+    ) -> Acquisition:
         """Wait for a slot; use as ``await gate.acquire()`` or ``async with gate.acquire()``.
 
         Args:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, TypeVar, cast, final, overload
 
 import anyio
 
-from . import _waiters
+from . import _decorate, _waiters
 from ._attempts import Attempts
 from ._classify import Rule, RuleLike
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
@@ -39,6 +39,8 @@ from ._validation import check_int, show
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from typing_extensions import ParamSpec
+
     from ._adaptive import AdaptiveLimit
     from ._backoff import Uniform
     from ._breaker import CircuitBreaker
@@ -49,6 +51,12 @@ if TYPE_CHECKING:
 __all__ = ["Policy"]
 
 T = TypeVar("T")
+if TYPE_CHECKING:
+    # call/call_sync check the arguments against fn's signature (ParamSpec) when no
+    # deadline is given. PEP 612 allows no keyword parameter between P.args and P.kwargs,
+    # so a call with deadline= matches a second, unchecked overload (its result type is
+    # still checked); @policy.retry is checked always. Runtime is the same either way.
+    P = ParamSpec("P")
 
 
 def _breaker_config(value: object) -> BreakerConfig:
@@ -345,9 +353,29 @@ class Policy:
             f"breaker {breaker}>"
         )
 
+    # The decorator form of call/call_sync lives in its own module (a thin client of them).
+    retry = _decorate.retry
+
     # ------------------------------------------------------------------ async
 
+    @overload
     async def call(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    # mypy flags the pair as overlapping (P.kwargs could hold a "deadline"), but a call
+    # with deadline= does fail signature 1 and lands here: tests/typing/api.py pins both.
+    @overload
+    async def call(  # type: ignore[overload-cannot-match]
+        self,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        deadline: float | None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    async def call(  # type: ignore[misc]  # the same false overlap as above
         self,
         fn: Callable[..., Awaitable[T]],
         /,
@@ -394,7 +422,15 @@ class Policy:
 
     # ------------------------------------------------------------------ sync
 
-    def call_sync(
+    @overload
+    def call_sync(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    @overload
+    def call_sync(  # type: ignore[overload-cannot-match]  # as for call
+        self, fn: Callable[..., T], /, *args: Any, deadline: float | None, **kwargs: Any
+    ) -> T: ...
+
+    def call_sync(  # type: ignore[misc]  # as for call
         self, fn: Callable[..., T], /, *args: Any, deadline: float | None = None, **kwargs: Any
     ) -> T:
         """Run ``fn(*args, **kwargs)`` under the policy in this (non-async) thread.

@@ -59,6 +59,7 @@ class Run:
 
     __slots__ = (
         "attempt",
+        "burst_probe",
         "exc",
         "failures",
         "generation",
@@ -83,6 +84,8 @@ class Run:
         # whether the gate was full then (only then is a success evidence for more).
         self.in_flight = 0
         self.saturated = False
+        # This attempt is the probe that ends a burst-rate pause (see AdaptiveLimit).
+        self.burst_probe = False
         # The adaptive limit's generation when the current attempt was admitted; None when
         # the caller does not track it (a throttle during a pause is then old news).
         self.generation: int | None = None
@@ -181,7 +184,12 @@ class Retrier:
                 emit(self.hooks, change)
 
     def attempt_ended(self, run: Run) -> None:
-        """Report a failed attempt's outcome (:meth:`plan` set it) on its permit."""
+        """Report a failed attempt's outcome (:meth:`plan` set it) on its permit, and hand
+        on the burst pause's probe role if it had it (a burst 429 started a new pause)."""
+        if run.burst_probe:
+            run.burst_probe = False
+            if self.adaptive is not None:
+                self.adaptive.probe_ended()
         permit = run.permit
         if permit is None:
             return
@@ -202,8 +210,12 @@ class Retrier:
             run.permit = None
             change = _report(permit, outcome)
         grown = None
-        if outcome == SUCCESS and self.adaptive is not None:
-            grown = self.adaptive.on_success(saturated=run.saturated)
+        probe, run.burst_probe = run.burst_probe, False
+        if self.adaptive is not None:
+            if outcome == SUCCESS:
+                grown = self.adaptive.on_success(saturated=run.saturated, probe=probe)
+            elif probe:
+                self.adaptive.probe_ended()
         if grown is not None:
             self._limit_changed(grown)
         if change is not None and self.hooks:
@@ -268,8 +280,10 @@ class Retrier:
         relearned = False
         if self.adaptive is not None:
             if kind == "burst":
-                # Whether or not this call retries, the whole gate slows down.
+                # Whether or not this call retries, the whole gate slows down: it pauses,
+                # and the pause's probe decides when everyone goes again, this call too.
                 self.throttled(run, verdict)
+                relearned = self.adaptive.enabled
             elif kind in ("concurrency", "overload"):
                 relearned = self.learn_concurrency(run, exact=kind == "concurrency")
         throttle = kind is not None
@@ -370,7 +384,8 @@ class Retrier:
         retry_after = verdict.retry_after
         if retry_after is not None:
             retry_after = min(retry_after, self.config.retry.retry_after_max_s)
-        change = self.adaptive.on_throttle(run.generation, retry_after)
+        in_flight = min(run.in_flight, self.gate.in_flight + 1)
+        change = self.adaptive.on_throttle(run.generation, retry_after, in_flight)
         if change is not None:
             self._limit_changed(change)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ._adaptive import AdaptiveLimit, adaptive_limit_for
 from ._breaker import CircuitBreaker
+from ._config import default_recovery_s
 from ._errors import ConfigError
 from ._gate import Gate
 from ._registry import breakers, gates
@@ -129,7 +130,9 @@ def resolve_breaker(
             bname,
             failure_threshold=5 if bcfg.failure_threshold is None else bcfg.failure_threshold,
             recovery_timeout=(
-                60.0 if bcfg.recovery_timeout_sec is None else bcfg.recovery_timeout_sec
+                default_recovery_s(bcfg.when_open)
+                if bcfg.recovery_timeout_sec is None
+                else bcfg.recovery_timeout_sec
             ),
             clock=time.monotonic if clock is None else clock,
         ),

@@ -97,7 +97,7 @@ async def test_gauges_read_the_gate_breaker_and_limit_live() -> None:
     policy = Policy(
         name="llm",
         max_concurrent_calls=2,
-        circuit_breaker=BreakerConfig(failure_threshold=1),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1),
         adaptive_concurrency=True,
         hooks=[telemetry],
     )

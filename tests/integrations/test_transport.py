@@ -320,20 +320,6 @@ def test_import_anygate_does_not_import_http_libraries() -> None:
     assert out.strip() == "[]"
 
 
-def test_flavour_modules_differ_only_in_the_library_name() -> None:
-    """anygate.httpx and anygate.httpx2 are the same code bound to different libraries.
-
-    Both are thin: the behaviour lives in anygate.integrations._transport. This keeps the
-    two from drifting apart when one is edited (module docstrings may differ).
-    """
-
-    def code(name: str) -> str:
-        text = (SRC / name).read_text("utf-8")
-        return text[text.index("from __future__") :]
-
-    assert code("httpx2.py").replace("httpx2", "httpx") == code("httpx.py")
-
-
 async def test_a_response_read_in_advance_frees_its_slot_at_once(flavour: Flavour) -> None:
     """Transports that hand back a response already in memory (MockTransport, caches) free
     the slot before the client sees it: nobody would ever close that stream."""

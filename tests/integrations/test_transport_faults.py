@@ -35,7 +35,7 @@ async def test_transport_hooks_raising_strand_neither_probe_nor_slot(flavour: Fl
     ]
     policy = Policy(
         gate=anygate.Gate(1, name="t"),
-        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=60),
+        circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1, recovery_timeout_sec=60),
         retry=RetryConfig(max_attempts=1),
         clock=clock,
         hooks=hooks,

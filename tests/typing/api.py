@@ -127,7 +127,17 @@ assert_type(busy.retry_after_s, "float | None")
 # ---------------------------------------------------------------- acquiring
 
 
+async def take(acquisition: anygate.Acquisition) -> Token:
+    async with acquisition as token:
+        return token
+
+
 async def acquire_async() -> None:
+    acquisition = gate.acquire(timeout=1)
+    assert_type(acquisition, anygate.Acquisition)
+    assert_type(await take(gate.acquire()), Token)
+    assert_type(await acquisition, Token)
+    anygate.Acquisition()  # type: ignore[misc]  # a protocol: only a gate makes one
     token = await gate.acquire()
     assert_type(token, Token)
     assert_type(await gate.acquire(timeout=None), Token)
@@ -265,7 +275,33 @@ async def call_through_policy() -> None:
     assert_type(await policy.call(ask, "hello"), str)
     assert_type(await policy.call(ask, "hello", temperature=0.5, deadline=30.0), str)
     assert_type(policy.call_sync(ask_blocking, "hello"), bytes)
-    await policy.call(ask_blocking, "hello")  # type: ignore[arg-type]  # not awaitable
+    await policy.call(ask_blocking, "hello")  # type: ignore[call-overload]  # not awaitable
+    await policy.call(ask, 1)  # type: ignore[call-overload]  # wrong argument type
+    await policy.call(ask, "hello", temprature=0.5)  # type: ignore[call-arg]  # typo
+    await policy.call(ask)  # type: ignore[call-overload]  # missing argument
+    policy.call_sync(ask_blocking, b"hello")  # type: ignore[call-overload]
+    assert_type(policy.call_sync(ask_blocking, "hello", deadline=5), bytes)
+
+
+@policy.retry
+async def ask_guarded(prompt: str, *, temperature: float = 0.0) -> str:
+    return prompt
+
+
+@policy.retry
+def ask_guarded_blocking(prompt: str) -> bytes:
+    return prompt.encode()
+
+
+async def call_decorated() -> None:
+    assert_type(await ask_guarded("hello", temperature=0.5), str)
+    assert_type(ask_guarded_blocking("hello"), bytes)
+    pending = policy.retry(ask)("hi")
+    assert_type(await pending, str)
+    await ask_guarded(1)  # type: ignore[arg-type]  # wrong argument type
+    await ask_guarded("hello", temprature=0.5)  # type: ignore[call-arg]  # typo
+    ask_guarded_blocking()  # type: ignore[call-arg]  # missing argument
+    policy.retry("not a function")  # type: ignore[call-overload]
 
 
 config = load_config({"llm_call": {"retry_max_attempts": 3}})

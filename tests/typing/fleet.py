@@ -15,6 +15,7 @@ async def fleet_api() -> None:
     assert_type(fleet.gate, anygate.Gate)
     assert_type(fleet.capacity, int)
     assert_type(fleet.name, str)
+    assert_type(fleet.acquire(), anygate.Acquisition)
     assert_type(await fleet.acquire(timeout=1.0), anygate.Token)
     async with fleet.acquire() as token:
         assert_type(token, anygate.Token)

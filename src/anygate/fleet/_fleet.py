@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
+    from .._acquisition import Acquisition
     from .._token import Token
 
 __all__ = ["FleetGate", "FleetStatistics"]
@@ -314,7 +315,7 @@ class FleetGate:
 
     # ------------------------------------------------------------------ acquiring
 
-    def acquire(self, *, timeout: float | None = None) -> _FleetAcquire:
+    def acquire(self, *, timeout: float | None = None) -> Acquisition:
         """Wait for a fleet slot: ``await fleet.acquire()`` or ``async with fleet.acquire()``.
 
         Args:
@@ -322,8 +323,9 @@ class FleetGate:
                 :meth:`anygate.Gate.acquire`.
 
         Returns:
-            An awaitable giving an :class:`anygate.Token` of :attr:`gate`; as an async
-            context manager it yields the token and releases it on exit.
+            An :class:`anygate.Acquisition`: awaited, an :class:`anygate.Token` of
+            :attr:`gate`; as an async context manager it yields the token and releases it
+            on exit.
 
         Raises:
             Busy: no slot within ``timeout``.

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 import anyio
 
+from .._errors import Busy, CircuitOpen
 from .._gate import Gate
 from .._policy import Policy
 from .._retrying import Run
@@ -54,6 +55,9 @@ class Flavour(NamedTuple):
 
     Attributes:
         name: the library's import name, used in messages and to spot a wrong-flavour inner.
+        request: the library's ``Request`` (a request of the other library is refused).
+        busy_error: :class:`anygate.Busy` combined with the library's ``PoolTimeout``.
+        circuit_error: :class:`anygate.CircuitOpen` combined with its ``TransportError``.
         async_body: :class:`AsyncBody` combined with the library's ``AsyncByteStream``.
         sync_body: :class:`SyncBody` combined with the library's ``SyncByteStream``.
         byte_stream: the library's ``ByteStream`` (replays a buffered body, sync and async).
@@ -63,6 +67,9 @@ class Flavour(NamedTuple):
     """
 
     name: str
+    request: type
+    busy_error: type[Busy]
+    circuit_error: type[CircuitOpen]
     async_body: type[AsyncBody]
     sync_body: type[SyncBody]
     byte_stream: type
@@ -198,15 +205,25 @@ class TransportCore:
 
         With a policy, failed responses are classified and retried under it (see
         :mod:`._retries`); the slot of a successful response is held until it is closed.
+        This and :meth:`send_sync` are the whole per-request path of a gated transport.
         """
+        if not isinstance(request, self.flavour.request):
+            raise wrong_client(self.flavour.name, request)
         cost = self.accounting.estimate(request)
-        if not self._retriable(request):
-            return await self._attempt_async(request, _first_run(), guarded=False, cost=cost)
-        assert self.policy is not None
         try:
-            return await retry_async(self.policy, partial(self._attempt_async, request, cost=cost))
-        except ErrorResponse as exc:
-            return final_response(exc)
+            if not self._retriable(request):
+                return await self._attempt_async(request, _first_run(), guarded=False, cost=cost)
+            assert self.policy is not None
+            try:
+                attempt = partial(self._attempt_async, request, cost=cost)
+                return await retry_async(self.policy, attempt)
+            except ErrorResponse as exc:
+                return final_response(exc)
+        except (Busy, CircuitOpen) as exc:
+            err = self._at_boundary(exc, request)
+            if err is exc:
+                raise
+            raise err from exc
 
     async def _attempt_async(
         self, request: Any, run: Run, *, guarded: bool = True, cost: int | None = None
@@ -258,14 +275,22 @@ class TransportCore:
 
     def send_sync(self, request: Any) -> Any:
         """Send ``request`` through the inner sync transport while holding one slot."""
+        if not isinstance(request, self.flavour.request):
+            raise wrong_client(self.flavour.name, request)
         cost = self.accounting.estimate(request)
-        if not self._retriable(request):
-            return self._attempt_sync(request, _first_run(), guarded=False, cost=cost)
-        assert self.policy is not None
         try:
-            return retry_sync(self.policy, partial(self._attempt_sync, request, cost=cost))
-        except ErrorResponse as exc:
-            return final_response(exc)
+            if not self._retriable(request):
+                return self._attempt_sync(request, _first_run(), guarded=False, cost=cost)
+            assert self.policy is not None
+            try:
+                return retry_sync(self.policy, partial(self._attempt_sync, request, cost=cost))
+            except ErrorResponse as exc:
+                return final_response(exc)
+        except (Busy, CircuitOpen) as exc:
+            err = self._at_boundary(exc, request)
+            if err is exc:
+                raise
+            raise err from exc
 
     def _attempt_sync(
         self, request: Any, run: Run, *, guarded: bool = True, cost: int | None = None
@@ -299,6 +324,29 @@ class TransportCore:
         return token
 
     # ------------------------------------------------------------------ shared
+
+    def _at_boundary(self, exc: Busy | CircuitOpen, request: Any) -> Exception:
+        """``exc`` as the library's own transport error, for the client and an SDK on top.
+
+        The OpenAI and Anthropic SDKs turn the library's ``RequestError`` family into their
+        ``APIConnectionError`` (``TimeoutException`` into ``APITimeoutError``, a subclass)
+        and let other exceptions through raw (openai) or wrap them too (anthropic). So a
+        refusal becomes :attr:`Flavour.busy_error` (``Busy`` and ``PoolTimeout``: no slot in
+        time is the pool timeout of a gate) or :attr:`Flavour.circuit_error`
+        (``CircuitOpen`` and ``TransportError``), carrying the original's attributes and
+        message, so ``except anygate.Busy`` keeps working around a plain client.
+        """
+        cls: type[Exception] = (
+            self.flavour.busy_error if isinstance(exc, Busy) else self.flavour.circuit_error
+        )
+        if isinstance(exc, cls):  # a nested gated transport of this library translated it
+            return exc
+        err: Any = cls.__new__(cls)
+        err.__dict__.update(vars(exc))
+        err.args = exc.args
+        err.request = request
+        translated: Exception = err
+        return translated
 
     def _tie(
         self, response: Any, token: Token, request: Any, body: type[AsyncBody] | type[SyncBody]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._breaker import CircuitBreaker
+from .._config import default_recovery_s
 from .._errors import Busy, CallFailed, CircuitOpen, ConfigError
 from .._events import BreakerStateChanged, Event, LimitChanged, SlotAdmitted
 from .._gate import Gate
@@ -117,8 +118,11 @@ class PolicyClient:
             settings: dict[str, Any] = {}
             if breaker_cfg.failure_threshold is not None:
                 settings["failure_threshold"] = breaker_cfg.failure_threshold
-            if breaker_cfg.recovery_timeout_sec is not None:
-                settings["recovery_timeout"] = breaker_cfg.recovery_timeout_sec
+            settings["recovery_timeout"] = (
+                default_recovery_s(breaker_cfg.when_open)
+                if breaker_cfg.recovery_timeout_sec is None
+                else breaker_cfg.recovery_timeout_sec
+            )
             breaker = CircuitBreaker(f"sim-{spec.name}", clock=anyio.current_time, **settings)
         self._policy = Policy.from_config(
             config,

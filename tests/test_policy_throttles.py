@@ -1,0 +1,361 @@
+"""Issue 12: the policy steers by what the provider says.
+
+Throttle kinds, concurrency learning (with and without a cap), separate throttle budgets,
+the breaker's wait mode (one probe, many waiters, on trio's MockClock), and the default
+slot wait bounded by the call's deadline.
+"""
+
+from __future__ import annotations
+
+import math
+import anyio
+import pytest
+
+from anygate import (
+    BreakerConfig,
+    Busy,
+    CallFailed,
+    CircuitOpen,
+    Gate,
+    Policy,
+    ResponseError,
+    RetryConfig,
+)
+from anygate._adaptive import DEFAULT_HOLD_S, AdaptiveLimit
+from anygate._classify import classify
+from anygate._throttle import throttle_kind
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock, burst, transient
+
+pytestmark = pytest.mark.anyio
+virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
+
+
+def concurrency_429() -> ResponseError:
+    return ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "concurrency_limit_exceeded",
+                "message": "Too many concurrent requests for this model.",
+            }
+        },
+    )
+
+
+def rpm_429(retry_after: str | None = None) -> ResponseError:
+    headers = None if retry_after is None else {"retry-after": retry_after}
+    return ResponseError(
+        429,
+        headers=headers,
+        body={"error": {"code": "rate_limit_exceeded", "message": "Rate limit reached (RPM)"}},
+    )
+
+
+def overloaded_529() -> ResponseError:
+    return ResponseError(
+        529, body={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    )
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (concurrency_429(), "concurrency"),
+        (rpm_429(), "rate"),
+        (burst(), "burst"),
+        (overloaded_529(), "overload"),
+        (transient(retry_after="3"), "overload"),  # 503 asking to come back later
+        (transient(), None),  # 503 without Retry-After: down, the breaker's business
+        (ResponseError(500, body={"error": {"message": "boom"}}), None),
+    ],
+)
+def test_throttle_kind(error: ResponseError, kind: str | None) -> None:
+    assert throttle_kind(classify(error)) == kind
+
+
+# --------------------------------------------------------------------------- adaptive
+
+
+def test_a_concurrency_throttle_sets_the_limit_below_the_calls_in_flight_uncapped() -> None:
+    clock = FakeClock()
+    gate = Gate()
+    limit = AdaptiveLimit(gate, clock=clock)
+    change = limit.on_concurrency(0, 33, exact=True)
+    assert change is not None
+    assert change.reason == "concurrency"
+    assert gate.capacity == 32
+    # Old news: an attempt admitted before the cut.
+    assert limit.on_concurrency(0, 40, exact=True) is None
+    assert gate.capacity == 32
+
+
+def test_an_overload_answer_cuts_by_the_factor_and_a_lone_call_teaches_nothing() -> None:
+    gate = Gate(20)
+    limit = AdaptiveLimit(gate, clock=FakeClock(), decrease_factor=0.5)
+    assert limit.on_concurrency(0, 1, exact=False) is None
+    assert limit.on_concurrency(0, 10, exact=False) is not None
+    assert gate.capacity == 5
+
+
+def test_the_limit_holds_after_a_cut_then_grows_back_on_a_full_gate() -> None:
+    clock = FakeClock()
+    gate = Gate(40)
+    limit = AdaptiveLimit(gate, clock=clock)
+    assert limit.on_concurrency(0, 31, exact=True) is not None
+    assert gate.capacity == 30
+    for _ in range(100):
+        assert limit.on_success(saturated=True) is None  # held
+    clock.now += DEFAULT_HOLD_S
+    assert all(limit.on_success(saturated=False) is None for _ in range(100))  # not full
+    grown = [limit.on_success(saturated=True) for _ in range(31)]
+    assert any(change is not None for change in grown)
+    assert gate.capacity == 31
+
+
+def test_a_probe_that_finds_the_same_limit_holds_longer() -> None:
+    clock = FakeClock()
+    gate = Gate()
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit.on_concurrency(limit.generation, 33, exact=True)
+    clock.now += DEFAULT_HOLD_S
+    for _ in range(40):
+        limit.on_success(saturated=True)
+    assert gate.capacity == 33
+    limit.on_concurrency(limit.generation, 34, exact=True)  # the same lesson again
+    assert gate.capacity == 33
+    clock.now += DEFAULT_HOLD_S  # the first hold's length is not enough any more
+    assert all(limit.on_success(saturated=True) is None for _ in range(40))
+    clock.now += DEFAULT_HOLD_S
+    assert any(limit.on_success(saturated=True) is not None for _ in range(40))
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class SlotsProvider:
+    """A provider with ``slots`` concurrent slots that answers concurrency 429s beyond."""
+
+    def __init__(self, slots: int, service_s: float = 1.0) -> None:
+        self.slots = slots
+        self.service_s = service_s
+        self.busy = 0
+        self.peak = 0
+        self.rejected = 0
+        self.served = 0
+
+    async def __call__(self) -> str:
+        if self.busy >= self.slots:
+            self.rejected += 1
+            await anyio.sleep(0.01)
+            raise concurrency_429()
+        self.busy += 1
+        self.peak = max(self.peak, self.busy)
+        try:
+            await anyio.sleep(self.service_s)
+        finally:
+            self.busy -= 1
+        self.served += 1
+        return "ok"
+
+
+@virtual_time
+async def test_an_uncapped_policy_learns_the_providers_slots_and_loses_nothing() -> None:
+    provider = SlotsProvider(8)
+    policy = Policy(name="learns", gate_name="learns-gate", circuit_breaker=False)
+    assert math.isinf(policy.gate.capacity)
+    async with anyio.create_task_group() as tg:
+        for _ in range(60):
+            tg.start_soon(policy.call, provider)
+    assert provider.served == 60
+    assert policy.gate.capacity <= 8
+    # One lesson: the calls rejected together with the first are old news.
+    assert policy.adaptive_limit.statistics().throttles == 1
+    assert provider.rejected < 60
+
+
+async def test_throttles_use_their_own_budget() -> None:
+    errors = [rpm_429() for _ in range(5)] + [transient(), transient()]
+    script = iter(errors)
+
+    async def call() -> str:
+        error = next(script, None)
+        if error is not None:
+            raise error
+        return "ok"
+
+    policy = Policy(
+        retry=RetryConfig(max_attempts=3, throttle_attempts=6, base_delay_ms=0, cap_delay_ms=0),
+        circuit_breaker=False,
+    )
+    assert await policy.call(call) == "ok"  # 5 throttles and 2 failures: both within budget
+
+
+async def test_the_throttle_budget_runs_out() -> None:
+    policy = Policy(
+        retry=RetryConfig(throttle_attempts=2, base_delay_ms=0, cap_delay_ms=0),
+        circuit_breaker=False,
+    )
+    calls = 0
+
+    async def call() -> str:
+        nonlocal calls
+        calls += 1
+        raise rpm_429()
+
+    with pytest.raises(CallFailed):
+        await policy.call(call)
+    assert calls == 2
+
+
+async def test_throttles_never_open_the_breaker() -> None:
+    policy = Policy(
+        circuit_breaker=BreakerConfig(failure_threshold=1, when_open="fail"),
+        retry=RetryConfig(throttle_attempts=4, base_delay_ms=0, cap_delay_ms=0),
+    )
+    failures = iter([concurrency_429(), rpm_429(), burst()])
+
+    async def call() -> str:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return "ok"
+
+    assert await policy.call(call) == "ok"
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+
+
+# --------------------------------------------------------------------------- breaker waits
+
+
+class Outage:
+    """Fails with 503 until ``until`` (virtual time), then serves; counts attempts."""
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+        self.attempts = 0
+        self.during = 0
+
+    async def __call__(self) -> str:
+        self.attempts += 1
+        if anyio.current_time() < self.until:
+            self.during += 1
+            await anyio.sleep(0.01)
+            raise transient()
+        await anyio.sleep(0.5)
+        return "ok"
+
+
+@virtual_time
+async def test_wait_mode_callers_wait_for_one_probe_and_all_succeed() -> None:
+    start = anyio.current_time()
+    outage = Outage(until=start + 30.0)
+    policy = Policy(
+        name="waits",
+        circuit_breaker=BreakerConfig(failure_threshold=3, recovery_timeout_sec=5),
+        retry=RetryConfig(max_attempts=3, base_delay_ms=10, cap_delay_ms=20),
+        clock=anyio.current_time,
+    )
+    results: list[str] = []
+
+    async def one() -> None:
+        results.append(await policy.call(outage))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(50):
+            tg.start_soon(one)
+    assert results == ["ok"] * 50
+    # The first wave (all 50 sent before any answer) fails; after that, while open, only
+    # probes reach the provider: one per recovery interval, not a retry storm.
+    assert outage.during <= 50 + math.ceil(30 / 5) + 1
+    assert anyio.current_time() - start < 30.0 + 5.0 + 2.0
+
+
+@virtual_time
+async def test_wait_mode_is_bounded_by_the_deadline() -> None:
+    outage = Outage(until=anyio.current_time() + 1000.0)
+    policy = Policy(
+        name="waits-deadline",
+        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=50),
+        retry=RetryConfig(max_attempts=5, base_delay_ms=10, cap_delay_ms=20),
+        clock=anyio.current_time,
+    )
+    with pytest.raises(CallFailed):
+        await policy.call(outage, deadline=20)
+    started = anyio.current_time()
+    with pytest.raises(CircuitOpen):  # waited its whole deadline, attempted nothing
+        await policy.call(outage, deadline=10)
+    assert anyio.current_time() - started == pytest.approx(10.0)
+
+
+@virtual_time
+async def test_fail_mode_fails_fast() -> None:
+    outage = Outage(until=anyio.current_time() + 1000.0)
+    policy = Policy(
+        name="fails-fast",
+        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=50, when_open="fail"),
+        retry=RetryConfig(max_attempts=5, base_delay_ms=10, cap_delay_ms=20),
+        clock=anyio.current_time,
+    )
+    with pytest.raises(CallFailed):
+        await policy.call(outage)
+    started = anyio.current_time()
+    with pytest.raises(CircuitOpen):
+        await policy.call(outage)
+    assert anyio.current_time() == started
+
+
+def test_wait_mode_in_threads_waits_for_the_probe() -> None:
+    policy = Policy(
+        name="waits-sync",
+        circuit_breaker=BreakerConfig(failure_threshold=1, recovery_timeout_sec=0.05),
+        retry=RetryConfig(max_attempts=2, base_delay_ms=0, cap_delay_ms=0),
+    )
+    state = {"fail": 2}
+
+    def call() -> str:
+        if state["fail"]:
+            state["fail"] -= 1
+            raise transient()
+        return "ok"
+
+    # Fails, opens the breaker (probe after 50 ms of real time), the probe succeeds.
+    assert policy.call_sync(call, deadline=5) == "ok"
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+
+
+# --------------------------------------------------------------------------- slot wait
+
+
+@virtual_time
+async def test_the_default_slot_wait_is_the_deadline_not_a_fixed_timeout() -> None:
+    policy = Policy(name="slot-wait", max_concurrent_calls=1, circuit_breaker=False)
+    assert policy.config.busy_wait_s is None
+    release = anyio.Event()
+
+    async def hold() -> str:
+        await release.wait()
+        return "held"
+
+    async def quick() -> str:
+        return "quick"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(policy.call, hold)
+        await anyio.wait_all_tasks_blocked()
+        started = anyio.current_time()
+        with anyio.move_on_after(500) as scope:  # far past the old fixed 60 s: no Busy
+            await policy.call(quick)
+        assert scope.cancelled_caught
+        assert anyio.current_time() - started == pytest.approx(500)
+        started = anyio.current_time()
+        with pytest.raises(Busy):  # the call's own deadline bounds the wait
+            await policy.call(quick, deadline=100)
+        assert anyio.current_time() - started == pytest.approx(100)
+        release.set()
+    assert await policy.call(quick) == "quick"
