@@ -41,6 +41,13 @@ from ._events import SlotAdmitted as SlotAdmitted
 from ._events import SlotWaiting as SlotWaiting
 from ._gate import Gate as Gate
 from ._gate import GateStatistics as GateStatistics
+from ._headers import LimitReport as LimitReport
+from ._headers import ReportedLimit as ReportedLimit
+from ._headers import parse_limit_headers as parse_limit_headers
+from ._learn import LearnedLimits as LearnedLimits
+from ._learn import RateLearner as RateLearner
+from ._learn import headers_of as headers_of
+from ._learn import learn_from_headers as learn_from_headers
 from ._loader import load_config as load_config
 from ._policy import Policy as Policy
 from ._rate import Rate as Rate
@@ -50,6 +57,10 @@ from ._registry import shared_gate as shared_gate
 from ._testing import is_testing as is_testing
 from ._testing import set_testing as set_testing
 from ._token import Token as Token
+from ._usage import chars_counter as chars_counter
+from ._usage import estimate_tokens as estimate_tokens
+from ._usage import tiktoken_counter as tiktoken_counter
+from ._usage import usage_tokens as usage_tokens
 
 __all__ = [
     "Acquisition",
@@ -71,13 +82,17 @@ __all__ = [
     "GateStatistics",
     "GaveUp",
     "Hook",
+    "LearnedLimits",
     "LimitChanged",
+    "LimitReport",
     "Permit",
     "Policy",
     "PolicyConfig",
     "Rate",
+    "RateLearner",
     "RateStatistics",
     "Reason",
+    "ReportedLimit",
     "ResponseError",
     "RetryConfig",
     "RetryScheduled",
@@ -86,14 +101,21 @@ __all__ = [
     "SlotWaiting",
     "Token",
     "Verdict",
+    "chars_counter",
     "classify",
     "classify_response",
+    "estimate_tokens",
+    "headers_of",
     "is_testing",
+    "learn_from_headers",
     "load_config",
+    "parse_limit_headers",
     "redact",
     "set_testing",
     "shared_breaker",
     "shared_gate",
+    "tiktoken_counter",
+    "usage_tokens",
 ]
 
 __version__ = "0.1.0.dev0"

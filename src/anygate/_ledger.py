@@ -38,6 +38,10 @@ I8  Order: strictly FIFO within a priority class, for slots and budget together 
 I9  Each waiter is woken at most once per park (``armed``): a grant or a *nudge* (the next
     waiter must set its budget timer, earlier than it knew) disarms it under the lock, and
     only the waiter itself re-arms, under the lock, just before it parks again.
+
+Header learning (``_learn``) enters through one step, ``_hold_until``: a provider that
+reports its budget drained has ours spent until its reset, so I2 and the hot paths are
+unchanged (a hold is a debt like any other).
 """
 
 from __future__ import annotations
@@ -540,6 +544,34 @@ class Ledger:
             self._fire(wakes)
 
     @ki_protected
+    def _hold_until(self, at: float) -> bool:
+        """Admit nobody before ``at`` (on the gate's clock) by spending the rate budgets.
+
+        The one gate-core hook of header learning (``_learn``): a provider that says its
+        budget is drained until ``at`` gets no calls from us before then. It lives in
+        the budgets (``Budgets.hold_until``), so the hot path pays nothing and waiters
+        wait for it exactly as for any budget (I2); holding only delays, so nobody
+        needs waking: the next waiter's timer finds the later time when it fires.
+        Returns ``False`` (and holds nothing) when the gate has no rate budget to spend
+        or its clock cannot be read now.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets = self._budgets
+            now = None if budgets is None else self._read_clock()
+            held = budgets is not None and now is not None
+            if budgets is not None and now is not None:
+                if not budgets.started:
+                    budgets._start(now)
+                budgets.hold_until(at)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return held
+
+    @ki_protected
     def _settle(self, token: Token, tokens: int) -> None:
         """Make ``token``'s token charge ``tokens``: charge or refund the difference once."""
         wakes: list[Waiter] = []
@@ -550,6 +582,13 @@ class Ledger:
             token._cost = tokens  # the next settle charges relative to this one
             budgets = self._budgets
             if budgets is not None and delta:
+                if delta > 0 and budgets.tok_interval:
+                    # A charge is paid now, like one at admission (``charge``): a tat in
+                    # the past only means "full", and adding to it would lose the charge
+                    # in the burst cap. Refunds stay relative (the level is capped anyway).
+                    now = self._read_clock()
+                    if now is not None and budgets.tok_tat < now:
+                        budgets.tok_tat = now
                 budgets.refund(0, -delta)
                 if delta < 0 and self._live:
                     self._advance_locked(self._clock(), wakes)

@@ -448,6 +448,25 @@ class Budgets:
         if self.tok_interval and tokens:
             self.tok_tat -= tokens * self.tok_interval
 
+    def hold_until(self, at: float) -> None:
+        """Spend every budget until ``at``: no admission before it, then refill as usual.
+
+        For a provider that said its own budget is drained until ``at``. The request
+        budget is left with one unit at ``at`` and the token budget with none (a call
+        stating tokens then waits for their refill), exactly as if admissions had
+        drained them; a budget already owing past ``at`` keeps its debt. Deferred to
+        the first slow-path step if the budgets have not started.
+        """
+        if self.req_interval:
+            tat = at + self.req_tau - min(self.req_interval, self.req_tau)
+            if tat > self.req_tat:
+                self.req_tat = tat
+                self._update_ready()
+        if self.tok_interval:
+            tat = at + self.tok_tau
+            if tat > self.tok_tat:
+                self.tok_tat = tat
+
     # ------------------------------------------------------------------ slope ticks
 
     def _index(self, t: float) -> int:

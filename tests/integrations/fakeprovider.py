@@ -19,6 +19,13 @@ first chunk of the body, then waits for :meth:`FakeProvider.unhang`). A client t
 A request with an ``x-fake-wait: <key>`` header waits for :meth:`FakeProvider.release` of
 that key before it is answered at all.
 
+Rate-limit headers (:meth:`FakeProvider.limits`): every response, errors included, then
+reports a request and a token limit the way the provider family does (OpenAI's
+``x-ratelimit-*`` with Go-duration resets on OpenAI paths, Anthropic's
+``anthropic-ratelimit-*`` with RFC 3339 resets on ``/messages``), remaining counting down
+by one request and :data:`USAGE_TOKENS` tokens per request. Answers report usage as the
+real APIs do: OpenAI streams only with ``stream_options.include_usage``.
+
 This is not a model of a provider's timing; :mod:`anygate.sim` is.
 """
 
@@ -29,6 +36,7 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import anyio
@@ -40,6 +48,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 CHUNKS = ("Hel", "lo", " wor", "ld")
+#: Tokens every answer reports in its usage (1 in, 4 out).
+USAGE_TOKENS = 5
 
 # status, extra headers, OpenAI-style body; Anthropic requests get the same in their shape.
 _ERRORS: dict[str, tuple[int, list[tuple[bytes, bytes]], dict[str, Any]]] = {
@@ -113,8 +123,44 @@ class FakeProvider:
         self._unhang = anyio.Event()
         self._holding = False
         self._waits: dict[str, anyio.Event] = {}
+        self._limits: tuple[int, int, float] | None = None
 
     # ------------------------------------------------------------------ test controls
+
+    def limits(self, *, requests: int, tokens: int, reset_s: float = 1.0) -> None:
+        """Report these per-minute limits on every response from now on (see the module doc).
+
+        Remaining counts down from the limit by one request (and :data:`USAGE_TOKENS`
+        tokens) per request answered so far, floored at 0; the reset is ``reset_s``.
+        """
+        self._limits = (requests, tokens, reset_s)
+
+    def _limit_headers(self, anthropic: bool) -> list[tuple[bytes, bytes]]:
+        if self._limits is None:
+            return []
+        requests, tokens, reset_s = self._limits
+        left = {
+            "requests": (requests, max(0, requests - self.requests)),
+            "tokens": (tokens, max(0, tokens - USAGE_TOKENS * self.requests)),
+        }
+        out: list[tuple[bytes, bytes]] = []
+        if anthropic:
+            reset = (datetime.now(timezone.utc) + timedelta(seconds=reset_s)).isoformat()
+            for kind, (limit, remaining) in left.items():
+                prefix = f"anthropic-ratelimit-{kind}-"
+                out += [
+                    (f"{prefix}limit".encode(), str(limit).encode()),
+                    (f"{prefix}remaining".encode(), str(remaining).encode()),
+                    (f"{prefix}reset".encode(), reset.replace("+00:00", "Z").encode()),
+                ]
+        else:
+            for kind, (limit, remaining) in left.items():
+                out += [
+                    (f"x-ratelimit-limit-{kind}".encode(), str(limit).encode()),
+                    (f"x-ratelimit-remaining-{kind}".encode(), str(remaining).encode()),
+                    (f"x-ratelimit-reset-{kind}".encode(), f"{reset_s:g}s".encode()),
+                ]
+        return out
 
     def script(self, *behaviours: str) -> None:
         """Answer the next requests with these behaviours, in order (then ``ok`` again)."""
@@ -197,10 +243,12 @@ class FakeProvider:
         self, path: str, payload: dict[str, Any], behaviour: str, send: _Sender
     ) -> None:
         anthropic = path.endswith("/messages")
+        limits = self._limit_headers(anthropic)
         if behaviour == "hang_headers":
             await self._unhang.wait()
         if behaviour in _ERRORS:
             status, extra, error = _ERRORS[behaviour]
+            extra = [*extra, *limits]
             if anthropic:
                 doc: dict[str, Any] = {
                     "type": "error",
@@ -219,7 +267,7 @@ class FakeProvider:
             doc = _anthropic_message(payload) if anthropic else _openai_completion(payload)
             body = json.dumps(doc).encode()
             content_type, chunks = "application/json", [body[:20], body[20:]]
-        await send(_start(200, content_type))
+        await send(_start(200, content_type, limits))
         await send({"type": "http.response.body", "body": chunks[0], "more_body": True})
         # Held responses stop mid-body: a client that gave its slot back once the headers
         # arrived, rather than when the body was done, would show up as excess concurrency.
@@ -332,10 +380,27 @@ def _openai_events(payload: dict[str, Any]) -> list[bytes]:
             }
         )
 
+    usage = []
+    options = payload.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        # The final chunk of the real API: no choices, the whole call's usage.
+        usage = [
+            _sse(
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": model,
+                    "choices": [],
+                    "usage": _openai_completion(payload)["usage"],
+                }
+            )
+        ]
     return [
         chunk({"role": "assistant", "content": ""}),
         *(chunk({"content": text}) for text in CHUNKS),
         chunk({}, "stop"),
+        *usage,
         _sse("[DONE]"),
     ]
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ._transport import Flavour, TransportCore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from .._gate import Gate
     from .._policy import Policy
 
@@ -71,9 +73,18 @@ class AsyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
         gate: Gate | None = None,
         policy: Policy | None = None,
         timeout: float | None = None,
+        learn_limits: bool = True,
+        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
     ) -> None:
         self._core = TransportCore(
-            self._flavour, inner, gate=gate, policy=policy, timeout=timeout, is_async=True
+            self._flavour,
+            inner,
+            gate=gate,
+            policy=policy,
+            timeout=timeout,
+            is_async=True,
+            learn_limits=learn_limits,
+            tokens=tokens,
         )
 
     async def handle_async_request(self, request: RequestT) -> ResponseT:
@@ -97,9 +108,18 @@ class SyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
         gate: Gate | None = None,
         policy: Policy | None = None,
         timeout: float | None = None,
+        learn_limits: bool = True,
+        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
     ) -> None:
         self._core = TransportCore(
-            self._flavour, inner, gate=gate, policy=policy, timeout=timeout, is_async=False
+            self._flavour,
+            inner,
+            gate=gate,
+            policy=policy,
+            timeout=timeout,
+            is_async=False,
+            learn_limits=learn_limits,
+            tokens=tokens,
         )
 
     def handle_request(self, request: RequestT) -> ResponseT:
@@ -148,12 +168,19 @@ ASYNC_DOC = """An async {lib} transport that sends each request only while holdi
         timeout: longest wait for a slot, in seconds. ``None`` (the default): the policy's
             ``busy_wait_s``, or as long as it takes without a policy (an enclosing cancel
             scope or the caller's cancellation still ends the wait).
+        learn_limits: learn the provider's limits from every response's rate-limit
+            headers and pace the gate to them (``docs/learning.md``); default on.
+        tokens: token accounting while the gate has a token budget: ``True`` (default)
+            estimates each request from its JSON body and settles it, once, from the usage
+            the response reports (JSON or stream); ``False`` turns it off; a callable taking
+            the request's JSON and returning a count (or ``None``) replaces the estimate.
 
     Raises:
         TypeError: neither ``gate`` nor ``policy`` given, or one of them of the wrong type;
             ``inner`` is not an async transport (a transport of the other library is
             refused with a pointer to the module for it).
         ValueError: ``timeout`` is negative or NaN.
+        TypeError: ``learn_limits`` is not a bool, ``tokens`` not a bool or a callable.
         TransportBusy: from a request, when no slot came within ``timeout`` (an
             :class:`anygate.Busy` and a ``{lib}.PoolTimeout``).
         TransportCircuitOpen: from a request, while the policy's breaker is open (an
@@ -174,6 +201,7 @@ SYNC_DOC = """The blocking twin of :class:`GatedTransport`, for ``{lib}.Client``
         policy: classify, retry and circuit-break failed requests under this policy.
         timeout: longest wait for a slot, in seconds; ``None``: the policy's
             ``busy_wait_s``, or as long as it takes without a policy.
+        learn_limits, tokens: as for :class:`GatedTransport`.
 
     Raises:
         TypeError: neither ``gate`` nor ``policy`` given, one of them of the wrong type, or

@@ -30,6 +30,7 @@ from .._policy import Policy
 from .._retrying import Run
 from .._testing import testing_state
 from .._validation import FLOAT_MAX, check_number
+from ._accounting import Accounting
 from ._retries import (
     ErrorResponse,
     admitter,
@@ -117,7 +118,16 @@ class TransportCore:
         ValueError: ``timeout`` is negative or NaN.
     """
 
-    __slots__ = ("admission", "attempt_timeout", "flavour", "gate", "inner", "policy", "timeout")
+    __slots__ = (
+        "accounting",
+        "admission",
+        "attempt_timeout",
+        "flavour",
+        "gate",
+        "inner",
+        "policy",
+        "timeout",
+    )
 
     flavour: Flavour
     inner: Any
@@ -126,6 +136,7 @@ class TransportCore:
     timeout: float | None
     attempt_timeout: float | None
     admission: Attempts | None
+    accounting: Accounting
 
     def __init__(
         self,
@@ -136,6 +147,8 @@ class TransportCore:
         policy: object,
         timeout: object,
         is_async: bool,
+        learn_limits: object = True,
+        tokens: object = True,
     ) -> None:
         if policy is not None and not isinstance(policy, Policy):
             msg = (
@@ -179,6 +192,7 @@ class TransportCore:
         # With a policy, slots are taken the way Policy.call takes them (adaptive pause,
         # generation, slot events); without one, straight from the gate.
         self.admission = None if policy is None else admitter(policy, gate, self.timeout)
+        self.accounting = Accounting(gate, learn_limits=learn_limits, tokens=tokens)
 
     def _retriable(self, request: Any) -> bool:
         # Only a body held in memory can be sent again; a streamed upload is sent once.
@@ -195,12 +209,14 @@ class TransportCore:
         """
         if not isinstance(request, self.flavour.request):
             raise wrong_client(self.flavour.name, request)
+        cost = self.accounting.estimate(request)
         try:
             if not self._retriable(request):
-                return await self._attempt_async(request, _first_run(), guarded=False)
+                return await self._attempt_async(request, _first_run(), guarded=False, cost=cost)
             assert self.policy is not None
             try:
-                return await retry_async(self.policy, partial(self._attempt_async, request))
+                attempt = partial(self._attempt_async, request, cost=cost)
+                return await retry_async(self.policy, attempt)
             except ErrorResponse as exc:
                 return final_response(exc)
         except (Busy, CircuitOpen) as exc:
@@ -209,10 +225,12 @@ class TransportCore:
                 raise
             raise err from exc
 
-    async def _attempt_async(self, request: Any, run: Run, *, guarded: bool = True) -> Any:
+    async def _attempt_async(
+        self, request: Any, run: Run, *, guarded: bool = True, cost: int | None = None
+    ) -> Any:
         """One attempt: take a slot, send, and either tie the slot to the response or
         (``guarded``, classified status) buffer the body, free the slot and raise."""
-        token = await self._acquire_async(run)
+        token = await self._acquire_async(run, cost)
         try:
             if guarded and self.attempt_timeout is not None:
                 response = None
@@ -230,14 +248,20 @@ class TransportCore:
             token.release()  # idempotent: a no-op if the body already finished
             raise
 
-    async def _acquire_async(self, run: Run) -> Token:
+    async def _acquire_async(self, run: Run, cost: int | None) -> Token:
         admission = self.admission
+        if admission is None and self.accounting.fits(cost):
+            return await self.gate.acquire(timeout=self.timeout, tokens=cost)
         if admission is None:
-            return await self.gate.acquire(timeout=self.timeout)
-        return await admission.admit(run, testing_state(), timed=bool(admission.hooks))
+            token = await self.gate.acquire(timeout=self.timeout)
+        else:
+            token = await admission.admit(run, testing_state(), timed=bool(admission.hooks))
+        self.accounting.charge_admitted(token, cost)
+        return token
 
     async def _send_async(self, request: Any, *, guarded: bool) -> Any:
         response = await self.inner.handle_async_request(request)
+        self.accounting.observe(response)
         if guarded and is_classified(response.status_code):
             stream = response.stream
             try:
@@ -253,12 +277,13 @@ class TransportCore:
         """Send ``request`` through the inner sync transport while holding one slot."""
         if not isinstance(request, self.flavour.request):
             raise wrong_client(self.flavour.name, request)
+        cost = self.accounting.estimate(request)
         try:
             if not self._retriable(request):
-                return self._attempt_sync(request, _first_run(), guarded=False)
+                return self._attempt_sync(request, _first_run(), guarded=False, cost=cost)
             assert self.policy is not None
             try:
-                return retry_sync(self.policy, partial(self._attempt_sync, request))
+                return retry_sync(self.policy, partial(self._attempt_sync, request, cost=cost))
             except ErrorResponse as exc:
                 return final_response(exc)
         except (Busy, CircuitOpen) as exc:
@@ -267,10 +292,13 @@ class TransportCore:
                 raise
             raise err from exc
 
-    def _attempt_sync(self, request: Any, run: Run, *, guarded: bool = True) -> Any:
-        token = self._acquire_sync(run)
+    def _attempt_sync(
+        self, request: Any, run: Run, *, guarded: bool = True, cost: int | None = None
+    ) -> Any:
+        token = self._acquire_sync(run, cost)
         try:
             response = self.inner.handle_request(request)
+            self.accounting.observe(response)
             if guarded and is_classified(response.status_code):
                 stream = response.stream
                 try:
@@ -283,12 +311,17 @@ class TransportCore:
             token.release()
             raise
 
-    def _acquire_sync(self, run: Run) -> Token:
+    def _acquire_sync(self, run: Run, cost: int | None) -> Token:
         admission = self.admission
+        if admission is None and self.accounting.fits(cost):
+            return self.gate.acquire_sync(timeout=self.timeout, tokens=cost)
         if admission is None:
-            return self.gate.acquire_sync(timeout=self.timeout)
-        # No deadline of its own: the client's timeouts bound the request, not the slot wait.
-        return admission.admit_sync(run, testing_state(), math.inf)
+            token = self.gate.acquire_sync(timeout=self.timeout)
+        else:
+            # No deadline of its own: the client's timeouts bound the request, not the wait.
+            token = admission.admit_sync(run, testing_state(), math.inf)
+        self.accounting.charge_admitted(token, cost)
+        return token
 
     # ------------------------------------------------------------------ shared
 
@@ -319,12 +352,19 @@ class TransportCore:
         self, response: Any, token: Token, request: Any, body: type[AsyncBody] | type[SyncBody]
     ) -> Any:
         """Make ``response`` give ``token`` back when its body ends or it is closed."""
+        meter = self.accounting.meter(response, token)
         if response.is_closed:
             # Already read into memory (httpx.MockTransport, caching transports): the client
             # will never iterate or close its stream, and there is nothing left to wait for.
             token.release()
+            if meter is not None:
+                meter.finish_read(response.content)
             return response
-        response.stream = body(response.stream, token, request, self)
+        stream = response.stream
+        if meter is not None:
+            is_async = body is self.flavour.async_body
+            stream = meter.wrap_async(stream) if is_async else meter.wrap_sync(stream)
+        response.stream = body(stream, token, request, self)
         return response
 
     def _error_response(self, request: Any, response: Any, raw: bytes) -> ErrorResponse:

@@ -1,0 +1,354 @@
+"""What a gated transport learns from each exchange: limits from headers, tokens from usage.
+
+The transport engine (``_transport``) calls four things, a line each:
+
+* :meth:`Accounting.estimate` before the first attempt: the request's token cost for
+  ``acquire(tokens=)``, from its JSON body (``anygate._usage``), or ``None``;
+* :meth:`Accounting.charge_admitted` for a slot taken without ``tokens=`` (the policy's
+  admission path): the estimate is charged right after admission by a settle;
+* :meth:`Accounting.observe` on every response, success or error, before anything else
+  reads it: its rate-limit headers feed the gate's :class:`anygate.RateLearner`;
+* :meth:`Accounting.meter` when a response's body is tied to its slot: wraps the body so
+  that the usage it reports settles the token, **once**, when the body ends. The settle
+  replaces the estimate (``Token.settle`` sets the charge, it does not add to it), so
+  nothing is counted twice; a body that never reports usage (a stream without
+  ``stream_options.include_usage``, a closed-early response, an error) keeps the estimate.
+
+Token work happens only while the gate has a token budget (learned or configured): a
+gate without one pays a ``gate.rate`` read per request. Bodies are decoded here when
+content-encoded (gzip and deflate always, br and zstd when their libraries are installed;
+otherwise the estimate stands).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import zlib
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, cast, final
+
+from .._headers import parse_limit_headers
+from .._learn import RateLearner
+from .._usage import StreamUsage, estimate_tokens, usage_tokens
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from .._gate import Gate
+    from .._token import Token
+
+__all__ = ["Accounting", "Estimator", "check_tokens_option"]
+
+#: A request's token cost from its JSON body (a mapping), or ``None`` for "unknown".
+Estimator = Callable[[Mapping[str, Any]], "int | None"]
+
+# JSON bodies are buffered to read their usage; beyond this the estimate stands.
+_MAX_JSON = 8 << 20
+
+
+def check_tokens_option(tokens: object) -> Estimator | None:
+    """The transports' ``tokens=`` argument: ``True`` (default estimate), ``False``, a callable."""
+    if tokens is True:
+        return estimate_tokens
+    if tokens is False or tokens is None:
+        return None
+    if callable(tokens):
+        return cast("Estimator", tokens)
+    msg = (
+        "tokens must be True (estimate from the request body), False (no token accounting) "
+        f"or a callable taking the request's JSON and returning an int or None (got {tokens!r})"
+    )
+    raise TypeError(msg)
+
+
+@final
+class Accounting:
+    """The learning and token-accounting settings of one gated transport."""
+
+    __slots__ = ("estimator", "gate", "learn")
+
+    def __init__(self, gate: Gate, *, learn_limits: object, tokens: object) -> None:
+        if not isinstance(learn_limits, bool):
+            msg = f"learn_limits must be a bool (got {learn_limits!r})"
+            raise TypeError(msg)
+        self.gate = gate
+        self.learn = learn_limits
+        self.estimator = check_tokens_option(tokens)
+
+    # ------------------------------------------------------------------ before sending
+
+    def _token_budget(self) -> float | None:
+        rate = self.gate.rate
+        return None if rate is None else rate.tokens_per_minute
+
+    def estimate(self, request: Any) -> int | None:
+        """The request's token cost for ``acquire(tokens=)``, within one minute's budget."""
+        estimator = self.estimator
+        if estimator is None:
+            return None
+        budget = self._token_budget()
+        if budget is None:
+            return None  # nothing to pace; usage still settles if a budget appears
+        try:
+            body = request.content  # bytes for a body held in memory
+        except Exception:  # a streamed upload: not read, not estimated
+            return None
+        if not body:
+            return None
+        try:
+            doc = json.loads(body)
+            cost = estimator(doc) if isinstance(doc, Mapping) else None
+        except Exception:  # not JSON, or a user's estimator failing: no estimate
+            return None
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost <= 0:
+            return None
+        return min(cost, int(budget))  # a cost above a minute's budget is refused by acquire
+
+    def fits(self, cost: int | None) -> bool:
+        """Whether ``acquire(tokens=cost)`` is allowed now (the budget may have shrunk since
+        the estimate; then the slot is taken without it and :meth:`charge_admitted` charges)."""
+        if not cost:
+            return True
+        budget = self._token_budget()
+        return budget is None or cost <= budget
+
+    def charge_admitted(self, token: Token, cost: int | None) -> None:
+        """Charge ``cost`` to a token admitted without ``tokens=``, by settling it."""
+        if cost:
+            token.settle(tokens=cost)
+
+    # ------------------------------------------------------------------ responses
+
+    def observe(self, response: Any) -> None:
+        """Learn from ``response``'s rate-limit headers (never raises)."""
+        if self.learn:
+            report = parse_limit_headers(response.headers)
+            if report:
+                RateLearner.of(self.gate).observe(report)
+
+    def meter(self, response: Any, token: Token) -> _Meter | None:
+        """A meter that settles ``token`` from ``response``'s usage, or ``None`` if none can."""
+        if self.estimator is None or self._token_budget() is None:
+            return None
+        headers = response.headers
+        kind = headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind == "text/event-stream":
+            stream = True
+        elif kind == "application/json" or kind.endswith("+json"):
+            stream = False
+        else:
+            return None
+        try:
+            decode = _decoder(headers.get("content-encoding", ""))
+        except LookupError:
+            return None  # an encoding we cannot read: the estimate stands
+        return _Meter(token, stream, decode)
+
+
+def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
+    """A stateful decoder for a ``Content-Encoding``; ``None`` for identity."""
+    names = [e.strip().lower() for e in encoding.split(",") if e.strip()]
+    names = [e for e in names if e != "identity"]
+    if not names:
+        return None
+    if len(names) > 1:
+        raise LookupError(encoding)
+    name = names[0]
+    if name in ("gzip", "x-gzip"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 16).decompress
+    if name == "deflate":
+        return _Deflate().decompress
+    if name == "br":
+        for module in ("brotli", "brotlicffi"):
+            try:
+                lib = importlib.import_module(module)
+            except ImportError:
+                continue
+            return lib.Decompressor().process  # type: ignore[no-any-return]
+        raise LookupError(name)
+    if name == "zstd":
+        try:
+            zstandard = importlib.import_module("zstandard")
+        except ImportError:
+            raise LookupError(name) from None
+        return zstandard.ZstdDecompressor().decompressobj().decompress  # type: ignore[no-any-return]
+    raise LookupError(name)
+
+
+class _Deflate:
+    """``deflate`` as servers really send it: zlib-wrapped, or raw (as httpx accepts)."""
+
+    def __init__(self) -> None:
+        self._obj: Any = None
+        self._first = True
+
+    def decompress(self, data: bytes) -> bytes:
+        if self._first:
+            self._first = False
+            try:
+                self._obj = zlib.decompressobj()
+                return bytes(self._obj.decompress(data))
+            except zlib.error:
+                self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
+        return bytes(self._obj.decompress(data))
+
+
+@final
+class _Meter:
+    """Reads one response body's usage as it passes and settles its token once."""
+
+    __slots__ = ("_buffer", "_decode", "_done", "_size", "_stream", "_token")
+
+    def __init__(self, token: Token, stream: bool, decode: Callable[[bytes], bytes] | None) -> None:
+        self._token = token
+        self._decode = decode
+        self._stream: StreamUsage | None = StreamUsage() if stream else None
+        self._buffer: list[bytes] | None = None if stream else []
+        self._size = 0
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._done or not chunk:
+            return
+        try:
+            data = self._decode(chunk) if self._decode is not None else chunk
+        except Exception:  # a corrupt body: stop metering, the estimate stands
+            self._done = True
+            return
+        if self._stream is not None:
+            self._stream.feed(data)
+            return
+        buffer = self._buffer
+        if buffer is not None:
+            self._size += len(data)
+            if self._size > _MAX_JSON:
+                self._buffer = None  # too big to read back: the estimate stands
+            else:
+                buffer.append(data)
+
+    def finish(self) -> None:
+        """The body ended: settle with the usage it reported, if any (once)."""
+        if self._done:
+            return
+        if self._stream is not None:
+            self._stream.close()
+            used = self._stream.tokens
+        elif self._buffer is not None:
+            used = usage_tokens(b"".join(self._buffer))
+        else:
+            used = None
+        self._settle(used)
+
+    def abandon(self) -> None:
+        """The body was closed before its end: a stream's usage so far, else the estimate."""
+        if self._done:
+            return
+        used = None
+        if self._stream is not None:
+            self._stream.close()
+            used = self._stream.tokens
+        self._settle(used)
+
+    def finish_read(self, content: bytes) -> None:
+        """The body was already read and decoded (a closed response): settle from it."""
+        if self._stream is not None:
+            self._stream.feed(content)
+            self.finish()
+        else:
+            self._settle(usage_tokens(content))
+
+    def _settle(self, used: int | None) -> None:
+        self._done = True
+        self._buffer = None
+        if used is not None:
+            with suppress(TypeError, ValueError):  # an absurd count: the estimate stands
+                self._token.settle(tokens=used)
+
+    def wrap_async(self, inner: Any) -> _AsyncMetered:
+        return _AsyncMetered(inner, self)
+
+    def wrap_sync(self, inner: Any) -> _SyncMetered:
+        return _SyncMetered(inner, self)
+
+
+class _AsyncMetered:
+    """An async byte stream that shows each chunk to a meter, then passes it on."""
+
+    def __init__(self, inner: Any, meter: _Meter) -> None:
+        self._inner = inner
+        self._meter = meter
+        self._iterator: AsyncIterator[bytes] | None = None
+        self._closed = False
+
+    def __aiter__(self) -> _AsyncMetered:
+        return self
+
+    async def __anext__(self) -> bytes:
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = self._inner.__aiter__()
+        try:
+            chunk: bytes = await iterator.__anext__()
+        except StopAsyncIteration:
+            self._meter.finish()
+            raise
+        self._meter.feed(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        # Idempotent: the body around us closes its iterator (us) and then its stream (us).
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            aclose = getattr(self._iterator, "aclose", None)
+            if aclose is not None:
+                with suppress(RuntimeError):  # another task is inside it: inner.aclose stops it
+                    await aclose()
+        finally:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._meter.abandon()
+
+
+class _SyncMetered:
+    """The blocking twin of :class:`_AsyncMetered`."""
+
+    def __init__(self, inner: Any, meter: _Meter) -> None:
+        self._inner = inner
+        self._meter = meter
+        self._iterator: Iterator[bytes] | None = None
+        self._closed = False
+
+    def __iter__(self) -> _SyncMetered:
+        return self
+
+    def __next__(self) -> bytes:
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = iter(self._inner)
+        try:
+            chunk: bytes = next(iterator)
+        except StopIteration:
+            self._meter.finish()
+            raise
+        self._meter.feed(chunk)
+        return chunk
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            close = getattr(self._iterator, "close", None)
+            if close is not None:
+                with suppress(ValueError):  # "generator already executing" (another thread)
+                    close()
+        finally:
+            try:
+                self._inner.close()
+            finally:
+                self._meter.abandon()

@@ -1,0 +1,272 @@
+"""Learning a gate's rate from reported limits, on virtual time (and a hand-moved clock).
+
+The pacing and hold tests run on trio's ``MockClock`` with the gate on
+``anyio.current_time``, so admission times are exact. The runtime contract (a hold refuses
+until the reset, on every backend) uses a clock the test moves by hand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate import Busy, Gate, LimitReport, Rate, RateLearner, ReportedLimit, learn_from_headers
+
+from .conftest import mock_clock
+
+VIRTUAL = [mock_clock()]
+
+
+def openai_headers(
+    limit: float, remaining: float, reset: str = "1s", kind: str = "requests"
+) -> dict[str, str]:
+    return {
+        f"x-ratelimit-limit-{kind}": str(limit),
+        f"x-ratelimit-remaining-{kind}": str(remaining),
+        f"x-ratelimit-reset-{kind}": reset,
+    }
+
+
+def report(
+    limit: float | None, remaining: float | None, reset_s: float | None = 1.0
+) -> LimitReport:
+    return LimitReport(requests=ReportedLimit(limit, remaining, reset_s, 60.0), source="test")
+
+
+def virtual_gate(**kwargs: Any) -> Gate:
+    return Gate(name="llm", clock=anyio.current_time, **kwargs)
+
+
+# ----------------------------------------------------------------------------- evidence
+
+
+def test_consistent_reports_set_the_rate_at_headroom() -> None:
+    """Two reports of the same limit with something used: the gate paces at 90 % of it."""
+    gate = Gate(name="llm")
+    assert not learn_from_headers(gate, openai_headers(600, 590))
+    assert gate.rate is None  # one report is not yet evidence
+    assert learn_from_headers(gate, openai_headers(600, 580))
+    assert gate.rate == Rate(requests_per_minute=540)
+    limits = RateLearner.of(gate).limits
+    assert (limits.requests_per_minute, limits.source, limits.reports) == (600, "openai", 2)
+    assert not learn_from_headers(gate, openai_headers(600, 570))  # nothing new
+
+
+def test_a_full_bucket_tells_nothing() -> None:
+    """Reports whose remaining equals the limit never set a rate, however many."""
+    gate = Gate(name="llm")
+    for _ in range(5):
+        assert not learn_from_headers(gate, openai_headers(600, 600))
+    assert gate.rate is None
+    assert RateLearner.of(gate).limits.requests_per_minute is None
+
+
+def test_a_changed_limit_needs_its_own_streak() -> None:
+    """A tier upgrade is adopted after its own consistent reports, not on the first."""
+    gate = Gate(name="llm")
+    learner = RateLearner.of(gate)
+    learner.observe(report(600, 500))
+    learner.observe(report(600, 400))
+    assert gate.rate == Rate(requests_per_minute=540)
+    assert not learner.observe(report(6000, 5000))
+    assert not learner.observe(report(600, 300))  # breaks the new streak
+    assert not learner.observe(report(6000, 5000))
+    assert learner.observe(report(6000, 4000))
+    assert gate.rate == Rate(requests_per_minute=5400)
+
+
+def test_token_limits_and_the_gates_other_fields() -> None:
+    """Token limits pace tokens_per_minute; ramp, window and burst of the gate's rate stay."""
+    gate = Gate(name="llm", rate=Rate(ramp=2.0, window_s=5, burst_s=2))
+    learner = RateLearner(gate, ceiling=None, confirm=1, headroom=0.2)
+    assert learner.observe_headers(openai_headers(10_000, 9_000, kind="tokens"))
+    assert gate.rate == Rate(tokens_per_minute=8_000, ramp=2.0, window_s=5, burst_s=2)
+    assert RateLearner.of(gate) is learner
+
+
+def test_never_above_the_users_rate() -> None:
+    """A user's configured budget caps what is learned; an unset dimension is learned freely."""
+    gate = Gate(name="llm", rate=Rate(requests_per_minute=30))
+    learner = RateLearner(gate, confirm=1)
+    learner.observe(
+        LimitReport(
+            requests=ReportedLimit(600, 100, 1.0, 60.0),
+            tokens=ReportedLimit(10_000, 5_000, 1.0, 60.0),
+        )
+    )
+    assert gate.rate == Rate(requests_per_minute=30, tokens_per_minute=9_000)
+    learner.observe(report(20, 10))  # a lower limit than the user's: learned limits win down
+    assert gate.rate == Rate(requests_per_minute=18, tokens_per_minute=9_000)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        report(None, 5),
+        report(600, None, 3600.0),  # refills over an hour: a daily quota, not per minute
+        LimitReport(requests=ReportedLimit(100, 5, 1.0, None)),  # unknown window
+        LimitReport(),
+    ],
+    ids=["no-limit", "daily", "no-window", "empty"],
+)
+def test_untrusted_reports_change_nothing(bad: LimitReport) -> None:
+    """Reports without a usable per-window limit never set a rate."""
+    gate = Gate(name="llm")
+    learner = RateLearner(gate, confirm=1)
+    assert not learner.observe(bad)
+    assert not learner.observe(bad)
+    assert gate.rate is None
+
+
+def test_garbage_headers_never_raise_or_change_the_gate() -> None:
+    """Azure's -1 and 0, words, contradictions: the gate keeps its rate (none)."""
+    gate = Gate(name="llm")
+    for headers in (
+        openai_headers(-1, -1),
+        openai_headers(0, 0),
+        {"x-ratelimit-limit-requests": "lots", "x-ratelimit-remaining-requests": "some"},
+        openai_headers(10, 20),
+        None,
+        42,
+    ):
+        for _ in range(3):
+            assert not learn_from_headers(gate, headers)
+    assert gate.rate is None
+
+
+def test_bad_settings_name_the_parameter() -> None:
+    """Learner settings are checked like every other number."""
+    gate = Gate(name="llm")
+    with pytest.raises(ValueError, match=r"headroom must be <= 0.99.*1\.0"):
+        RateLearner(gate, headroom=1.0)
+    with pytest.raises(ValueError, match=r"confirm must be >= 1 \(got 0\)"):
+        RateLearner(gate, confirm=0)
+    with pytest.raises(TypeError, match="max_hold_s"):
+        RateLearner(gate, max_hold_s="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"gate must be an anygate\.Gate"):
+        RateLearner(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ceiling must be"):
+        RateLearner(gate, ceiling=5)  # type: ignore[arg-type]
+
+
+def test_repr_and_public_module() -> None:
+    """The learner shows its gate and what it learned, under the public module path."""
+    gate = Gate(name="llm")
+    learner = RateLearner(gate, confirm=1)
+    assert repr(learner) == "<anygate.RateLearner gate='llm' nothing learned>"
+    learner.observe(report(60, 1))
+    assert repr(learner) == "<anygate.RateLearner gate='llm' requests=60/min>"
+    assert type(learner).__module__ == "anygate"
+    assert anygate.RateLearner is RateLearner
+
+
+# ----------------------------------------------------------------------------- virtual time
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_a_provider_that_reports_a_limit_gets_paced_to_it(anyio_backend: Any) -> None:
+    """Calls go unpaced until the limit is confirmed, then exactly 90 % of 60/min apart."""
+    gate = virtual_gate()
+    remaining = 60
+    admitted: list[float] = []
+    start = anyio.current_time()
+    for _ in range(12):
+        async with gate.acquire():
+            admitted.append(anyio.current_time() - start)
+            remaining -= 1
+            learn_from_headers(gate, openai_headers(60, remaining))
+    assert admitted[:2] == [0.0, 0.0]  # before the second report confirmed the limit
+    interval = 60 / 54
+    # The third waits for the budget that appeared empty (its burst_s of 1 s holds less
+    # than one request), the rest one interval each.
+    gaps = [b - a for a, b in itertools.pairwise(admitted[2:])]
+    assert admitted[2] == pytest.approx(1.0)
+    assert gaps == pytest.approx([interval] * 9)
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_a_drained_bucket_pauses_admissions_until_reset(anyio_backend: Any) -> None:
+    """remaining=0 with a 20 s reset: nobody, queued or new, is admitted before 20 s pass."""
+    gate = virtual_gate(capacity=4)
+    learner = RateLearner(gate)
+    start = anyio.current_time()
+    assert learner.observe(report(600, 0, 20.0))  # drained: adopted at once, and held
+    assert gate.rate == Rate(requests_per_minute=540)
+    assert learner.limits.holds == 1
+    admitted: list[float] = []
+
+    async def call() -> None:
+        async with gate.acquire():
+            admitted.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(call)
+    interval = 60 / 540
+    assert admitted == pytest.approx([20.0, 20.0 + interval, 20.0 + 2 * interval])
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_a_hold_reaches_a_waiter_already_timed(anyio_backend: Any) -> None:
+    """A waiter whose budget timer was set before the drain report waits for the reset."""
+    gate = virtual_gate(rate=Rate(requests_per_minute=6))  # one per 10 s, first at 10 s
+    learner = RateLearner(gate, ceiling=None)
+    start = anyio.current_time()
+    admitted: list[float] = []
+
+    async def call() -> None:
+        async with gate.acquire():
+            admitted.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.wait_all_tasks_blocked()
+        assert gate.waiting == 1
+        learner.observe(LimitReport(requests=ReportedLimit(None, 0, 45.0, None)))
+    assert admitted == [pytest.approx(45.0)]
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_hold_is_capped_and_needs_a_budget(anyio_backend: Any) -> None:
+    """A reset beyond max_hold_s holds max_hold_s; a gate without any rate cannot be held."""
+    bare = virtual_gate()
+    assert not RateLearner(bare).observe(LimitReport(requests=ReportedLimit(None, 0, 30.0, None)))
+    gate = virtual_gate(rate=Rate(requests_per_minute=6000))
+    learner = RateLearner(gate, max_hold_s=5)
+    start = anyio.current_time()
+    learner.observe(LimitReport(requests=ReportedLimit(None, 0, 3000.0, None)))
+    async with gate.acquire():
+        assert anyio.current_time() - start == pytest.approx(5.0)
+
+
+# ----------------------------------------------------------------------------- runtimes
+
+
+async def test_hold_refuses_until_reset_on_every_backend(anyio_backend: Any) -> None:
+    """On asyncio, uvloop and trio: held means Busy with the reset as retry_after, then admits."""
+    now = [1000.0]
+    gate = Gate(name="llm", rate=Rate(requests_per_minute=60_000), clock=lambda: now[0])
+    learner = RateLearner(gate, ceiling=None)
+    now[0] += 1  # fill the budget
+    learner.observe(LimitReport(requests=ReportedLimit(60_000, 0, 12.5, 60.0)), now=now[0])
+    with pytest.raises(Busy) as caught:
+        await gate.acquire(timeout=0)
+    assert caught.value.retry_after_s == pytest.approx(12.5)
+    now[0] += 12.5
+    token = await gate.acquire(timeout=0)
+    token.release()
+    assert math.isclose(gate.rate.requests_per_minute or 0, 54_000)  # type: ignore[union-attr]
+
+
+def test_a_clock_that_cannot_be_read_skips_the_hold() -> None:
+    """A virtual clock outside its run: the rate is still learned, no hold, no exception."""
+    gate = Gate(name="llm", clock=anyio.current_time)  # raises outside an event loop
+    learner = RateLearner(gate)
+    assert learner.observe(report(600, 0, 20.0))
+    assert gate.rate == Rate(requests_per_minute=540)
+    assert learner.limits.holds == 0
