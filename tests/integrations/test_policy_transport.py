@@ -130,7 +130,8 @@ async def test_retry_after_is_honoured_without_jitter(sdk: Sdk) -> None:
 
 
 async def test_breaker_opens_and_fails_fast_through_the_sdk(sdk: Sdk) -> None:
-    """Repeated 503s exhaust the budget and open the breaker; the next call is refused
+    """Two failed attempts (503s) exhaust the budget and open the breaker, which counts
+    attempts; the next call is refused
     before anything is sent, as the SDK's APIConnectionError caused by anygate.CircuitOpen."""
     provider = FakeProvider()
     provider.script("overloaded", "overloaded")
@@ -139,7 +140,7 @@ async def test_breaker_opens_and_fails_fast_through_the_sdk(sdk: Sdk) -> None:
         events,
         retry=anygate.RetryConfig(max_attempts=2, base_delay_ms=1, cap_delay_ms=2),
         circuit_breaker=anygate.BreakerConfig(
-            when_open="fail", failure_threshold=1, recovery_timeout_sec=3600
+            when_open="fail", failure_threshold=2, recovery_timeout_sec=3600
         ),
     )
     async with serve(provider) as url:
