@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from .._errors import Busy
-from .._gate import Gate
+from .. import Busy, Gate
 from .._validation import FLOAT_MAX, MAX_SECONDS, check_number
 
 if TYPE_CHECKING:
-    from .._token import Token
+    from .. import Token
 
 __all__ = ["ASGIApp", "GateMiddleware", "acquire_watching"]
 

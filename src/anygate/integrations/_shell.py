@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ._transport import Flavour, TransportCore
 
 if TYPE_CHECKING:
-    from .._gate import Gate
-    from .._policy import Policy
+    from .. import Gate, Policy
 
 __all__ = ["ASYNC_DOC", "BUSY_DOC", "CIRCUIT_OPEN_DOC", "SYNC_DOC", "AsyncShell", "SyncShell"]
 

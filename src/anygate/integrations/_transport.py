@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 import anyio
 
-from .._errors import Busy, CircuitOpen
-from .._gate import Gate
-from .._policy import Policy
+from .. import Busy, CircuitOpen, Gate, Policy
 from .._retrying import Run
 from .._testing import testing_state
 from .._validation import FLOAT_MAX, check_number
@@ -43,8 +41,8 @@ from ._retries import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
 
+    from .. import Token
     from .._attempts import Attempts
-    from .._token import Token
 
 __all__ = ["AsyncBody", "Flavour", "SyncBody", "TransportCore"]
 
