@@ -69,6 +69,20 @@ def _type_error(name: str, value: object, allowed: str, factory: ErrorFactory) -
     return factory(f"{name} must be {allowed} (got {show(value)} of type {type(value).__name__})")
 
 
+def check_wait(name: str, value: object) -> float | None:
+    """A wait or timeout in seconds: a number >= 0; ``None`` and infinity mean no limit.
+
+    The one spelling of this check (gate, transport, ASGI middleware), so every such
+    argument is refused with the same message. Returns ``None`` for "no limit".
+
+    Raises:
+        TypeError: not a number (``bool`` included).
+        ValueError: negative or NaN.
+    """
+    seconds = check_number(name, value, none=True, infinite=True, maximum=FLOAT_MAX)
+    return None if seconds is None or seconds == math.inf else seconds
+
+
 def check_number(
     name: str,
     value: object,

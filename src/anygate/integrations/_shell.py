@@ -35,7 +35,20 @@ class _Shell(Generic[InnerT]):
     """What both transport kinds share: the core, the properties and the repr."""
 
     _flavour: ClassVar[Flavour]
+    _is_async: ClassVar[bool]
     _core: TransportCore
+
+    def __init__(
+        self,
+        inner: InnerT | None = None,
+        *,
+        gate: Gate | None = None,
+        policy: Policy | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._core = TransportCore(
+            self._flavour, inner, gate=gate, policy=policy, timeout=timeout, is_async=self._is_async
+        )
 
     @property
     def gate(self) -> Gate:
@@ -63,17 +76,7 @@ class _Shell(Generic[InnerT]):
 class AsyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
     """The body of ``GatedTransport``; see :data:`ASYNC_DOC` for what it does."""
 
-    def __init__(
-        self,
-        inner: InnerT | None = None,
-        *,
-        gate: Gate | None = None,
-        policy: Policy | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        self._core = TransportCore(
-            self._flavour, inner, gate=gate, policy=policy, timeout=timeout, is_async=True
-        )
+    _is_async = True
 
     async def handle_async_request(self, request: RequestT) -> ResponseT:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
@@ -89,17 +92,7 @@ class AsyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
 class SyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
     """The body of ``SyncGatedTransport``; see :data:`SYNC_DOC` for what it does."""
 
-    def __init__(
-        self,
-        inner: InnerT | None = None,
-        *,
-        gate: Gate | None = None,
-        policy: Policy | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        self._core = TransportCore(
-            self._flavour, inner, gate=gate, policy=policy, timeout=timeout, is_async=False
-        )
+    _is_async = False
 
     def handle_request(self, request: RequestT) -> ResponseT:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""

@@ -27,7 +27,7 @@ import anyio
 from .. import Busy, CircuitOpen, Gate, Policy
 from .._retrying import Run
 from .._testing import testing_state
-from .._validation import FLOAT_MAX, check_number
+from .._validation import check_wait
 from ._retries import (
     ErrorResponse,
     admitter,
@@ -149,8 +149,7 @@ class TransportCore:
             msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
             raise TypeError(msg)
         if timeout is not None:
-            seconds = check_number("timeout", timeout, none=True, infinite=True, maximum=FLOAT_MAX)
-            timeout = None if seconds == math.inf else seconds
+            timeout = check_wait("timeout", timeout)
         elif policy is not None:
             timeout = policy.config.busy_wait_s
         if inner is None:
