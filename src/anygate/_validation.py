@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from ._classify import Reason
 from ._errors import ConfigError
+from ._verdict import Reason
 
 __all__ = [
     "FILE",
