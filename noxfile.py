@@ -40,10 +40,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
+    """ruff (lint and formatting), then import-linter (the contracts in pyproject.toml)."""
     _install(session, "lint")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # PYTHONPATH: grimp reads the sources of this checkout.
+    session.run("lint-imports", "--no-cache", env={"PYTHONPATH": "src"})
 
 
 @nox.session

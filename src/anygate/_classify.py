@@ -12,10 +12,9 @@ This is not a parser of every provider's error schema: it recognises the shapes 
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from . import _patterns as P
@@ -23,6 +22,7 @@ from ._backoff import parse_retry_after
 from ._errors import ResponseError
 from ._facts import Facts, decode_body, detect_provider, gather
 from ._redact import redact
+from ._verdict import Reason, Verdict
 
 __all__ = [
     "Reason",
@@ -34,52 +34,9 @@ __all__ = [
 ]
 
 
-class Reason(str, enum.Enum):
-    """Why a call failed. A ``str`` enum: ``Reason.QUOTA == "quota"``."""
-
-    QUOTA = "quota"
-    """Billing or account quota exhausted. Never retried."""
-    AUTH = "auth"
-    """Bad or missing credentials, or no permission. Never retried."""
-    BURST_RATE = "burst_rate"
-    """The request *rate* rose too steeply (``limit_burst_rate``). Retried after a pause."""
-    TRANSIENT = "transient"
-    """Timeouts, dropped connections and streams, 408/409/425/429/5xx. Retried."""
-    BUSY = "busy"
-    """The provider says it is overloaded or asks to try again later. Retried."""
-    GENERIC = "generic"
-    """Anything else, such as a bad request. Not retried."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
+# Reason and Verdict live in ._verdict, which imports nothing of ours: _errors needs Verdict
+# (CallFailed.verdict) and we need _errors, so they sit below both (issue 10: no cycles).
 _RETRIABLE = frozenset({Reason.BURST_RATE, Reason.TRANSIENT, Reason.BUSY})
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How one failure was classified.
-
-    Attributes:
-        reason: the :class:`Reason`.
-        retriable: whether another attempt may succeed.
-        retry_after: seconds the provider asked us to wait (``Retry-After``), else ``None``.
-        status: the HTTP status, if any.
-        code: the provider's error code or type (``"limit_burst_rate"``,
-            ``"insufficient_quota"``, ``"overloaded_error"``), if any.
-        detail: a short description of the error with secrets redacted.
-        stream_interrupted: the failure cut a streamed response short (a shorter answer
-            may get through).
-    """
-
-    reason: Reason
-    retriable: bool
-    retry_after: float | None = None
-    status: int | None = None
-    code: str | None = None
-    detail: str = field(default="", compare=False)
-    stream_interrupted: bool = False
 
 
 # A rule is a declarative Rule, or any callable returning a Verdict / Reason / reason string

@@ -21,7 +21,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._classify import Verdict
+    from ._verdict import Verdict
 
 __all__ = ["AnygateError", "Busy", "CallFailed", "CircuitOpen", "ConfigError", "ResponseError"]
 

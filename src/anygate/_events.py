@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from ._classify import Reason, Verdict
 from ._redact import redact
+from ._verdict import Reason, Verdict
 
 __all__ = [
     "BreakerStateChanged",

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ._rate import Rate
-from ._validation import FLOAT_MAX, MAX_COUNT, check_int, check_number, show
+from ._validation import MAX_COUNT, check_int, check_wait, show
 
 if TYPE_CHECKING:
     from ._ledger import Ledger
@@ -57,8 +57,7 @@ def check_capacity(value: object) -> int | float:
 
 def check_timeout(value: object) -> float | None:
     # No upper bound short of overflow: the waiters cap a wait at threading.TIMEOUT_MAX.
-    seconds = check_number("timeout", value, none=True, infinite=True, maximum=FLOAT_MAX)
-    return None if seconds == math.inf else seconds
+    return check_wait("timeout", value)
 
 
 # Token counts stay exactly representable as floats in the budget arithmetic.

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from ._classify import Reason
 from ._errors import ConfigError
+from ._verdict import Reason
 
 __all__ = [
     "FILE",
@@ -67,6 +67,20 @@ def show(value: object) -> str:
 
 def _type_error(name: str, value: object, allowed: str, factory: ErrorFactory) -> Exception:
     return factory(f"{name} must be {allowed} (got {show(value)} of type {type(value).__name__})")
+
+
+def check_wait(name: str, value: object) -> float | None:
+    """A wait or timeout in seconds: a number >= 0; ``None`` and infinity mean no limit.
+
+    The one spelling of this check (gate, transport, ASGI middleware), so every such
+    argument is refused with the same message. Returns ``None`` for "no limit".
+
+    Raises:
+        TypeError: not a number (``bool`` included).
+        ValueError: negative or NaN.
+    """
+    seconds = check_number(name, value, none=True, infinite=True, maximum=FLOAT_MAX)
+    return None if seconds is None or seconds == math.inf else seconds
 
 
 def check_number(

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from .._errors import Busy
-from .._gate import Gate
-from .._validation import FLOAT_MAX, MAX_SECONDS, check_number
+from .. import Busy, Gate
+from .._validation import MAX_SECONDS, check_number, check_wait
 
 if TYPE_CHECKING:
-    from .._token import Token
+    from .. import Token
 
 __all__ = ["ASGIApp", "GateMiddleware", "acquire_watching"]
 
@@ -45,14 +44,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def _check_seconds(name: str, value: object, *, allow_none: bool) -> float | None:
     # The shared number check: huge ints and absurd floats get an error naming `name`.
-    seconds = check_number(
-        name,
-        value,
-        none=allow_none,
-        infinite=allow_none,
-        maximum=FLOAT_MAX if allow_none else MAX_SECONDS,
-    )
-    return None if seconds is None or math.isinf(seconds) else seconds
+    if allow_none:
+        return check_wait(name, value)
+    return check_number(name, value, maximum=MAX_SECONDS)
 
 
 def _check_paths(paths: object) -> tuple[str, ...] | None:

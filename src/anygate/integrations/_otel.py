@@ -18,17 +18,22 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from opentelemetry import metrics, trace
 
-from .._breaker import BreakerState, CircuitBreaker
-from .._events import BreakerStateChanged, GaveUp, LimitChanged, RetryScheduled, SlotAdmitted
-from .._gate import Gate
-from .._policy import Policy
+from .. import (
+    BreakerState,
+    BreakerStateChanged,
+    CircuitBreaker,
+    Gate,
+    GaveUp,
+    LimitChanged,
+    Policy,
+    RetryScheduled,
+    SlotAdmitted,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from .._adaptive import AdaptiveLimit
-    from .._classify import Verdict
-    from .._events import Event
+    from .. import AdaptiveLimit, Event, Verdict
 
 __all__ = ["Telemetry", "throttle_kind"]
 

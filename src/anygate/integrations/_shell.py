@@ -23,8 +23,7 @@ from ._transport import Flavour, TransportCore
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from .._gate import Gate
-    from .._policy import Policy
+    from .. import Gate, Policy
 
 __all__ = ["ASYNC_DOC", "BUSY_DOC", "CIRCUIT_OPEN_DOC", "SYNC_DOC", "AsyncShell", "SyncShell"]
 
@@ -38,7 +37,29 @@ class _Shell(Generic[InnerT]):
     """What both transport kinds share: the core, the properties and the repr."""
 
     _flavour: ClassVar[Flavour]
+    _is_async: ClassVar[bool]
     _core: TransportCore
+
+    def __init__(
+        self,
+        inner: InnerT | None = None,
+        *,
+        gate: Gate | None = None,
+        policy: Policy | None = None,
+        timeout: float | None = None,
+        learn_limits: bool = True,
+        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
+    ) -> None:
+        self._core = TransportCore(
+            self._flavour,
+            inner,
+            gate=gate,
+            policy=policy,
+            timeout=timeout,
+            is_async=self._is_async,
+            learn_limits=learn_limits,
+            tokens=tokens,
+        )
 
     @property
     def gate(self) -> Gate:
@@ -66,26 +87,7 @@ class _Shell(Generic[InnerT]):
 class AsyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
     """The body of ``GatedTransport``; see :data:`ASYNC_DOC` for what it does."""
 
-    def __init__(
-        self,
-        inner: InnerT | None = None,
-        *,
-        gate: Gate | None = None,
-        policy: Policy | None = None,
-        timeout: float | None = None,
-        learn_limits: bool = True,
-        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
-    ) -> None:
-        self._core = TransportCore(
-            self._flavour,
-            inner,
-            gate=gate,
-            policy=policy,
-            timeout=timeout,
-            is_async=True,
-            learn_limits=learn_limits,
-            tokens=tokens,
-        )
+    _is_async = True
 
     async def handle_async_request(self, request: RequestT) -> ResponseT:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""
@@ -101,26 +103,7 @@ class AsyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
 class SyncShell(_Shell[InnerT], Generic[InnerT, RequestT, ResponseT]):
     """The body of ``SyncGatedTransport``; see :data:`SYNC_DOC` for what it does."""
 
-    def __init__(
-        self,
-        inner: InnerT | None = None,
-        *,
-        gate: Gate | None = None,
-        policy: Policy | None = None,
-        timeout: float | None = None,
-        learn_limits: bool = True,
-        tokens: bool | Callable[[Mapping[str, Any]], int | None] = True,
-    ) -> None:
-        self._core = TransportCore(
-            self._flavour,
-            inner,
-            gate=gate,
-            policy=policy,
-            timeout=timeout,
-            is_async=False,
-            learn_limits=learn_limits,
-            tokens=tokens,
-        )
+    _is_async = False
 
     def handle_request(self, request: RequestT) -> ResponseT:
         """Take a slot, send ``request`` through ``inner``, and tie the slot to the response."""

@@ -25,8 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.responses import StreamingResponse as _StarletteStreamingResponse
 
-from .._errors import Busy
-from .._gate import Gate
+from .. import Busy, Gate
 from ._asgi import _check_seconds, acquire_watching, retry_after_seconds
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Receive, Scope, Send
 
-    from .._token import Token
+    from .. import Token
 
 __all__ = ["RouteGate", "StreamingResponse"]
 

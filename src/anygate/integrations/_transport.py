@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 import anyio
 
-from .._errors import Busy, CircuitOpen
-from .._gate import Gate
-from .._policy import Policy
+from .. import Busy, CircuitOpen, Gate, Policy
 from .._retrying import Run
 from .._testing import testing_state
-from .._validation import FLOAT_MAX, check_number
+from .._validation import check_wait
 from ._accounting import Accounting
 from ._retries import (
     ErrorResponse,
@@ -44,8 +42,8 @@ from ._retries import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
 
+    from .. import Token
     from .._attempts import Attempts
-    from .._token import Token
 
 __all__ = ["AsyncBody", "Flavour", "SyncBody", "TransportCore"]
 
@@ -164,8 +162,7 @@ class TransportCore:
             msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
             raise TypeError(msg)
         if timeout is not None:
-            seconds = check_number("timeout", timeout, none=True, infinite=True, maximum=FLOAT_MAX)
-            timeout = None if seconds == math.inf else seconds
+            timeout = check_wait("timeout", timeout)
         elif policy is not None:
             timeout = policy.config.busy_wait_s
         if inner is None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import ConfigError
+from .. import ConfigError
 from ._spec import (
     BUILTIN_STRATEGIES,
     BurstRule,

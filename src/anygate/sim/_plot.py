@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import ConfigError
+from .. import ConfigError
 from ._results import SimulationResult, series
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
 
-from .._errors import ConfigError
+from .. import ConfigError
 
 if TYPE_CHECKING:
     from ._spec import Published

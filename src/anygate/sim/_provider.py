@@ -37,14 +37,13 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from .._errors import Busy
-from .._gate import Gate
+from .. import Busy, Gate
 
 if TYPE_CHECKING:
     import random
     from collections.abc import Callable
 
-    from .._token import Token
+    from .. import Token
     from ._spec import Lognormal, ProviderSpec
 
 __all__ = ["KINDS", "ProviderError", "ProviderModel", "Trace", "sample"]

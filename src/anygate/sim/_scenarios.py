@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigError
+from .. import ConfigError
 from ._parse import load_yaml, parse_scenario
 from ._spec import BUILTIN_STRATEGIES, DEFAULT_STRATEGIES, NaiveSpec, Scenario, StrategySpec
 

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import ConfigError
+from .. import ConfigError
 
 __all__ = [
     "Cell",
