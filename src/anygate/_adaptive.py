@@ -354,7 +354,7 @@ class AdaptiveLimit:
     def __repr__(self) -> str:
         if not self._enabled:
             return f"<anygate.AdaptiveLimit gate {self._name!r} off>"
-        if math.isinf(self._ceiling):
+        if math.isinf(self._ceiling) and math.isinf(self._limit):
             return f"<anygate.AdaptiveLimit gate {self._name!r} idle (no cap)>"
         text = f"<anygate.AdaptiveLimit gate {self._name!r} {self._applied:g}/{self._ceiling:g}"
         left = self.pause_left()

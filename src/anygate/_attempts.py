@@ -20,6 +20,7 @@ import anyio
 
 from ._errors import Busy, CircuitOpen
 from ._events import SlotAdmitted, SlotWaiting, emit
+from ._learn import headers_of, learn_from_headers
 from ._retrying import NEUTRAL, SUCCESS, Stop
 
 if TYPE_CHECKING:
@@ -126,6 +127,8 @@ class Attempts:
                 if retrier.is_control_flow(exc):
                     run.outcome = NEUTRAL
                     raise
+                # The provider's answer says its limits: the gate paces to them.
+                learn_from_headers(self.gate, headers_of(exc))
                 wait = retrier.plan(
                     run,
                     exc,
@@ -140,6 +143,9 @@ class Attempts:
                 await anyio.sleep(wait)
             else:
                 run.outcome = SUCCESS
+                headers = headers_of(result)  # raw responses carry the provider's limits
+                if headers is not None:
+                    learn_from_headers(self.gate, headers)
                 return result
 
     async def pass_breaker(self, run: Run) -> None:
@@ -249,6 +255,7 @@ class Attempts:
                 if retrier.is_control_flow(exc):
                     run.outcome = NEUTRAL
                     raise
+                learn_from_headers(self.gate, headers_of(exc))
                 wait = retrier.plan(run, exc, time.monotonic(), deadline, testing)
                 retrier.attempt_ended(run)
                 if isinstance(wait, Stop):
@@ -258,6 +265,9 @@ class Attempts:
                     time.sleep(wait)
             else:
                 run.outcome = SUCCESS
+                headers = headers_of(result)  # raw responses carry the provider's limits
+                if headers is not None:
+                    learn_from_headers(self.gate, headers)
                 return result
 
     def pass_breaker_sync(self, run: Run, deadline: float) -> None:
