@@ -270,3 +270,17 @@ def test_oracle_is_never_rejected_when_the_rpm_window_binds() -> None:
     oracle = _oracle(wide, seed=1)
     assert oracle.responses["rpm"] == 0
     assert not oracle.failed
+
+
+@pytest.mark.parametrize("name", sim.builtin_scenarios())
+def test_the_library_defaults_lose_no_work_in_any_builtin_scenario(name: str) -> None:
+    """Issue 12: the built-in anygate strategy (defaults + published facts) loses no call
+    where the oracle loses none, and at most 1 % of its calls get a 429."""
+    scenario = sim.load_scenario(name)
+    result = sim.simulate(
+        scenario, strategies=sim.resolve_strategies(scenario, only=["anygate", "oracle"])
+    )
+    anygate, oracle = result.strategies
+    assert oracle.failures == {}
+    assert anygate.failures == {}, anygate.failures
+    assert anygate.rate_429 <= 0.01

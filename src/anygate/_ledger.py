@@ -582,14 +582,8 @@ class Ledger:
             token._cost = tokens  # the next settle charges relative to this one
             budgets = self._budgets
             if budgets is not None and delta:
-                if delta > 0 and budgets.tok_interval:
-                    # A charge is paid now, like one at admission (``charge``): a tat in
-                    # the past only means "full", and adding to it would lose the charge
-                    # in the burst cap. Refunds stay relative (the level is capped anyway).
-                    now = self._read_clock()
-                    if now is not None and budgets.tok_tat < now:
-                        budgets.tok_tat = now
-                budgets.refund(0, -delta)
+                # A charge is paid now, like one at admission (see Budgets.settle).
+                budgets.settle(delta, self._read_clock() if delta > 0 else None)
                 if delta < 0 and self._live:
                     self._advance_locked(self._clock(), wakes)
         finally:

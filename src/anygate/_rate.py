@@ -440,6 +440,17 @@ class Budgets:
         """Seconds until a request stating no tokens could be admitted (slots aside)."""
         return max(0.0, self.when(now, 0) - now)
 
+    def settle(self, delta: int, now: float | None) -> None:
+        """A token settle: charge ``delta`` more tokens (refund when negative).
+
+        A charge is paid at ``now``, like one at admission (:func:`charge`): a tat in the
+        past only means "full", and adding to it would lose the charge in the burst cap.
+        Refunds stay relative (the level is capped anyway).
+        """
+        if delta > 0 and self.tok_interval and now is not None and self.tok_tat < now:
+            self.tok_tat = now
+        self.refund(0, -delta)
+
     def refund(self, requests: int, tokens: int) -> None:
         """Give budget back (negative values charge more); the slope counts stay."""
         if self.req_interval and requests:

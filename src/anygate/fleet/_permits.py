@@ -118,6 +118,11 @@ class FleetBudgets:
         if self.rate.tokens_per_minute is not None:
             self.tokens -= tokens
 
+    def settle(self, delta: int, now: float | None) -> None:
+        """A token settle reaches the fleet's budget at the agent's next call."""
+        del now  # the fleet's budget runs on Redis time
+        self.refund(0, -delta)
+
     def refund(self, requests: int, tokens: int) -> None:
         """A granted caller never ran (its permit goes back to the pool), or a settle.
 
