@@ -47,17 +47,21 @@ class _Acquire:
 
     @ki_protected
     def __await__(self) -> Generator[Any, None, Token]:
-        # A generator that usually never yields: the uncontended path is measured against
-        # anyio.Semaphore(fast_acquire=True), so it avoids awaiting anything at all.
+        # A generator that, with fast_acquire, usually never yields: that path is measured
+        # against anyio.Semaphore(fast_acquire=True), so it avoids awaiting anything at all.
         gate = self._gate
+        # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
+        # skips the fast path's lock round trip, and its park is the schedule point.
+        free = not gate._live and gate._in_flight < gate._limit
         # Checked even when we are about to queue: a grant can complete the wait before
         # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
-        check = _waiters.cancellation_check()
-        if check is not None:
-            yield from check.__await__()  # raises a pending cancellation
-        # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
-        # skips the fast path's lock round trip.
-        if not gate._live and gate._in_flight < gate._limit:
+        if free and not gate._fast_acquire:
+            yield from _waiters.full_checkpoint().__await__()  # let others run first
+        else:
+            check = _waiters.cancellation_check()
+            if check is not None:
+                yield from check.__await__()  # raises a pending cancellation
+        if free:
             token = gate._try_fast(self._code, self._lasti, self._tokens)
             if token is not None:
                 return token
@@ -67,11 +71,15 @@ class _Acquire:
     async def __aenter__(self) -> Token:
         # The steps of __await__ spelled out: delegating to it would cost a generator.
         gate = self._gate
-        check = _waiters.cancellation_check()
-        if check is not None:
-            await check
+        free = not gate._live and gate._in_flight < gate._limit
+        if free and not gate._fast_acquire:
+            await _waiters.full_checkpoint()
+        else:
+            check = _waiters.cancellation_check()
+            if check is not None:
+                await check
         token = None
-        if not gate._live and gate._in_flight < gate._limit:
+        if free:
             token = gate._try_fast(self._code, self._lasti, self._tokens)
         if token is None:
             token = await gate._wait(self)

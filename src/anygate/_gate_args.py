@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_TOKENS",
     "check_capacity",
+    "check_fast_acquire",
     "check_priority",
     "check_rate",
     "check_timeout",
@@ -53,6 +54,14 @@ def check_capacity(value: object) -> int | float:
     checked = check_int("capacity", value, minimum=0)
     assert checked is not None
     return checked
+
+
+def check_fast_acquire(value: object) -> bool:
+    """``fast_acquire=``: a bool (no truthy stand-ins: a typo'd ``"no"`` must not mean True)."""
+    if type(value) is not bool:
+        msg = f"fast_acquire must be a bool (got {show(value)} of type {type(value).__name__})"
+        raise TypeError(msg)
+    return value
 
 
 def check_timeout(value: object) -> float | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._gate import Gate
 from ._gate_args import check_capacity as _check_capacity
+from ._gate_args import check_fast_acquire as _check_fast_acquire
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -67,7 +68,9 @@ gates: Registry[Gate] = Registry("gate")
 breakers: Registry[CircuitBreaker] = Registry("breaker")
 
 
-def shared_gate(name: str, *, capacity: float | None = None) -> Gate:
+def shared_gate(
+    name: str, *, capacity: float | None = None, fast_acquire: bool | None = None
+) -> Gate:
     """The one process-wide :class:`Gate` called ``name``, created on first use.
 
     Every caller in the process, on any thread or event loop, that asks for the same name
@@ -77,15 +80,27 @@ def shared_gate(name: str, *, capacity: float | None = None) -> Gate:
     resizing a gate other code is using (a stale config could otherwise undo a fresher
     one). To resize on purpose, assign ``shared_gate(name).capacity``.
 
+    ``fast_acquire`` follows the same rule: it applies when this call creates the gate
+    (``None`` then means ``False``, the checkpointing default of :class:`Gate`), and a
+    later call stating a different value raises ``ValueError``. It cannot change later.
+
     Raises:
-        TypeError, ValueError: bad ``name`` or ``capacity``, or a conflicting ``capacity``.
+        TypeError, ValueError: bad ``name``, ``capacity`` or ``fast_acquire``, or a
+            conflicting ``capacity`` or ``fast_acquire``.
     """
     cap = math.inf if capacity is None else _check_capacity(capacity)
-    gate, created = gates.get_or_create(name, lambda: Gate(cap, name=name))
+    fast = False if fast_acquire is None else _check_fast_acquire(fast_acquire)
+    gate, created = gates.get_or_create(name, lambda: Gate(cap, name=name, fast_acquire=fast))
     if not created and capacity is not None and gate.capacity != cap:
         msg = (
             f"shared_gate({name!r}) already exists with capacity {gate.capacity!r}; "
             f"got capacity={capacity!r}. Assign shared_gate({name!r}).capacity to resize it"
+        )
+        raise ValueError(msg)
+    if not created and fast_acquire is not None and gate.fast_acquire != fast:
+        msg = (
+            f"shared_gate({name!r}) already exists with fast_acquire={gate.fast_acquire!r}; "
+            f"got fast_acquire={fast_acquire!r}. It is fixed when the gate is created"
         )
         raise ValueError(msg)
     return gate

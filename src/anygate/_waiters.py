@@ -25,7 +25,7 @@ import asyncio
 import math
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio.lowlevel
@@ -101,6 +101,52 @@ def cancellation_check() -> Awaitable[None] | None:
         deadline = _asyncio_deadline or _resolve_asyncio_deadline()
         return anyio.lowlevel.checkpoint() if deadline() == -math.inf else None
     return anyio.lowlevel.checkpoint_if_cancelled()  # no loop: anyio raises its usual error
+
+
+def full_checkpoint() -> Awaitable[None]:
+    """What to await for a full checkpoint (schedule point, then cancel point) before admission.
+
+    The checkpointing acquire (``Gate(fast_acquire=False)``, the default) awaits this when
+    it is about to take a free slot, so that an uncontended acquire lets other tasks run as
+    trio's rule and anyio's default semaphore require. The schedule point comes first, as
+    in trio's own ``checkpoint()``: the cancel check then sees a deadline that expired
+    while we yielded, and a cancellation delivered at the yield leaves before any slot is
+    taken (nothing to give back). On trio this is ``trio.lowlevel.checkpoint()``; on
+    asyncio a bare yield to the loop (what ``asyncio.sleep(0)`` does) and then the same
+    cancellation check as :func:`cancellation_check`.
+    """
+    if _in_trio():
+        trio_checkpoint: Awaitable[None] = _trio_lowlevel.checkpoint()
+        return trio_checkpoint
+    if _get_running_loop() is not None:
+        return _ASYNCIO_CHECKPOINT
+    return anyio.lowlevel.checkpoint()  # no loop: anyio raises its usual error
+
+
+class _AsyncioCheckpoint:
+    """Awaitable: a bare yield to the loop, then the cancellation check (see full_checkpoint)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield  # a bare yield: the task is rescheduled at once, after the tasks already ready
+        deadline = _asyncio_deadline or _resolve_asyncio_deadline()
+        if deadline() == -math.inf:
+            yield from anyio.lowlevel.checkpoint().__await__()  # raises the cancellation
+
+
+_ASYNCIO_CHECKPOINT = _AsyncioCheckpoint()
+
+
+async def shielded_schedule_point() -> None:
+    """A schedule point that is not a cancel point (anyio's ``cancel_shielded_checkpoint``).
+
+    For the rare checkpointing acquire that got its slot without ever yielding (a slot
+    freed between the fast path's look and queueing): the slot is already taken, so a
+    cancellation must not land here; on asyncio a native ``Task.cancel()`` still can,
+    and the caller gives the slot back.
+    """
+    await anyio.lowlevel.cancel_shielded_checkpoint()
 
 
 def _resolve_asyncio_deadline() -> Callable[[], float]:
