@@ -48,6 +48,8 @@ from ._learn import LearnedLimits as LearnedLimits
 from ._learn import RateLearner as RateLearner
 from ._learn import headers_of as headers_of
 from ._learn import learn_from_headers as learn_from_headers
+from ._inspect import QueuedCaller as QueuedCaller
+from ._inspect import SlotHolder as SlotHolder
 from ._loader import load_config as load_config
 from ._policy import Policy as Policy
 from ._rate import Rate as Rate
@@ -88,6 +90,7 @@ __all__ = [
     "Permit",
     "Policy",
     "PolicyConfig",
+    "QueuedCaller",
     "Rate",
     "RateLearner",
     "RateStatistics",
@@ -98,6 +101,7 @@ __all__ = [
     "RetryScheduled",
     "Rule",
     "SlotAdmitted",
+    "SlotHolder",
     "SlotWaiting",
     "Token",
     "Verdict",

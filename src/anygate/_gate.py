@@ -28,6 +28,7 @@ from ._gate_args import (
     check_timeout,
     check_tokens,
 )
+from ._inspect import QueuedCaller, SlotHolder, holders_of, waiters_of
 from ._ledger import UNLIMITED, Ledger
 from ._token import code_site, make_token
 from ._waiters import GONE, GRANTED, ki_protected
@@ -60,6 +61,9 @@ class GateStatistics:
         timed_out: waits that ended in :class:`Busy` because the timeout passed.
         cancelled: waits that ended in cancellation or another exception.
         leaked: tokens reclaimed after being garbage-collected unreleased.
+        available: free slots, ``capacity - in_flight`` (never below 0; ``math.inf``
+            when unlimited). A free slot is not an admission: queued callers go first, and
+            a rate budget may hold the next one back.
         rate: the rate view (budget left, next admission, admitted per window), or
             ``None`` when the gate has no :class:`Rate`.
     """
@@ -74,6 +78,7 @@ class GateStatistics:
     cancelled: int
     leaked: int
     rate: RateStatistics | None = None
+    available: float = 0
 
 
 @final
@@ -240,7 +245,40 @@ class Gate(Ledger):
             cancelled=cancelled,
             leaked=leaked,
             rate=rate,
+            available=_INF if capacity == _INF else max(0, int(capacity) - in_flight),
         )
+
+    @property
+    def available(self) -> float:
+        """Free slots: ``capacity - in_flight``, never below 0 (``math.inf`` if unlimited).
+
+        A free slot does not mean the next ``acquire()`` is admitted at once: queued
+        callers go first, and a rate budget may hold the next one back.
+        """
+        capacity, in_flight = self._capacity, self._in_flight
+        return _INF if capacity == _INF else max(0, int(capacity) - in_flight)
+
+    def holders(self) -> tuple[SlotHolder, ...]:
+        """Who holds the slots: one :class:`SlotHolder` per unreleased token, oldest first.
+
+        For debugging a stuck slot (where was it acquired, how long ago), not for a metrics
+        loop: the gate keeps no list of its tokens (a list would cost every acquire and
+        release, and keep leaked tokens alive), so this walks the garbage collector's
+        objects, O(size of the heap) -- milliseconds in a large process. Tokens that are
+        unreachable garbage not yet collected are included: they still hold their slots.
+        :meth:`statistics` stays a few counter reads.
+
+        The records keep their tokens alive (``SlotHolder.token``): drop them when done.
+        """
+        return holders_of(self)
+
+    def waiters(self) -> tuple[QueuedCaller, ...]:
+        """The queued callers, one :class:`QueuedCaller` each, with how long they have waited.
+
+        Highest priority class first, oldest first within a class (the overtaking bound
+        may let an older caller of a lower class go sooner). One locked step, O(waiters).
+        """
+        return waiters_of(self)
 
     def __repr__(self) -> str:
         cap = "inf" if self._limit == UNLIMITED else self._limit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, NoReturn, final
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class Token:
     # ``_gate`` is None once released; the gate flips it under its lock so two threads
     # releasing at once cannot both give the slot back. ``_home`` stays set: a settle
     # after release still corrects the rate budget.
-    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti")
+    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti", "_since")
 
     _gate: Gate | None
     _home: Gate
@@ -47,6 +48,8 @@ class Token:
     # time; the file:line they point to is worked out only when someone asks.
     _code: CodeType
     _lasti: int
+    # time.monotonic() at admission, for Gate.holders().
+    _since: float
 
     # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
     # returning Never and rejects object.__new__(Token) in make_token.
@@ -160,6 +163,7 @@ class Token:
 
 
 _new_token = object.__new__
+_monotonic = time.monotonic
 
 
 def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
@@ -169,6 +173,7 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     token._code = code
     token._lasti = lasti
     token._cost = cost
+    token._since = _monotonic()
     return token
 
 

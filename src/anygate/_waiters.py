@@ -25,6 +25,7 @@ import asyncio
 import math
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -41,6 +42,7 @@ DEAD: Final = 3  # granted, but its loop can never run it again; the gate passed
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _get_ident = threading.get_ident
+_monotonic = time.monotonic
 _get_running_loop = asyncio._get_running_loop
 
 _asyncio_deadline: Callable[[], float] | None = None
@@ -161,10 +163,11 @@ class Waiter:
     ``armed`` says a wake-up may be sent to the current park (one per park: trio must
     never see a reschedule of a task that is not parked); ``due`` is the gate-clock time
     the waiter will wake by itself to look at the budget again (``inf``: only when woken).
-    ``tokens`` and ``priority`` are what it asked for, ``seq`` its arrival number.
+    ``tokens`` and ``priority`` are what it asked for, ``seq`` its arrival number, ``since``
+    when it was created (``time.monotonic``, for :meth:`Gate.waiters`).
     """
 
-    __slots__ = ("armed", "due", "priority", "seq", "state", "thread_id", "tokens")
+    __slots__ = ("armed", "due", "priority", "seq", "since", "state", "thread_id", "tokens")
 
     def __init__(self) -> None:
         self.state: int = WAITING
@@ -174,6 +177,7 @@ class Waiter:
         self.priority = 0
         self.tokens = 0
         self.seq = 0
+        self.since = _monotonic()  # for Gate.waiters(); a clock read only when queueing
 
     def prepare(self) -> None:
         """Ready the wake-up route for another park (before re-arming under the lock)."""
@@ -203,6 +207,7 @@ class AsyncioWaiter(Waiter):
         self.priority = 0
         self.tokens = 0
         self.seq = 0
+        self.since = _monotonic()
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
 
@@ -250,6 +255,7 @@ class TrioWaiter(Waiter):
         self.priority = 0
         self.tokens = 0
         self.seq = 0
+        self.since = _monotonic()
         self.trio_token = _trio_lowlevel.current_trio_token()
         self.task = _trio_lowlevel.current_task()
 
@@ -297,6 +303,7 @@ class ThreadWaiter(Waiter):
         self.priority = 0
         self.tokens = 0
         self.seq = 0
+        self.since = _monotonic()
         self._lock = threading.Lock()
         self._lock.acquire()
 

@@ -44,6 +44,7 @@ from anygate import (
     Permit,
     Policy,
     PolicyConfig,
+    QueuedCaller,
     Rate,
     RateStatistics,
     Reason,
@@ -52,6 +53,7 @@ from anygate import (
     RetryScheduled,
     Rule,
     SlotAdmitted,
+    SlotHolder,
     SlotWaiting,
     Token,
     Verdict,
@@ -102,7 +104,26 @@ assert_type(stats.rejected, int)
 assert_type(stats.timed_out, int)
 assert_type(stats.cancelled, int)
 assert_type(stats.leaked, int)
+assert_type(stats.available, float)
 stats.in_flight = 0  # type: ignore[misc]  # frozen dataclass
+
+assert_type(gate.available, float)
+assert_type(gate.fast_acquire, bool)
+assert_type(Gate(2, fast_acquire=True), Gate)
+Gate(2, fast_acquire="yes")  # type: ignore[arg-type]
+assert_type(anygate.shared_gate("fast", fast_acquire=True), Gate)
+holder = gate.holders()[0]
+assert_type(holder, SlotHolder)
+assert_type(holder.acquired_at, str)
+assert_type(holder.age_s, float)
+assert_type(holder.tokens, int)
+assert_type(holder.token, Token)
+queued = gate.waiters()[0]
+assert_type(queued, QueuedCaller)
+assert_type(queued.age_s, float)
+assert_type(queued.runtime, str)
+assert_type(queued.priority, int)
+assert_type(queued.tokens, int)
 
 # ---------------------------------------------------------------- rates
 

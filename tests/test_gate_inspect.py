@@ -1,0 +1,189 @@
+"""Introspection: who holds the slots (site, age), who waits (age, runtime), ``available``."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate import Gate, QueuedCaller, SlotHolder, _inspect, _token, _waiters
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeClock:
+    """Stands in for time.monotonic in the token, waiter and report paths: exact ages."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    for module in (_token, _waiters, _inspect):
+        monkeypatch.setattr(module, "_monotonic", fake)
+    return fake
+
+
+def _line_of(marker: str) -> int:
+    """The line of this file that carries ``marker`` in a comment."""
+    with open(__file__, encoding="utf-8") as source:
+        for number, line in enumerate(source, 1):
+            if line.rstrip().endswith(f"# {marker}") and "_line_of" not in line:
+                return number
+    raise AssertionError(marker)
+
+
+async def test_holders_report_site_age_and_cost_oldest_first(
+    anyio_backend: Any, clock: FakeClock
+) -> None:
+    """Each held token appears once with its file:line, exact age and cost; released ones go."""
+    gate = Gate(3, rate=anygate.Rate(tokens_per_minute=10**6, burst_s=60))
+    other = Gate(3)
+    first = await gate.acquire(tokens=5)  # site-first
+    clock.now += 2.5
+    async with gate.acquire() as second:  # site-second
+        other_token = await other.acquire()
+        clock.now += 1.0
+        holders = gate.holders()
+        assert [h.acquired_at for h in holders] == [
+            f"{__file__}:{_line_of('site-first')}",
+            f"{__file__}:{_line_of('site-second')}",
+        ]
+        assert [h.age_s for h in holders] == [3.5, 1.0]
+        assert [h.tokens for h in holders] == [5, 0]
+        assert holders[0].token is first
+        assert holders[1].token is second
+        assert all(isinstance(h, SlotHolder) for h in holders)
+        del holders
+    assert [h.token for h in gate.holders()] == [first]
+    first.release()
+    assert gate.holders() == ()
+    assert [h.token for h in other.holders()] == [other_token]
+    other_token.release()
+
+
+async def test_holders_include_tokens_handed_to_threads_and_taken_by_threads(
+    anyio_backend: Any,
+) -> None:
+    """The report is the gate's, not a task's: thread-acquired and handed-over tokens count."""
+    gate = Gate(2)
+    mine = await gate.acquire()
+    box: list[anygate.Token] = []
+    thread = threading.Thread(target=lambda: box.append(gate.acquire_sync()))
+    thread.start()
+    thread.join(10)
+    assert {id(h.token) for h in gate.holders()} == {id(mine), id(box[0])}
+    assert gate.available == 0
+    await anyio.to_thread.run_sync(mine.release)  # released from another thread
+    assert [h.token for h in gate.holders()] == box
+    box[0].release()
+    assert gate.holders() == ()
+
+
+async def test_waiters_report_age_runtime_priority_and_cost(
+    anyio_backend: Any, clock: FakeClock
+) -> None:
+    """Queued tasks and a blocked thread, highest class first, oldest first within a class."""
+    gate = Gate(1)
+    holder = gate.acquire_nowait()
+    runtime = "trio" if anyio_backend == "trio" else "asyncio"
+    got: list[str] = []
+
+    async def task(name: str, priority: int) -> None:
+        async with gate.acquire(priority=priority):
+            got.append(name)
+
+    def blocking() -> None:
+        with gate.acquire_sync(tokens=7):
+            got.append("thread")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(task, "low", 0)
+        await anyio.wait_all_tasks_blocked()
+        clock.now += 1.0
+        thread = threading.Thread(target=blocking)
+        thread.start()
+        while gate.waiting < 2:  # the thread queues on its own schedule
+            await anyio.to_thread.run_sync(threading.Event().wait, 0.001)
+        clock.now += 1.0
+        tg.start_soon(task, "high", 5)
+        await anyio.wait_all_tasks_blocked()
+        clock.now += 0.5
+        assert gate.waiters() == (
+            QueuedCaller(age_s=0.5, runtime=runtime, priority=5, tokens=0),
+            QueuedCaller(age_s=2.5, runtime=runtime, priority=0, tokens=0),
+            QueuedCaller(age_s=1.5, runtime="thread", priority=0, tokens=7),
+        )
+        holder.release()
+        await anyio.to_thread.run_sync(thread.join, 10)
+    assert got == ["high", "low", "thread"]
+    assert gate.waiters() == ()
+
+
+async def test_a_cancelled_waiter_leaves_the_report(anyio_backend: Any) -> None:
+    """Withdrawn waiters stay in the queue until compaction, but never in the report."""
+    gate = Gate(0)
+
+    async def wait() -> None:
+        await gate.acquire()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        assert len(gate.waiters()) == 2
+        tg.cancel_scope.cancel()
+    assert gate.waiters() == ()
+    assert len(gate._queue) in (0, 2)  # lazily deleted entries may remain
+
+
+def test_available_follows_capacity_and_holders() -> None:
+    """``available`` is free slots, never negative, infinite without a cap; statistics agree."""
+    gate = Gate(3)
+    tokens = [gate.acquire_nowait() for _ in range(2)]
+    assert gate.available == 1 == gate.statistics().available
+    gate.capacity = 1  # lowered below in_flight: nothing free, not -1
+    assert gate.available == 0 == gate.statistics().available
+    for token in tokens:
+        token.release()
+    assert gate.available == 1
+    unlimited = Gate()
+    held = unlimited.acquire_nowait()
+    assert unlimited.available == math.inf == unlimited.statistics().available
+    held.release()
+
+
+def test_holders_include_an_uncollected_leaked_token() -> None:
+    """A token lost in a garbage cycle still holds its slot until collected: it is reported."""
+    import gc
+    import warnings
+
+    gate = Gate(1, name="cycle")
+    gc.disable()
+    try:
+
+        class Box:
+            pass
+
+        box = Box()
+        box.token = gate.acquire_nowait()  # type: ignore[attr-defined]
+        box.me = box  # type: ignore[attr-defined]
+        del box
+        assert len(gate.holders()) == 1
+        assert gate.in_flight == 1
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            gc.collect()
+    finally:
+        gc.enable()
+    assert gate.holders() == ()
+    assert gate.statistics().leaked == 1
