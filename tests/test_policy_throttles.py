@@ -13,7 +13,6 @@ import anyio
 import pytest
 
 import anygate
-
 from anygate import (
     BreakerConfig,
     Busy,

@@ -44,12 +44,12 @@ from ._gate import GateStatistics as GateStatistics
 from ._headers import LimitReport as LimitReport
 from ._headers import ReportedLimit as ReportedLimit
 from ._headers import parse_limit_headers as parse_limit_headers
+from ._inspect import QueuedCaller as QueuedCaller
+from ._inspect import SlotHolder as SlotHolder
 from ._learn import LearnedLimits as LearnedLimits
 from ._learn import RateLearner as RateLearner
 from ._learn import headers_of as headers_of
 from ._learn import learn_from_headers as learn_from_headers
-from ._inspect import QueuedCaller as QueuedCaller
-from ._inspect import SlotHolder as SlotHolder
 from ._loader import load_config as load_config
 from ._policy import Policy as Policy
 from ._rate import Rate as Rate
