@@ -36,8 +36,7 @@ from .._usage import StreamUsage, estimate_tokens, usage_tokens
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from .._gate import Gate
-    from .._token import Token
+    from .. import Gate, Token
 
 __all__ = ["Accounting", "Estimator", "check_tokens_option"]
 
