@@ -21,7 +21,9 @@ from tests.integrations.sdks import SDKS, Sdk
 pytestmark = pytest.mark.anyio
 
 FAST = anygate.RetryConfig(max_attempts=1, base_delay_ms=1, cap_delay_ms=2)
-OPENS_AT_ONCE = anygate.BreakerConfig(failure_threshold=1, recovery_timeout_sec=3600)
+OPENS_AT_ONCE = anygate.BreakerConfig(
+    failure_threshold=1, recovery_timeout_sec=3600, when_open="fail"
+)
 
 
 @pytest.fixture(params=SDKS)
