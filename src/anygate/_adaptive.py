@@ -313,14 +313,6 @@ class AdaptiveLimit:
             return
         token.release()
 
-    def wait_pause_sync(self, seconds: float) -> None:
-        """The blocking twin of :meth:`wait_pause`."""
-        try:
-            token = self._resume.acquire_sync(timeout=seconds)
-        except Busy:
-            return
-        token.release()
-
     @ki_protected
     def probe_ended(self) -> None:
         """The probe ended without an answer about the rate (an error, a cancellation):
