@@ -193,13 +193,18 @@ def test_a_success_at_the_maximum_changes_nothing() -> None:
 # --------------------------------------------------------------------------- configuration
 
 
-def test_no_cap_means_nothing_to_adapt() -> None:
-    """An uncapped gate is never lowered and never paused (no limit to go back to)."""
+def test_no_cap_pauses_and_takes_the_calls_in_flight_as_its_limit() -> None:
+    """An uncapped gate: a burst throttle pauses it and makes the calls in flight its limit
+    (so the pause does not end in a herd); without that count, it only pauses."""
     limit, gate, _ = _limit(math.inf)
-    assert limit.on_throttle(0, None) is None
-    assert limit.pause_left() == 0
-    assert gate.capacity == math.inf
     assert "no cap" in repr(limit)
+    change = limit.on_throttle(0, None)
+    assert change is not None
+    assert limit.pause_left() > 0
+    assert gate.capacity == math.inf
+    other, gate2, _ = _limit(math.inf)
+    assert other.on_throttle(0, None, in_flight=12) is not None
+    assert gate2.capacity == 12
 
 
 def test_disabled_does_nothing_and_disabling_restores_the_maximum() -> None:

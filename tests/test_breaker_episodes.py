@@ -42,13 +42,12 @@ def half_open_with_probe(breaker: CircuitBreaker, clock: FakeClock) -> Permit:
 
 @pytest.mark.parametrize("outcome", ["neutral", "failure"])
 def test_a_stale_probe_cannot_let_a_second_probe_out(outcome: str) -> None:
-    """P1 probes; an ordinary call's success closes; the breaker reopens and half-opens with
+    """P1 probes; the breaker is closed (an operator's reset); it reopens and half-opens with
     probe P2; P1's late report leaves P2 the only probe (every other caller fails fast)."""
     clock = FakeClock()
     breaker = CircuitBreaker("b", failure_threshold=1, recovery_timeout=10, clock=clock)
-    ordinary = breaker.acquire()  # admitted while closed
     p1 = half_open_with_probe(breaker, clock)
-    ordinary.success()  # any success closes: P1's episode is over
+    breaker.reset()  # P1's episode is over
     assert breaker.state is BreakerState.CLOSED
     p2 = half_open_with_probe(breaker, clock)
     getattr(p1, outcome)()
@@ -61,12 +60,11 @@ def test_a_stale_probe_cannot_let_a_second_probe_out(outcome: str) -> None:
 
 
 def test_a_stale_probe_failure_counts_as_one_failure_not_a_trip() -> None:
-    """After another call closed the breaker, a stale probe's failure respects the threshold."""
+    """After the breaker closed, a stale probe's failure respects the threshold."""
     clock = FakeClock()
     breaker = CircuitBreaker("b", failure_threshold=3, recovery_timeout=10, clock=clock)
-    ordinary = breaker.acquire()
     p1 = half_open_with_probe(breaker, clock)
-    ordinary.success()
+    breaker.reset()
     p1.failure()
     assert breaker.state is BreakerState.CLOSED
     assert breaker.statistics().failures == 1
@@ -117,6 +115,7 @@ class BreakerModel(RuleBasedStateMachine):
         self.episode = 0
         self.probe_owner: Permit | None = None
         self.done: set[int] = set()
+        self.spell_of: dict[int, int] = {}  # permit -> openings before it was given
 
     def _open(self) -> None:
         self.state = "open"
@@ -143,6 +142,7 @@ class BreakerModel(RuleBasedStateMachine):
         if expect_probe:
             self.probe_owner = permit
         self.permits.append((permit, expect_probe, self.episode))
+        self.spell_of[id(permit)] = self.opened
 
     @precondition(lambda self: any(id(p) not in self.done for p, _, _ in self.permits))
     @rule(data=st.data(), outcome=st.sampled_from(["success", "failure", "neutral"]))
@@ -153,9 +153,12 @@ class BreakerModel(RuleBasedStateMachine):
         current = probe and self.state == "half_open" and episode == self.episode
         assert current == (self.probe_owner is permit)
         if outcome == "success":
-            self.failures = 0
-            self.state = "closed"
-            self.probe_owner = None
+            # A success closes, unless it is an ordinary call sent before the latest opening
+            # (it proves nothing about the provider since).
+            if self.state == "closed" or probe or self.spell_of[id(permit)] == self.opened:
+                self.failures = 0
+                self.state = "closed"
+                self.probe_owner = None
         elif outcome == "failure":
             if current:
                 self._open()
@@ -295,6 +298,23 @@ async def test_many_callers_on_a_failing_provider_never_run_two_probes_of_one_ep
         for _ in range(500):
             tg.start_soon(caller)
     assert policy.breaker is not None
-    assert policy.breaker.statistics().opened > 10  # the scenario really cycled
+    assert policy.breaker.statistics().opened > 3  # the scenario really cycled
     assert worst == 1
     assert policy.gate.statistics().in_flight == 0
+
+
+def test_a_call_sent_before_the_breaker_opened_does_not_close_it() -> None:
+    """A long call admitted while closed, succeeding during an outage that refuses new
+    requests, proves nothing about the provider now: the breaker stays open."""
+    clock = FakeClock()
+    breaker = CircuitBreaker("b", failure_threshold=1, recovery_timeout=10, clock=clock)
+    long_call = breaker.acquire()
+    breaker.acquire().failure()
+    assert breaker.state is BreakerState.OPEN
+    long_call.success()
+    assert breaker.state is BreakerState.OPEN
+    clock.now += 10
+    probe = breaker.acquire()
+    assert probe.probe
+    probe.success()
+    assert breaker.state is BreakerState.CLOSED

@@ -358,7 +358,12 @@ class AdaptiveLimit:
 
     @ki_protected
     def on_throttle(
-        self, generation: int | None, retry_after: float | None, in_flight: int | None = None
+        self,
+        generation: int | None,
+        retry_after: float | None,
+        in_flight: int | None = None,
+        *,
+        probe: bool = False,
     ) -> LimitChange | None:
         """A burst-rate throttle: pause and lower the limit, unless it is old news.
 
@@ -385,9 +390,9 @@ class AdaptiveLimit:
                 self._stale += 1
                 return None
             old = self._applied
-            # A throttle while the pause's probe is out continues the episode: a new
-            # pause, but the limit was cut already.
-            continuing = self._pausing
+            # The pause's probe throttled again: the same episode, a new pause, but the
+            # limit was cut already.
+            continuing = probe and self._pausing
             if not continuing and _CUT_ON_BURST and self._active():
                 self._limit = lowered_limit(
                     self._limit, factor=self._factor, floor=self._floor_now()

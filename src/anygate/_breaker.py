@@ -383,7 +383,11 @@ class CircuitBreaker:
                 and permit._episode == self._episode
             )
             if outcome == "success":
-                if self._state is not BreakerState.CLOSED and permit._spell != self._opened:
+                if (
+                    self._state is not BreakerState.CLOSED
+                    and not permit._probe
+                    and permit._spell != self._opened
+                ):
                     # Sent before the breaker last opened (a long call finishing during an
                     # outage that refuses new requests): no news about the provider now.
                     return None

@@ -385,7 +385,9 @@ class Retrier:
         if retry_after is not None:
             retry_after = min(retry_after, self.config.retry.retry_after_max_s)
         in_flight = min(run.in_flight, self.gate.in_flight + 1)
-        change = self.adaptive.on_throttle(run.generation, retry_after, in_flight)
+        change = self.adaptive.on_throttle(
+            run.generation, retry_after, in_flight, probe=run.burst_probe
+        )
         if change is not None:
             self._limit_changed(change)
 
