@@ -87,14 +87,14 @@ async def test_burst_rate_reports_its_effective_budget_in_events() -> None:
     events: list[Any] = []
     script = Script(burst(), burst(), burst())
     two = RetryConfig(reason_budgets={"burst_rate": 2})
-    policy = Policy(hooks=[events.append], retry=two)
+    policy = Policy(hooks=[events.append], retry=two, adaptive_concurrency=False)
     with pytest.raises(CallFailed) as info:
         await policy.call(script)
     assert script.calls == 2
     assert info.value.attempts == 2
     (retry,) = retries(events)
     assert (retry.attempt, retry.max_attempts, retry.reason) == (1, 2, Reason.BURST_RATE)
-    assert retry.wait_ms == 0  # no sleep of its own: the gate's pause and probe time it
+    assert 5000 <= retry.wait_ms <= 8000
     seconds = max(1, round(retry.wait_ms / 1000))
     assert retry.message == (
         f"LLM request retry 1/2: provider is throttling request burst rate. Retrying in {seconds}s."
@@ -108,7 +108,9 @@ async def test_burst_rate_reports_its_effective_budget_in_events() -> None:
 async def test_concurrent_burst_failures_get_distinct_delays() -> None:
     """Ported: a fleet failing together does not retry in lockstep."""
     events: list[Any] = []
-    policy = Policy(rng=random.Random(2024), hooks=[events.append])
+    # Without adaptive concurrency (which times burst retries with its pause), the per-call
+    # jitter spreads them.
+    policy = Policy(rng=random.Random(2024), hooks=[events.append], adaptive_concurrency=False)
     async with anyio.create_task_group() as tg:
         for _ in range(20):
             tg.start_soon(policy.call, Script(burst()))
