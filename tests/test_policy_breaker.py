@@ -34,6 +34,8 @@ def tripping_policy(clock: FakeClock, **kwargs: Any) -> Policy:
             when_open="fail", failure_threshold=1, recovery_timeout_sec=60
         ),
         retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0, throttle_attempts=2),
+        # The manual clock never moves on its own: no burst pause to sit out.
+        adaptive_concurrency=False,
         clock=clock,
         **kwargs,
     )
