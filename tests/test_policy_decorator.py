@@ -94,7 +94,9 @@ async def test_an_open_breaker_refuses_before_calling(
     """After the breaker opens, every entry point refuses with CircuitOpen, calling nothing."""
     policy = Policy(
         retry=RetryConfig(max_attempts=1, throttle_attempts=1),
-        circuit_breaker=anygate.BreakerConfig(failure_threshold=1, recovery_timeout_sec=3600),
+        circuit_breaker=anygate.BreakerConfig(
+            failure_threshold=1, recovery_timeout_sec=3600, when_open="fail"
+        ),
     )
     with pytest.raises(CallFailed):
         await enter(policy, _script(is_async, transient()))

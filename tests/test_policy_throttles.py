@@ -174,12 +174,12 @@ async def test_an_uncapped_policy_learns_the_providers_slots_and_loses_nothing()
             tg.start_soon(policy.call, provider)
     assert provider.served == 60
     assert policy.gate.capacity <= 8
-    # A lesson or two (the first estimate counts calls still on their way back); the calls
-    # rejected together with each are old news.
+    # A few lessons (an estimate counts calls still on their way back, and trio's scheduling
+    # order varies from run to run: 1-6 in 30 runs), never one per 429: the calls rejected
+    # together with each lesson are old news.
     stats = policy.adaptive_limit.statistics()
-    assert stats.throttles <= 2
-    assert stats.stale_throttles >= 1
-    assert provider.rejected < 60
+    assert stats.throttles <= 8
+    assert stats.throttles * 5 < provider.rejected
 
 
 async def test_throttles_use_their_own_budget() -> None:
