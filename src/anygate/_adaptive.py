@@ -43,14 +43,15 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
-from ._errors import Busy
-from ._gate import Gate
 from ._gate_args import check_capacity
+from ._latch import Latch
 from ._validation import check_int, check_number, show
 from ._waiters import ki_protected
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ._gate import Gate
 
 __all__ = [
     "DEFAULT_DECREASE_FACTOR",
@@ -77,9 +78,6 @@ DEFAULT_PAUSE_MS = 5000.0
 DEFAULT_HOLD_S = 30.0
 #: The hold doubles each time a probe finds the same limit again, up to this.
 DEFAULT_MAX_HOLD_S = 600.0
-
-#: Whether a burst-rate throttle also cuts the concurrency limit (the first of an episode).
-_CUT_ON_BURST = True
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9
@@ -240,7 +238,7 @@ class AdaptiveLimit:
         # A burst-rate pause ends with one probe: when it is over, one attempt goes; the
         # others wait on _resume (shut while a pause lasts) until the probe succeeds.
         self._probe_out = False
-        self._resume = Gate(math.inf, name=f"adaptive {gate.name}")
+        self._resume = Latch(f"adaptive {gate.name}")
 
     # ------------------------------------------------------------------ reading
 
@@ -307,11 +305,7 @@ class AdaptiveLimit:
 
     async def wait_pause(self, seconds: float) -> None:
         """Wait ``seconds`` or until the pause ends, whichever comes first."""
-        try:
-            token = await self._resume.acquire(timeout=seconds)
-        except Busy:
-            return
-        token.release()
+        await self._resume.wait(seconds)
 
     @ki_protected
     def probe_ended(self) -> None:
@@ -324,7 +318,7 @@ class AdaptiveLimit:
         self._pausing = False
         self._probe_out = False
         self._paused_until = -math.inf
-        self._resume.capacity = math.inf
+        self._resume.open()
 
     def statistics(self) -> AdaptiveStatistics:
         """A consistent snapshot."""
@@ -382,18 +376,13 @@ class AdaptiveLimit:
             if self._ceiling < 1:
                 return None
             now = self._clock()
-            if generation is None:
-                stale = self._pausing and now < self._paused_until
-            else:
-                stale = generation != self._generation
-            if stale:
-                self._stale += 1
+            if self._old_news(generation, self._pausing and now < self._paused_until):
                 return None
             old = self._applied
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already.
             continuing = probe and self._pausing
-            if not continuing and _CUT_ON_BURST and self._active():
+            if not continuing and self._active():
                 self._limit = lowered_limit(
                     self._limit, factor=self._factor, floor=self._floor_now()
                 )
@@ -408,7 +397,7 @@ class AdaptiveLimit:
             if pause > 0:
                 self._paused_until = now + pause
                 self._pausing = True
-                self._resume.capacity = 0
+                self._resume.shut()
             self._apply()
             return LimitChange(old, self._applied, self._ceiling, "burst_rate", pause)
 
@@ -444,12 +433,7 @@ class AdaptiveLimit:
             if self._ceiling < 1:
                 return None
             now = self._clock()
-            if generation is None:
-                stale = now < self._held_until and self._limit < self._ceiling
-            else:
-                stale = generation != self._generation
-            if stale:
-                self._stale += 1
+            if self._old_news(generation, now < self._held_until and self._limit < self._ceiling):
                 return None
             floor = self._floor_now()
             if exact:
@@ -569,6 +553,14 @@ class AdaptiveLimit:
     def _active(self) -> bool:
         # Capped, or uncapped with a limit learned from concurrency throttles.
         return self._enabled and self._ceiling >= 1 and self._limit < math.inf
+
+    def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
+        """Whether a throttle comes from an attempt admitted before the latest change (one
+        cut per episode); counted. ``unknown_is_stale``: the answer without a generation."""
+        stale = unknown_is_stale if generation is None else generation != self._generation
+        if stale:
+            self._stale += 1
+        return stale
 
     def _floor_now(self) -> int:
         # A maximum below the configured floor wins: the floor never raises the cap.

@@ -38,15 +38,14 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from ._errors import Busy, CircuitOpen
+from ._errors import CircuitOpen
 from ._events import BreakerStateChanged
-from ._gate import Gate
+from ._latch import Latch
 from ._validation import check_int, check_number
 from ._waiters import ki_protected
 
@@ -180,10 +179,9 @@ class CircuitBreaker:
         self._episode = 0
         self._opened = 0
         self._rejected = 0
-        # Callers waiting for the breaker to close park here: open while closed (capacity
-        # inf), shut otherwise; _move_locked flips it. A Gate, so asyncio loops, trio runs
-        # and threads wait alike, FIFO, and a cancelled wait leaves nothing behind.
-        self._wakeup = Gate(math.inf, name=f"breaker {name}")
+        # Callers waiting for the breaker to close park here: open while closed, shut
+        # otherwise; _move_locked flips it.
+        self._wakeup = Latch(f"breaker {name}")
 
     # ------------------------------------------------------------------ introspection
 
@@ -308,6 +306,10 @@ class CircuitBreaker:
             # after that long finds either the next probe's turn or a closed breaker.
             return 0.0 if not self._probe_out else max(self._recovery, 1e-3)
 
+    def _wait_for(self, timeout: float | None) -> float:
+        seconds = self._wait_s()
+        return seconds if timeout is None else min(seconds, timeout)
+
     async def wait(self, timeout: float | None = None) -> None:
         """Wait until a call may try :meth:`acquire` again: the breaker closed, or its open
         period ended (the next caller becomes the probe); at most ``timeout`` seconds.
@@ -316,29 +318,15 @@ class CircuitBreaker:
         :class:`anygate.CircuitOpen` ``await breaker.wait()``; only one of them becomes
         the probe per recovery interval. Cancellation propagates; nothing is left behind.
         """
-        seconds = self._wait_s()
-        if timeout is not None:
-            seconds = min(seconds, timeout)
-        if seconds <= 0:
-            return
-        try:
-            token = await self._wakeup.acquire(timeout=seconds)
-        except Busy:
-            return
-        token.release()
+        seconds = self._wait_for(timeout)
+        if seconds > 0:
+            await self._wakeup.wait(seconds)
 
     def wait_sync(self, timeout: float | None = None) -> None:
         """The blocking twin of :meth:`wait`, for plain threads."""
-        seconds = self._wait_s()
-        if timeout is not None:
-            seconds = min(seconds, timeout)
-        if seconds <= 0:
-            return
-        try:
-            token = self._wakeup.acquire_sync(timeout=seconds)
-        except Busy:
-            return
-        token.release()
+        seconds = self._wait_for(timeout)
+        if seconds > 0:
+            self._wakeup.wait_sync(seconds)
 
     @ki_protected
     def reset(self) -> BreakerStateChanged | None:
@@ -354,7 +342,10 @@ class CircuitBreaker:
             return None
         self._state = new
         # Lock order breaker -> gate; the gate never calls back into the breaker.
-        self._wakeup.capacity = math.inf if new is BreakerState.CLOSED else 0
+        if new is BreakerState.CLOSED:
+            self._wakeup.open()
+        else:
+            self._wakeup.shut()
         retry_after = 0.0
         if new is BreakerState.OPEN:
             self._opened += 1

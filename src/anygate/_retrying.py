@@ -277,15 +277,15 @@ class Retrier:
             run.outcome = NEUTRAL
         else:
             run.outcome = FAILURE
-        relearned = False
+        no_backoff = False
         if self.adaptive is not None:
             if kind == "burst":
                 # Whether or not this call retries, the whole gate slows down: it pauses,
                 # and the pause's probe decides when everyone goes again, this call too.
                 self.throttled(run, verdict)
-                relearned = self.adaptive.enabled
+                no_backoff = self.adaptive.enabled
             elif kind in ("concurrency", "overload"):
-                relearned = self.learn_concurrency(run, exact=kind == "concurrency")
+                no_backoff = self.learn_concurrency(run, exact=kind == "concurrency")
         throttle = kind is not None
         budget = self.budget(verdict, exc, testing, throttle=throttle)
         if not verdict.retriable:
@@ -308,7 +308,7 @@ class Retrier:
             if verdict.retry_after > retry.retry_after_max_s:
                 return Stop("retry_after_ceiling", budget)
             wait_ms = verdict.retry_after * 1000.0
-        elif relearned or (probe and run.outcome == FAILURE):
+        elif no_backoff or (probe and run.outcome == FAILURE):
             # The gate's limit is already down (the next attempt queues under it), or the
             # breaker reopened (the next attempt waits for the next probe): no own sleep.
             wait_ms = 0.0
@@ -364,16 +364,21 @@ class Retrier:
             )
         return wait_s
 
+    def _in_flight(self, run: Run) -> int:
+        """The calls in flight when ``run``'s attempt was turned away, itself included.
+
+        In flight now, counting this attempt again (its slot is already released), or at
+        its admission, whichever is smaller: calls rejected together with this one drop
+        out of the count within the reject latency.
+        """
+        return min(run.in_flight, self.gate.in_flight + 1)
+
     def learn_concurrency(self, run: Run, *, exact: bool) -> bool:
         """Tell the adaptive limit the provider turned an attempt away for load; whether
         the gate's limit is now below what the attempt was admitted under."""
         adaptive = self.adaptive
         assert adaptive is not None
-        # In flight now, counting this attempt again (its slot is already released): the
-        # smaller of this and the count at admission is the better estimate, since calls
-        # rejected together with this one drop out of it within the reject latency.
-        in_flight = min(run.in_flight, self.gate.in_flight + 1)
-        change = adaptive.on_concurrency(run.generation, in_flight, exact=exact)
+        change = adaptive.on_concurrency(run.generation, self._in_flight(run), exact=exact)
         if change is not None:
             self._limit_changed(change)
         return adaptive.limit < run.in_flight
@@ -384,9 +389,8 @@ class Retrier:
         retry_after = verdict.retry_after
         if retry_after is not None:
             retry_after = min(retry_after, self.config.retry.retry_after_max_s)
-        in_flight = min(run.in_flight, self.gate.in_flight + 1)
         change = self.adaptive.on_throttle(
-            run.generation, retry_after, in_flight, probe=run.burst_probe
+            run.generation, retry_after, self._in_flight(run), probe=run.burst_probe
         )
         if change is not None:
             self._limit_changed(change)
