@@ -1,33 +1,32 @@
-"""Adaptive concurrency for burst-rate throttling: AIMD on a gate's admission limit.
+"""Adaptive concurrency: a gate's admission limit follows what the provider says.
 
-Why. A concurrency cap bounds how many calls run at once, not how fast new ones start.
-When a provider answers ``limit_burst_rate`` ("Request rate increased too quickly"),
-backing off only the throttled call does not slow the fleet down: its slot goes straight
-to the next queued call, which is throttled too, because a 429 comes back in milliseconds.
-In the storm simulator's morning peak a static cap the size of the provider's slots left
-3-5 % of calls with a 429, and no static cap met both the 429 and the makespan target.
+Why. A concurrency cap bounds how many calls run at once, not how fast new ones start, and
+a cap above the provider's real slots turns into concurrency 429s. Backing off only the
+throttled call does not slow the fleet down: its slot goes straight to the next queued
+call, which is throttled too, because a 429 comes back in milliseconds.
 
-What. One :class:`AdaptiveLimit` per gate answers a burst-rate throttle for everyone
-using the gate:
+What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using the gate:
 
-1. **pause**: for ``pause_s`` (or the provider's ``Retry-After``), an attempt that gets a
-   slot waits before calling the provider, keeping the slot, so when the pause ends at most
-   ``limit`` attempts go at once;
-2. **multiplicative decrease**: the gate's capacity drops to
-   ``max(floor, limit * decrease_factor)``;
-3. **additive increase**: each successful call raises the limit by ``1 / limit``, about
-   one slot per limit's worth of successes, back up to the configured maximum.
+1. **concurrency 429** (:meth:`~AdaptiveLimit.on_concurrency`, ``exact``): the limit
+   becomes the calls in flight minus one; an **overload answer** (529, 503 with
+   Retry-After) multiplies it by ``decrease_factor``. Then the limit *holds* (30 s,
+   doubling when a probe upward finds the same limit, up to 10 min) before it may grow.
+2. **burst-rate 429** (:meth:`~AdaptiveLimit.on_throttle`): a **pause** of ``pause_s`` (or
+   Retry-After) during which admitted attempts wait holding their slots, ended by **one
+   probe** (:meth:`~AdaptiveLimit.pass_pause`) whose success lets everyone go; the first
+   throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
+   takes its calls in flight as its limit instead).
+3. **additive increase**: each success admitted on a full gate raises the limit by
+   ``1 / limit``, back up to the configured maximum (none without a cap).
 
 Only the first throttle of an episode counts. An attempt admitted before the latest
-decrease was sent under the old limit, so its 429 is old news: every attempt records the
+change was sent under the old limit, so its 429 is old news: every attempt records the
 *generation* it was admitted in, and a throttle from an older generation is ignored (TCP
 likewise halves its window once per round trip, not once per lost packet).
 
-What it is not: a rate limiter or token bucket. It never delays a call while the provider
-is happy, and it reacts only to ``burst_rate`` verdicts: not to RPM 429s (those carry
-their own Retry-After), outages, or errors of the caller's own making. Without a finite
-cap it does nothing, since there is no limit to lower, and pausing an uncapped fleet would
-only turn it into a herd at the end of the pause.
+One concern, one lock: the three rules share the limit, the generation and the pause, so
+they stay in one state machine (its values and arithmetic live in
+:mod:`anygate._limit_values`). It never delays a call while the provider is happy.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
 gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
@@ -40,11 +39,23 @@ import math
 import threading
 import time
 import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, final
+from typing import TYPE_CHECKING, Any, final
 
 from ._gate_args import check_capacity
 from ._latch import Latch
+from ._limit_values import (
+    DEFAULT_DECREASE_FACTOR,
+    DEFAULT_ENABLED,
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_S,
+    DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PAUSE_MS,
+    AdaptiveStatistics,
+    LimitChange,
+    capacity_for,
+    lowered_limit,
+    raised_limit,
+)
 from ._validation import check_int, check_number, show
 from ._waiters import ki_protected
 
@@ -68,92 +79,6 @@ __all__ = [
     "lowered_limit",
     "raised_limit",
 ]
-
-#: Defaults used when a policy creates a gate's adaptive limit without stating a value.
-DEFAULT_ENABLED = True
-DEFAULT_MIN_CONCURRENT_CALLS = 1
-DEFAULT_DECREASE_FACTOR = 0.7
-DEFAULT_PAUSE_MS = 5000.0
-#: After a concurrency cut the limit holds this long before it may grow again (probe).
-DEFAULT_HOLD_S = 30.0
-#: The hold doubles each time a probe finds the same limit again, up to this.
-DEFAULT_MAX_HOLD_S = 600.0
-
-# Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
-_EPSILON = 1e-9
-
-
-# --------------------------------------------------------------------------- arithmetic
-
-
-def lowered_limit(limit: float, *, factor: float, floor: float) -> float:
-    """The limit after a burst-rate throttle: ``max(floor, limit * factor)``.
-
-    With the defaults (factor 0.7, floor 1) a limit of 32 goes 32 -> 22.4 -> 15.68 -> ...
-    over successive throttles, and never below one slot.
-    """
-    return max(floor, limit * factor)
-
-
-def raised_limit(limit: float, *, ceiling: float) -> float:
-    """The limit after one successful call: ``min(ceiling, limit + 1 / limit)``.
-
-    ``limit`` successes in a row raise it by about one slot, so recovery from 22 to 32
-    takes roughly 270 successful calls; a limit of 0 (closed) stays closed.
-    """
-    if limit <= 0:
-        return limit
-    return min(ceiling, limit + 1.0 / limit)
-
-
-def capacity_for(limit: float, *, floor: int) -> float:
-    """The gate capacity for ``limit``: ``max(floor, floor_int(limit))``; infinity stays."""
-    if math.isinf(limit):
-        return limit
-    return max(floor, math.floor(limit + _EPSILON))
-
-
-# --------------------------------------------------------------------------- state
-
-
-class LimitChange(NamedTuple):
-    """What one throttle or success did to the limit (the policy turns it into an event)."""
-
-    old: float
-    new: float
-    maximum: float
-    reason: str  # "burst_rate", "concurrency" or "recovered"
-    pause_s: float
-
-
-@dataclass(frozen=True)
-class AdaptiveStatistics:
-    """A consistent snapshot of an :class:`AdaptiveLimit`.
-
-    Attributes:
-        gate: the gate's name.
-        enabled: whether it reacts to throttles at all.
-        limit: the gate capacity it currently applies (``inf`` without a cap).
-        max_concurrent_calls: the configured maximum the limit grows back to.
-        min_concurrent_calls: the floor it never goes below.
-        decrease_factor: the multiplier applied on a throttle.
-        pause_s: the default pause after a throttle, in seconds.
-        paused_for: seconds left in the current pause (0 if none).
-        throttles: throttles that lowered the limit (one per episode).
-        stale_throttles: throttles ignored because the attempt was admitted under an
-            older limit.
-    """
-
-    gate: str
-    enabled: bool
-    limit: float
-    max_concurrent_calls: float
-    min_concurrent_calls: int
-    decrease_factor: float
-    pause_s: float
-    paused_for: float
-    throttles: int
-    stale_throttles: int
 
 
 @final

@@ -3,6 +3,10 @@
 This module is the API and the runtime glue: validating arguments, the three ways to
 acquire (awaiting on asyncio or trio, non-blocking, blocking a plain thread), statistics and
 repr. Every state change is one of the ledger's locked steps, where the invariants live.
+
+One concern (the public class), a little over the usual ~500 lines because every public
+method carries its full contract in its docstring; the acquisition object lives in
+``_acquire``, argument checks in ``_gate_args``, introspection in ``_inspect``.
 """
 
 from __future__ import annotations

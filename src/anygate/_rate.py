@@ -17,6 +17,10 @@ under the gate's lock:
 
 This is not a provider-side rate limiter (it cannot see other processes) and not a token
 counter (the cost is what callers state, corrected by ``Token.settle``).
+
+One concern, a little over ~500 lines: the public :class:`Rate` is the validated input of
+exactly this arithmetic, and :class:`Budgets` is its only consumer; splitting them would
+put the rule for what a rate means and the rule for applying it in two places.
 """
 
 from __future__ import annotations

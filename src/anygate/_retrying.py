@@ -8,7 +8,6 @@ deadline in their own time base (AnyIO's clock, or ``time.monotonic``).
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, NoReturn, final
 
 from ._backoff import Uniform, decorrelated_jitter
@@ -24,104 +23,28 @@ from ._events import (
     user_message,
 )
 from ._redact import redact
+from ._run import (
+    FAILURE,
+    NEUTRAL,
+    SUCCESS,
+    Run,
+    Stop,
+    check_deadline,
+    report_outcome,
+    take_permit,
+)
 from ._throttle import throttle_kind
-from ._validation import FLOAT_MAX, check_number
-from ._waiters import ki_protected
 
 if TYPE_CHECKING:
     from ._adaptive import AdaptiveLimit, LimitChange
-    from ._breaker import CircuitBreaker, Permit
+    from ._breaker import CircuitBreaker
     from ._config import PolicyConfig
-    from ._events import BreakerStateChanged
     from ._gate import Gate
     from ._testing import TestingState
 
 __all__ = ["FAILURE", "NEUTRAL", "SUCCESS", "Retrier", "Run", "Stop", "check_deadline"]
 
 logger = logging.getLogger("anygate")
-
-SUCCESS, FAILURE, NEUTRAL = "success", "failure", "neutral"
-
-
-class Stop:
-    """The decision to give up, and why (a value, not an exception, so it never shows up in
-    the ``__context__`` of the CallFailed raised next)."""
-
-    __slots__ = ("max_attempts", "why")
-
-    def __init__(self, why: str, max_attempts: int) -> None:
-        self.why = why
-        self.max_attempts = max_attempts
-
-
-class Run:
-    """Per-call state, owned by one task or thread."""
-
-    __slots__ = (
-        "attempt",
-        "burst_probe",
-        "exc",
-        "failures",
-        "generation",
-        "in_flight",
-        "outcome",
-        "permit",
-        "phase",
-        "prev_ms",
-        "saturated",
-        "slot_started",
-        "throttles",
-        "verdict",
-    )
-
-    def __init__(self) -> None:
-        self.attempt = 0
-        # Failed attempts by budget: provider failures (max_attempts; a failed breaker
-        # probe does not count) and throttles (throttle_attempts).
-        self.failures = 0
-        self.throttles = 0
-        # The gate's calls in flight when this attempt was admitted (itself included), and
-        # whether the gate was full then (only then is a success evidence for more).
-        self.in_flight = 0
-        self.saturated = False
-        # This attempt is the probe that ends a burst-rate pause (see AdaptiveLimit).
-        self.burst_probe = False
-        # The adaptive limit's generation when the current attempt was admitted; None when
-        # the caller does not track it (a throttle during a pause is then old news).
-        self.generation: int | None = None
-        self.prev_ms: float | None = None
-        self.verdict: Verdict | None = None
-        self.exc: BaseException | None = None
-        self.outcome = NEUTRAL  # what the breaker hears if the call ends now
-        # The breaker permit, stored here by Retrier.admit inside KI-protected code so the
-        # caller's finally (Retrier.settle) sees it whatever interrupts the call afterwards.
-        self.permit: Permit | None = None
-        self.phase = "slot"  # "breaker", "slot", "attempt" or "sleep": what a deadline cut
-        self.slot_started = 0.0
-
-
-@ki_protected
-def _take_permit(breaker: CircuitBreaker, run: Run) -> None:
-    # Protected: between acquire() returning and the store, a Ctrl-C under trio would
-    # otherwise leave a claimed probe that nobody reports.
-    run.permit = breaker.acquire()
-
-
-@ki_protected
-def _report(permit: Permit, outcome: str) -> BreakerStateChanged | None:
-    if outcome == SUCCESS:
-        return permit.success()
-    if outcome == FAILURE:
-        return permit.failure()
-    return permit.neutral()
-
-
-def check_deadline(deadline: object) -> float | None:
-    """Validate ``deadline=`` (seconds from now); ``None`` or infinity mean no deadline."""
-    if deadline is None:
-        return None
-    seconds = check_number("deadline", deadline, none=True, infinite=True, maximum=FLOAT_MAX)
-    return None if seconds == math.inf else seconds
 
 
 @final
@@ -177,7 +100,7 @@ class Retrier:
         """
         if breaker is None:
             return
-        _take_permit(breaker, run)  # CircuitOpen propagates as is
+        take_permit(breaker, run)  # CircuitOpen propagates as is
         permit = run.permit
         if self.hooks and permit is not None:
             for change in permit.changes:
@@ -194,7 +117,7 @@ class Retrier:
         if permit is None:
             return
         run.permit = None
-        change = _report(permit, run.outcome)
+        change = report_outcome(permit, run.outcome)
         run.outcome = NEUTRAL
         if change is not None and self.hooks:
             emit(self.hooks, change)
@@ -208,7 +131,7 @@ class Retrier:
         permit = run.permit
         if permit is not None:
             run.permit = None
-            change = _report(permit, outcome)
+            change = report_outcome(permit, outcome)
         grown = None
         probe, run.burst_probe = run.burst_probe, False
         if self.adaptive is not None:

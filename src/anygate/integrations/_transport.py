@@ -17,8 +17,6 @@ response is garbage-collected unclosed (then the gate's leak reclaim returns it,
 from __future__ import annotations
 
 import math
-import warnings
-from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
@@ -29,6 +27,7 @@ from .._retrying import Run
 from .._testing import testing_state
 from .._validation import check_wait
 from ._accounting import Accounting
+from ._body import AsyncBody, SyncBody
 from ._retries import (
     ErrorResponse,
     admitter,
@@ -40,7 +39,7 @@ from ._retries import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import Callable
 
     from .. import Token
     from .._attempts import Attempts
@@ -83,15 +82,6 @@ def _library_of(obj: object) -> str | None:
         if top in ("httpx", "httpx2"):
             return top
     return None
-
-
-def _where(request: Any) -> str:
-    """``METHOD scheme://host/path`` of a request; the query is dropped (it may hold keys)."""
-    try:
-        url = request.url
-        return f"{request.method} {url.scheme}://{url.netloc.decode('ascii')}{url.path}"
-    except Exception:  # a repr must never fail, least of all inside __del__
-        return "a request"
 
 
 @final
@@ -389,128 +379,6 @@ def _first_run() -> Run:
     run = Run()
     run.attempt = 1
     return run
-
-
-class _Body:
-    """What both body kinds share: the slot, and the unclosed-response report."""
-
-    # No __slots__: the flavour classes also derive from httpx's stream classes, which have
-    # a __dict__ anyway.
-    _token: Token
-    _request: Any
-    _core: TransportCore
-
-    _done: bool
-
-    def _finish(self) -> None:
-        """Nothing more will be read: give the slot back (idempotent)."""
-        self._done = True
-        self._token.release()
-
-    def __del__(self) -> None:
-        # Releasing here could deadlock: a cyclic collection may run inside the gate's own
-        # locked section on this thread. So we only report; the token, collected with us,
-        # returns the slot through the gate's reentrancy-safe leak reclaim. (Our own flag,
-        # not token.released: in a reference cycle the token may be finalised first.)
-        if not getattr(self, "_done", True):
-            core = self._core
-            warnings.warn(
-                f"an unclosed {core.flavour.name} response ({_where(self._request)}) held a "
-                f"slot of gate {core.gate.name!r} until it was garbage-collected; close "
-                "streamed responses (`async with client.stream(...)`, `response.aclose()`, "
-                "or the SDK stream's `close()`) so the slot comes back at once",
-                ResourceWarning,
-                stacklevel=2,
-            )
-
-
-class AsyncBody(_Body):
-    """A response body that holds a gate slot until it ends, fails or is closed.
-
-    Flavour modules combine it with their library's ``AsyncByteStream`` so the client's
-    ``isinstance`` checks pass. Iterating it iterates the inner stream once.
-    """
-
-    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
-        self._inner = inner
-        self._token = token
-        self._request = request
-        self._core = core
-        self._done = False
-        self._iterator: AsyncIterator[bytes] | None = None
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._iterator is None:
-            self._iterator = self._inner.__aiter__()
-        return self
-
-    async def __anext__(self) -> bytes:
-        iterator = self._iterator
-        if iterator is None:
-            iterator = self._iterator = self._inner.__aiter__()
-        try:
-            return await iterator.__anext__()
-        except BaseException:
-            # The body ended (StopAsyncIteration), broke, or the reader was cancelled: in
-            # every case nothing more will be read, so the provider is done with us.
-            self._finish()
-            raise
-
-    async def aclose(self) -> None:
-        try:
-            iterator = self._iterator
-            # Close a half-read inner generator now rather than leaving it to the garbage
-            # collector (trio warns about each one it has to finalise), unless another task
-            # is inside it right now: then it raises "already running", and closing the
-            # stream below is what makes that reader stop.
-            aclose = getattr(iterator, "aclose", None)
-            if aclose is not None:
-                with suppress(RuntimeError):
-                    await aclose()
-        finally:
-            try:
-                await self._inner.aclose()
-            finally:
-                self._finish()
-
-
-class SyncBody(_Body):
-    """The blocking twin of :class:`AsyncBody`, for ``httpx.Client`` / ``httpx2.Client``."""
-
-    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
-        self._inner = inner
-        self._token = token
-        self._request = request
-        self._core = core
-        self._done = False
-        self._iterator: Iterator[bytes] | None = None
-
-    def __iter__(self) -> Iterator[bytes]:
-        if self._iterator is None:
-            self._iterator = iter(self._inner)
-        return self
-
-    def __next__(self) -> bytes:
-        iterator = self._iterator
-        if iterator is None:
-            iterator = self._iterator = iter(self._inner)
-        try:
-            return next(iterator)
-        except BaseException:
-            self._finish()
-            raise
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._iterator, "close", None)
-            if close is not None:
-                with suppress(ValueError):  # "generator already executing" (another thread)
-                    close()
-        finally:
-            try:
-                self._inner.close()
-            finally:
-                self._finish()
 
 
 def wrong_client(flavour: str, request: object) -> TypeError:
