@@ -85,31 +85,36 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
 CAPPED_PEERS = ("sdk+cap", "cookbook+cap", "stamina+cap")
 
 
+def _cells(results: list[SweepResult]) -> list[tuple[str, list[Any]]]:
+    """Every (variation label, its rows) of every sweep, in order."""
+    cells: dict[str, list[Any]] = {}
+    for result in results:
+        for row in result.rows:
+            key = ", ".join(f"{k}={v}" for k, v in row.variation.items()) or result.scenario
+            cells.setdefault(key, []).append(row)
+    return list(cells.items())
+
+
 def _where_anygate_loses(results: list[SweepResult]) -> list[str]:
     """Per variation: anygate next to the best peer by lost calls, then by makespan."""
     lines = []
-    for result in results:
-        by_variation: dict[str, list[Any]] = {}
-        for row in result.rows:
-            key = ", ".join(f"{k}={v}" for k, v in row.variation.items()) or result.scenario
-            by_variation.setdefault(key, []).append(row)
-        for label, rows in by_variation.items():
-            anygate = next((r for r in rows if r.strategy == "anygate"), None)
-            peers = [r for r in rows if r.strategy not in ("anygate", "oracle", CAP32[0])]
-            if anygate is None or not peers:
-                continue
-            lost = sum(anygate.lost.values())
-            best = min(peers, key=lambda r: (sum(r.lost.values()), (r.bound_ratio or (9e9,))[0]))
-            best_lost = sum(best.lost.values())
-            ratio = anygate.bound_ratio
-            best_ratio = best.bound_ratio
-            verdict = "ok"
-            if lost > best_lost:
-                verdict = f"LOSES: {lost} lost calls vs {best_lost} ({best.strategy})"
-            elif ratio and best_ratio and ratio[0] > best_ratio[0] * 1.01:
-                verdict = f"slower: {ratio[0]:.3f}x vs {best_ratio[0]:.3f}x ({best.strategy})"
-            causes = ", ".join(f"{k} {v}" for k, v in anygate.lost.items()) or "none"
-            lines.append(f"  {label[:60]:<60} {verdict}; anygate lost by cause: {causes}")
+    for label, rows in _cells(results):
+        anygate = next((r for r in rows if r.strategy == "anygate"), None)
+        peers = [r for r in rows if r.strategy not in ("anygate", "oracle", CAP32[0])]
+        if anygate is None or not peers:
+            continue
+        lost = sum(anygate.lost.values())
+        best = min(peers, key=lambda r: (sum(r.lost.values()), (r.bound_ratio or (9e9,))[0]))
+        best_lost = sum(best.lost.values())
+        ratio = anygate.bound_ratio
+        best_ratio = best.bound_ratio
+        verdict = "ok"
+        if lost > best_lost:
+            verdict = f"LOSES: {lost} lost calls vs {best_lost} ({best.strategy})"
+        elif ratio and best_ratio and ratio[0] > best_ratio[0] * 1.01:
+            verdict = f"slower: {ratio[0]:.3f}x vs {best_ratio[0]:.3f}x ({best.strategy})"
+        causes = ", ".join(f"{k} {v}" for k, v in anygate.lost.items()) or "none"
+        lines.append(f"  {label[:60]:<60} {verdict}; anygate lost by cause: {causes}")
     return lines
 
 
@@ -121,40 +126,33 @@ def _verdicts(results: list[SweepResult]) -> list[str]:
     a 429 <= 0.5 %.
     """
     lines = []
-    for result in results:
-        by_variation: dict[str, list[Any]] = {}
-        for row in result.rows:
-            key = ", ".join(f"{k}={v}" for k, v in row.variation.items()) or result.scenario
-            by_variation.setdefault(key, []).append(row)
-        for label, rows in by_variation.items():
-            named = {r.strategy: r for r in rows}
-            anygate, oracle = named.get("anygate"), named.get("oracle")
-            if anygate is None:
-                continue
-            misses = []
-            lost = sum(anygate.lost.values())
-            oracle_lost = sum(oracle.lost.values()) if oracle is not None else 0
-            if lost > oracle_lost:
-                causes = ", ".join(f"{k} {v}" for k, v in anygate.lost.items())
-                misses.append(f"lost {lost} ({causes}) vs oracle {oracle_lost}")
-            ratio = anygate.oracle_ratio
-            if ratio is not None and ratio[0] > 1.03:
-                misses.append(f"{ratio[0]:.3f}x oracle > 1.03")
-            clean = [
-                named[p] for p in CAPPED_PEERS if p in named and named[p].oracle_ratio is not None
-            ]
-            best = min(clean, key=lambda r: r.oracle_ratio[0]) if clean else None
-            if ratio is not None and best is not None and ratio[0] > best.oracle_ratio[0] * 1.01:
-                misses.append(
-                    f"{ratio[0]:.3f}x vs {best.strategy} {best.oracle_ratio[0]:.3f}x (> 1.01x)"
-                )
-            share = anygate.rate_429[0]
-            if share > 0.005:
-                misses.append(f"429 {share:.2%} > 0.5 %")
-            shown = "-" if ratio is None else f"{ratio[0]:.3f}x oracle"
-            peer = "" if best is None else f", best capped peer {best.oracle_ratio[0]:.3f}x"
-            verdict = "ok" if not misses else "MISS: " + "; ".join(misses)
-            lines.append(f"  {label[:58]:<58} {shown}{peer}, 429 {share:.2%}: {verdict}")
+    for label, rows in _cells(results):
+        named = {r.strategy: r for r in rows}
+        anygate, oracle = named.get("anygate"), named.get("oracle")
+        if anygate is None:
+            continue
+        misses = []
+        lost = sum(anygate.lost.values())
+        oracle_lost = sum(oracle.lost.values()) if oracle is not None else 0
+        if lost > oracle_lost:
+            causes = ", ".join(f"{k} {v}" for k, v in anygate.lost.items())
+            misses.append(f"lost {lost} ({causes}) vs oracle {oracle_lost}")
+        ratio = anygate.oracle_ratio
+        if ratio is not None and ratio[0] > 1.03:
+            misses.append(f"{ratio[0]:.3f}x oracle > 1.03")
+        clean = [named[p] for p in CAPPED_PEERS if p in named and named[p].oracle_ratio is not None]
+        best = min(clean, key=lambda r: r.oracle_ratio[0]) if clean else None
+        if ratio is not None and best is not None and ratio[0] > best.oracle_ratio[0] * 1.01:
+            misses.append(
+                f"{ratio[0]:.3f}x vs {best.strategy} {best.oracle_ratio[0]:.3f}x (> 1.01x)"
+            )
+        share = anygate.rate_429[0]
+        if share > 0.005:
+            misses.append(f"429 {share:.2%} > 0.5 %")
+        shown = "-" if ratio is None else f"{ratio[0]:.3f}x oracle"
+        peer = "" if best is None else f", best capped peer {best.oracle_ratio[0]:.3f}x"
+        verdict = "ok" if not misses else "MISS: " + "; ".join(misses)
+        lines.append(f"  {label[:58]:<58} {shown}{peer}, 429 {share:.2%}: {verdict}")
     return lines
 
 
