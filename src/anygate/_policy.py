@@ -37,7 +37,7 @@ from ._testing import testing_state
 from ._validation import check_int, show
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 
     from typing_extensions import ParamSpec
 
@@ -353,8 +353,27 @@ class Policy:
             f"breaker {breaker}>"
         )
 
-    # The decorator form of call/call_sync lives in its own module (a thin client of them).
-    retry = _decorate.retry
+    # The decorator form of call/call_sync: its body lives in _decorate (a thin client of
+    # them); the overloads are spelled out here so that type checkers see a declared type.
+    @overload
+    def retry(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    @overload
+    def retry(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
+
+    def retry(self, fn: Callable[..., Any], /) -> Callable[..., Any]:
+        """Decorate ``fn`` so that each call runs under this policy (``@policy.retry``).
+
+        An ``async def`` function becomes one running ``await policy.call(fn, ...)``, any
+        other function one running ``policy.call_sync(fn, ...)``; the signature, name and
+        docstring are kept. A ``deadline`` keyword argument goes to ``fn`` itself.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
+        """
+        return _decorate.retry(self, fn)
 
     # ------------------------------------------------------------------ async
 
