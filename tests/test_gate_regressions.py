@@ -21,6 +21,7 @@ import pytest
 
 from anygate import Busy, Gate, Token, _gate, _token, _waiters
 
+from .conftest import mock_clock
 from .test_gate_races import CheckedLock, _Recorder, in_thread
 
 if TYPE_CHECKING:
@@ -215,6 +216,65 @@ async def test_trio_leak_drained_inside_the_head_waiters_own_abort_grants_it(
     assert scope.cancelled_caught
     stats = gate.statistics()
     assert (stats.in_flight, stats.waiting, stats.leaked, stats.admitted) == (0, 0, 1, 2)
+
+
+# ------------------------------------------------- late wake-ups from other threads (trio)
+#
+# Found by the fleet rate test on a loaded CI machine: trio's run crashed with an
+# AssertionError from ``reschedule`` in a run_sync_soon callback. A wake-up sent from
+# another thread is delivered on the trio thread later; by then the waiter may have polled
+# instead of parking (its budget timer was due), re-armed, and been woken a second time.
+# Both tests failed before ``TrioWaiter.parked``: the first with trio's "should never have
+# been rescheduled", the second with the AssertionError.
+
+
+def _wake_from_another_thread(waiter: _waiters.Waiter) -> None:
+    thread = threading.Thread(target=waiter.wake)
+    thread.start()
+    thread.join()
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_wake_up_arriving_after_the_park_disturbs_no_other_wait(
+    anyio_backend: Any,
+) -> None:
+    """A wake-up delivered while the task is not parked on its waiter is dropped: the task,
+    asleep in an unrelated wait, sleeps on until its own deadline (virtual time)."""
+    import trio
+
+    waiter = _waiters.async_waiter()
+    _wake_from_another_thread(waiter)  # queued in the run's entry queue, not yet delivered
+    start = trio.current_time()
+    with trio.move_on_after(10) as scope:
+        await trio.sleep_forever()  # the entry queue runs the wake-up while we are here
+    assert scope.cancelled_caught
+    assert trio.current_time() - start == 10
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_two_wake_ups_of_one_park_resume_the_task_once(anyio_backend: Any) -> None:
+    """Two deliveries for one park: the first resumes the task, the second finds it
+    running or asleep elsewhere and does nothing."""
+    import trio
+
+    waiters: list[_waiters.Waiter] = []
+    log: list[str] = []
+
+    async def parked() -> None:
+        waiter = _waiters.async_waiter()  # the waiter of the task that parks
+        waiters.append(waiter)
+        await waiter.park(lambda _: True)
+        log.append("resumed")
+        with trio.move_on_after(10) as scope:
+            await trio.sleep_forever()
+        log.append("slept" if scope.cancelled_caught else "woken early")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(parked)
+        await anyio.wait_all_tasks_blocked()
+        _wake_from_another_thread(waiters[0])
+        _wake_from_another_thread(waiters[0])
+    assert log == ["resumed", "slept"]
 
 
 # ------------------------------------------------------------- the synchronous cancel check

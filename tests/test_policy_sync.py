@@ -10,7 +10,15 @@ import anyio
 import pytest
 
 import anygate
-from anygate import BreakerConfig, CallFailed, CircuitOpen, Policy, RetryConfig, RetryScheduled
+from anygate import (
+    AdaptiveConfig,
+    BreakerConfig,
+    CallFailed,
+    CircuitOpen,
+    Policy,
+    RetryConfig,
+    RetryScheduled,
+)
 from tests.policy_helpers import FakeClock, Script, SyncScript, burst, quota, transient
 
 # Sleeps in these tests are zero (testing switch or 0 ms bases): no wall-clock timing.
@@ -37,6 +45,9 @@ def test_burst_rate_budget_and_breaker_neutrality_on_the_sync_path() -> None:
     policy = Policy(
         retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0, throttle_attempts=2),
         circuit_breaker=BreakerConfig(when_open="fail", failure_threshold=1),
+        adaptive_concurrency=AdaptiveConfig(
+            pause_ms=1
+        ),  # the burst pause is real time on this path
     )
     script = SyncScript(burst(), burst(), burst())
     with pytest.raises(CallFailed) as info:

@@ -14,6 +14,7 @@ import pytest
 
 import anygate
 from anygate import (
+    AdaptiveConfig,
     BreakerConfig,
     Busy,
     CallFailed,
@@ -220,6 +221,8 @@ async def test_throttles_never_open_the_breaker() -> None:
     policy = Policy(
         circuit_breaker=BreakerConfig(failure_threshold=1, when_open="fail"),
         retry=RetryConfig(throttle_attempts=4, base_delay_ms=0, cap_delay_ms=0),
+        # The burst throttle's pause is real time on asyncio; it is not what is tested.
+        adaptive_concurrency=AdaptiveConfig(pause_ms=1),
     )
     failures = iter([concurrency_429(), rpm_429(), burst()])
 

@@ -35,9 +35,14 @@ I8  Order: strictly FIFO within a priority class, for slots and budget together 
     waiter blocks everyone behind it, however cheap). Higher classes go first, but the
     longest-waiting caller is overtaken at most ``OVERTAKES`` times in a row: then it goes
     next. (``_pick_locked``)
-I9  Each waiter is woken at most once per park (``armed``): a grant or a *nudge* (the next
-    waiter must set its budget timer, earlier than it knew) disarms it under the lock, and
-    only the waiter itself re-arms, under the lock, just before it parks again.
+I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudge* (the
+    next waiter must set its budget timer, earlier than it knew) disarms it under the lock,
+    and only the waiter itself re-arms, under the lock, just before it parks again, and
+    looks at its state under the lock before every park. A wake-up from another thread
+    can still arrive after the park it was meant for (the waiter polled instead of
+    parking, then re-armed): it must wake nothing but that waiter's current park, so the
+    routes drop it (trio: ``TrioWaiter.parked``) or make it idempotent (asyncio: one
+    future resolved at most once; threads: a lock released at most once).
 
 Header learning (``_learn``) enters through one step, ``_hold_until``: a provider that
 reports its budget drained has ours spent until its reset, so I2 and the hot paths are

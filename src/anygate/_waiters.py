@@ -243,9 +243,21 @@ class AsyncioWaiter(Waiter):
 
 
 class TrioWaiter(Waiter):
-    """A trio task parked with ``wait_task_rescheduled``."""
+    """A trio task parked with ``wait_task_rescheduled``.
 
-    __slots__ = ("leave", "task", "trio_token")
+    ``parked`` is true from :meth:`park` until the park ends (rescheduled, or an abort
+    that succeeded) and is read and written on the trio thread only. Every wake-up is
+    delivered there, through :meth:`_deliver`, which reschedules the task only while it is
+    parked: trio's ``reschedule`` of a task that is running, already rescheduled or parked
+    somewhere else (a ``sleep``, another lock) is an ``AssertionError`` that crashes the
+    run, or a silent early return from that other wait. A wake-up sent from another thread
+    can arrive that late: it was sent while the waiter was armed, the task then polled
+    instead of parking (its budget timer was already due) and re-armed, so a second
+    wake-up for the next park can follow. A dropped wake-up loses nothing: the task looks
+    at its state under the gate's lock before it parks again (I9 in ``_ledger``).
+    """
+
+    __slots__ = ("leave", "parked", "task", "trio_token")
 
     def __init__(self) -> None:
         self.state = WAITING
@@ -256,25 +268,32 @@ class TrioWaiter(Waiter):
         self.tokens = 0
         self.seq = 0
         self.since = _monotonic()
+        self.parked = False
         self.trio_token = _trio_lowlevel.current_trio_token()
         self.task = _trio_lowlevel.current_task()
 
     def wake(self) -> bool:
-        # Direct reschedule only from inside the run itself. From host code on the same
-        # thread (trio guest mode) or from another thread, go through run_sync_soon, which
-        # also wakes the run out of its I/O wait.
+        # Directly only from inside the run itself. From host code on the same thread
+        # (trio guest mode) or from another thread, through run_sync_soon, which also
+        # wakes the run out of its I/O wait.
         if _get_ident() == self.thread_id and _sniffio_local.name == "trio":
-            _trio_lowlevel.reschedule(self.task)
+            self._deliver()
             return True
         try:
-            self.trio_token.run_sync_soon(_trio_lowlevel.reschedule, self.task)
+            self.trio_token.run_sync_soon(self._deliver)
         except _trio_run_finished:
             return False
         return True
 
+    def _deliver(self) -> None:
+        if self.parked:
+            self.parked = False
+            _trio_lowlevel.reschedule(self.task)
+
     def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
         """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm)."""
         self.leave = leave
+        self.parked = True  # the caller awaits the result at once: no yield in between
         # A bound method rather than a closure: two fewer objects per parked task.
         wait: Awaitable[None] = _trio_lowlevel.wait_task_rescheduled(self._abort)
         return wait
@@ -284,8 +303,9 @@ class TrioWaiter(Waiter):
         # its way, so we disarm and let the Cancelled through (the gate's except clause or
         # timeout path unqueues us). Disarmed: a grant or nudge is on its way (maybe from
         # another thread), so the wait completes and the cancellation is delivered at the
-        # caller's next checkpoint: trio must never reschedule a task that left its park.
+        # caller's next checkpoint.
         if self.leave(self):
+            self.parked = False
             return _trio_lowlevel.Abort.SUCCEEDED
         return _trio_lowlevel.Abort.FAILED
 
