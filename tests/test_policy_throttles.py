@@ -175,11 +175,12 @@ async def test_an_uncapped_policy_learns_the_providers_slots_and_loses_nothing()
             tg.start_soon(policy.call, provider)
     assert provider.served == 60
     assert policy.gate.capacity <= 8
-    # A few lessons (an estimate counts calls still on their way back, and trio's scheduling
-    # order varies from run to run: 1-6 in 30 runs), never one per 429: the calls rejected
-    # together with each lesson are old news.
+    # Few lessons, never one per 429: the calls rejected together with each lesson are old
+    # news. How many depends on trio's scheduling order, which varies from run to run (an
+    # estimate counts calls still on their way back, and growth probes again): 1-14
+    # lessons for 52-145 rejections in 80 runs, always more than 5 rejections a lesson.
     stats = policy.adaptive_limit.statistics()
-    assert stats.throttles <= 8
+    assert stats.throttles >= 1
     assert stats.throttles * 5 < provider.rejected
 
 
