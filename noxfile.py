@@ -1,9 +1,10 @@
 """Automation: `nox` runs tests (every Python found, every async backend), lint, typing, docs.
 
-`nox -s bench` runs the benchmarks (not part of the default run: they take minutes and their
-numbers only mean something on a quiet machine). `nox -s soak` runs the million-operation
-soak (tests marked ``slow``, which the default pytest run deselects).
-"""
+By default `nox` runs ``tests`` (every Python), ``processes`` (the multi-process tests,
+once), ``lint``, ``typing`` and ``docs``. `nox -s bench` runs the benchmarks (not part of
+the default run: they take minutes and their numbers only mean something on a quiet
+machine). `nox -s soak` runs the million-operation soak (tests marked ``slow``, which the
+default pytest run deselects)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["tests", "lint", "typing", "docs"]
+nox.options.sessions = ["tests", "processes", "lint", "typing", "docs"]
 # Interpreters that are not installed are skipped, not failures: a user's machine has
 # whichever Pythons it has. (nox turns this on by itself under CI=true.)
 nox.options.error_on_missing_interpreters = False
@@ -33,9 +34,22 @@ def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The test suite on asyncio, asyncio+uvloop and trio (one pytest run covers all)."""
+    """The test suite on asyncio, asyncio+uvloop and trio (one pytest run covers all).
+
+    Spread over every core (pytest-xdist). The tests that start fleets of processes or
+    fresh interpreters run once, in ``processes``: on 2 cores they are a third of a run's
+    time, and what they check (Redis, the OS, the simulator's hashing) is not what differs
+    between Pythons; the in-process fleet and simulator tests still run on every one.
+    """
     _install(session, "test", extras="all")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "auto", "-m", "not slow and not processes", *session.posargs)
+
+
+@nox.session
+def processes(session: nox.Session) -> None:
+    """The tests marked ``processes``, one at a time (they load every core themselves)."""
+    _install(session, "test", extras="all")
+    session.run("pytest", "-m", "processes and not slow", *session.posargs)
 
 
 @nox.session

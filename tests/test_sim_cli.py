@@ -207,6 +207,7 @@ def test_no_command_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert "simulate" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 def test_default_simulate_runs_the_morning_peak() -> None:
     """`anygate simulate` with no arguments, as a user runs it, succeeds on the morning peak."""
     env = {**os.environ, "COLUMNS": "100"}

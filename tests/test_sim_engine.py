@@ -135,6 +135,7 @@ _PRELUDES = {
 }
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("prelude", list(_PRELUDES))
 def test_deterministic_across_processes_and_hash_seeds(prelude: str) -> None:
     """Fresh interpreters with different PYTHONHASHSEED, and with Hypothesis imported or the
