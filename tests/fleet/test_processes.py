@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # Several processes each: run once per CI run, not per Python (see pyproject markers).
 pytestmark = pytest.mark.processes
 
+
 def jain(values: list[float]) -> float:
     """Jain's fairness index: 1 when all equal, 1/n when one gets everything."""
     total = sum(values)

@@ -27,6 +27,7 @@ LAG_S = 0.25
 # Several processes each: run once per CI run, not per Python (see pyproject markers).
 pytestmark = pytest.mark.processes
 
+
 def _configs(n: int, **common: Any) -> list[dict[str, Any]]:
     return [{**common, "backend": "asyncio" if i % 2 == 0 else "trio", "seed": i} for i in range(n)]
 
