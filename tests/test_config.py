@@ -158,8 +158,9 @@ async def test_every_key_changes_behaviour_end_to_end() -> None:
     with pytest.raises(CallFailed):
         await policy.call(script)
     assert script.calls == 3
-    # No backoff of its own: with adaptive concurrency on, the gate's pause times the retry.
-    assert all(e.wait_ms == 0 for e in events if isinstance(e, RetryScheduled))
+    # No backoff of its own: with adaptive concurrency on, the gate's pause (250 ms, as
+    # configured below) times the retry, and each event announces it.
+    assert [e.wait_ms for e in events if isinstance(e, RetryScheduled)] == [250, 250]
     # adaptive_concurrency: 2 x 0.5 -> 1 slot, a 250 ms pause, floor 1 (each retry was
     # admitted after the previous cut, so each throttle counts; at the floor it lowers
     # nothing but pauses again)

@@ -81,6 +81,27 @@ async def test_a_call_in_backoff_lets_another_caller_take_its_only_slot() -> Non
 
 
 @virtual_time
+async def test_a_burst_retry_announces_the_gates_pause_not_a_zero_sleep() -> None:
+    """With adaptive concurrency on, a burst throttle pauses the gate (5 s by default) and
+    the call sleeps nothing of its own: the event and its message say the pause."""
+    events: list[Any] = []
+    script = Script(burst())
+    policy = Policy(
+        name="announces-pause",
+        gate_name="announces-pause",  # its own gate: the adaptive limit is the gate's
+        hooks=[events.append],
+        circuit_breaker=False,
+        clock=anyio.current_time,
+    )
+    start = anyio.current_time()
+    assert await policy.call(script) == "ok"
+    (retry,) = retries(events)
+    assert retry.wait_ms == 5000
+    assert retry.message.endswith("Retrying in 5s.")
+    assert anyio.current_time() - start >= 5.0  # the pause it announced held it back
+
+
+@virtual_time
 async def test_burst_rate_reports_its_effective_budget_in_events() -> None:
     """Ported: a burst-rate budget of 2 allows 2 attempts, and events say 1/2 (not the
     throttle budget of 12)."""

@@ -55,7 +55,9 @@ class RetryScheduled:
         attempt: the attempt that failed (1 for the first).
         max_attempts: the *effective* budget for this failure (2 for burst-rate with the
             defaults, not the configured 3).
-        wait_ms: the delay before the next attempt, in whole milliseconds.
+        wait_ms: the delay before the next attempt, in whole milliseconds: the call's own
+            backoff, or after a burst-rate throttle the gate's pause that holds every
+            attempt back (the call then sleeps nothing of its own).
         reason: why the attempt failed.
         from_retry_after: the delay is the provider's ``Retry-After``, not jitter.
         message: human wording, e.g. "LLM request retry 1/2: provider is throttling

@@ -251,7 +251,12 @@ class Retrier:
         # A sleep that would end at or past the deadline leaves no time for the attempt.
         if now + wait_s >= deadline:
             return Stop("deadline", budget)
-        message = retry_message(used, budget, wait_ms, verdict.reason)
+        # What the caller waits before its next attempt: after a burst throttle that is
+        # the gate's pause (the attempt waits it out in pass_pause), not an own sleep.
+        expected_ms = wait_ms
+        if no_backoff and kind == "burst" and self.adaptive is not None and not testing.enabled:
+            expected_ms = max(wait_ms, self.adaptive.pause_left() * 1000.0)
+        message = retry_message(used, budget, expected_ms, verdict.reason)
         # INFO, not WARNING: a scheduled retry is the policy doing its job, and in a storm
         # there is one per failed attempt. Python prints WARNING and above to stderr when
         # the application configured no logging, which flooded users' terminals.
@@ -261,14 +266,14 @@ class Retrier:
             used,
             budget,
             verdict.reason.value,
-            round(wait_ms),
+            round(expected_ms),
             verdict.detail,
             extra={
                 "gate": self.gate.name,
                 "policy": self.name,
                 "reason": verdict.reason.value,
                 "attempt": run.attempt,
-                "delay_s": wait_s,
+                "delay_s": expected_ms / 1000.0,
             },
         )
         if self.hooks:
@@ -278,7 +283,7 @@ class Retrier:
                     policy=self.name,
                     attempt=run.attempt,
                     max_attempts=budget,
-                    wait_ms=round(wait_ms),
+                    wait_ms=round(expected_ms),
                     reason=verdict.reason,
                     from_retry_after=from_header,
                     message=redact(message),
