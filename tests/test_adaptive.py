@@ -22,6 +22,9 @@ from tests.policy_helpers import FakeClock
 def _limit(capacity: float = 32, **kwargs: object) -> tuple[AdaptiveLimit, Gate, FakeClock]:
     gate = Gate(capacity, name="llm")
     clock = FakeClock()
+    # The limits these tests expect are worked out for a factor of 0.7: the mechanism is
+    # under test here, not the default (test_the_defaults_are_documented pins that).
+    kwargs.setdefault("decrease_factor", 0.7)
     limit = AdaptiveLimit(gate, clock=clock, **kwargs)  # type: ignore[arg-type]
     # The limit holds the gate weakly; the tests keep it alive through the tuple.
     return limit, gate, clock

@@ -48,7 +48,7 @@ class Provider:
 
 @virtual_time
 async def test_a_throttle_pauses_other_calls_and_lowers_the_gate() -> None:
-    """Cap 4: one burst 429 -> capacity 2 and a 5 s pause; a call admitted meanwhile waits
+    """Cap 4: one burst 429 -> capacity 3 and a 5 s pause; a call admitted meanwhile waits
     exactly until the pause ends before reaching the provider."""
     events: list[Any] = []
     policy = Policy(
@@ -60,9 +60,9 @@ async def test_a_throttle_pauses_other_calls_and_lowers_the_gate() -> None:
         tg.start_soon(policy.call, provider)
         await anyio.wait_all_tasks_blocked()
         (cut,) = limit_events(events)
-        assert (cut.old, cut.new, cut.max_concurrent_calls, cut.reason) == (4, 2, 4, "burst_rate")
+        assert (cut.old, cut.new, cut.max_concurrent_calls, cut.reason) == (4, 3, 4, "burst_rate")
         assert (cut.policy, cut.gate, cut.pause_s) == ("llm", "llm", 5.0)
-        assert policy.gate.capacity == 2
+        assert policy.gate.capacity == 3
         assert policy.max_concurrent_calls == 4  # the configured maximum is unchanged
         await anyio.sleep(1)
         assert await policy.call(provider) == "ok"
@@ -102,7 +102,7 @@ async def test_when_the_pause_ends_at_most_the_lowered_limit_goes_at_once() -> N
     assert times[:3] == [5.0, 7.0, 7.0]
     rest = [when[n] for n in range(8) if when[n] > 5.0]
     assert rest == sorted(rest)
-    assert policy.gate.capacity == 4  # eight successes: 2.8 -> 4 and the cap
+    assert policy.gate.capacity == 4  # eight successes: 3.2 -> 4 and the cap
 
 
 @virtual_time
@@ -126,7 +126,7 @@ async def test_throttles_of_attempts_sent_before_the_cut_count_once() -> None:
             tg.start_soon(_expect_failure, policy, throttled)
         await anyio.wait_all_tasks_blocked()
         release.set()
-    assert [(e.old, e.new) for e in limit_events(events)] == [(10, 7)]
+    assert [(e.old, e.new) for e in limit_events(events)] == [(10, 8)]
     assert policy.adaptive_limit.statistics().stale_throttles == 2
 
 
@@ -137,7 +137,7 @@ async def _expect_failure(policy: Policy, fn: Any) -> None:
 
 @virtual_time
 async def test_successes_grow_the_limit_back_to_the_maximum() -> None:
-    """After a cut from 10 to 7, successful calls raise it 7 -> 8 -> 9 -> 10, one event each."""
+    """After a cut from 10 to 8, successful calls raise it 8 -> 9 -> 10, one event each."""
     events: list[Any] = []
     policy = Policy(
         max_concurrent_calls=10,
@@ -150,16 +150,15 @@ async def test_successes_grow_the_limit_back_to_the_maximum() -> None:
     events.clear()
     for _ in range(30):  # one call at a time: slots stand free, so no evidence for more
         assert await policy.call(Script()) == "ok"
-    assert policy.gate.capacity == 7
+    assert policy.gate.capacity == 8
     calls = 0
     while policy.gate.capacity < 10:
         calls += await _full_batch(policy)
     assert [(e.old, e.new, e.reason, e.pause_s) for e in limit_events(events)] == [
-        (7, 8, "recovered", 0.0),
         (8, 9, "recovered", 0.0),
         (9, 10, "recovered", 0.0),
     ]
-    assert calls >= 20  # about one slot per limit's worth of successes on a full gate
+    assert calls >= 16  # about one slot per limit's worth of successes on a full gate
 
 
 async def _full_batch(policy: Policy) -> int:
@@ -257,7 +256,7 @@ async def test_the_testing_switch_skips_the_pause_but_not_the_cut() -> None:
         start = anyio.current_time()
         assert await policy.call(provider) == "ok"
         assert anyio.current_time() == start
-    assert next((e.old, e.new, e.pause_s) for e in limit_events(events)) == (4, 2, 5.0)
+    assert next((e.old, e.new, e.pause_s) for e in limit_events(events)) == (4, 3, 5.0)
 
 
 async def test_without_a_cap_a_throttle_sets_a_limit() -> None:
@@ -330,7 +329,7 @@ def test_call_sync_sits_out_the_pause_measured_by_the_policy_clock(
     monkeypatch.setattr("anygate._attempts.time.sleep", sleep)
     with pytest.raises(CallFailed):
         policy.call_sync(SyncScript(burst()))
-    assert policy.gate.capacity == 2
+    assert policy.gate.capacity == 3
     clock.now = 1.0
     assert policy.call_sync(SyncScript()) == "ok"
     assert slept == [(4.0, 1)]
@@ -372,7 +371,7 @@ async def test_policies_on_one_gate_share_the_limit() -> None:
         assert await a.call(Script(burst())) == "ok"
     assert [e.policy for e in limit_events(a_events)] == ["a"]
     assert limit_events(b_events) == []
-    assert b.gate.capacity == 7
+    assert b.gate.capacity == 8
     assert b.max_concurrent_calls == 10
 
 
@@ -407,7 +406,7 @@ async def test_building_a_policy_while_the_limit_is_lowered_is_not_a_conflict() 
     first = Policy(max_concurrent_calls=10, clock=FakeClock())
     with anygate.set_testing(True):
         assert await first.call(Script(burst())) == "ok"
-    assert first.gate.capacity == 7
+    assert first.gate.capacity == 8
     again = Policy(max_concurrent_calls=10)
     assert again.max_concurrent_calls == 10
     with pytest.raises(ConfigError, match="already has capacity 10"):
@@ -420,10 +419,10 @@ async def test_max_concurrent_calls_set_while_lowered_caps_the_limit() -> None:
     policy = Policy(max_concurrent_calls=10, clock=FakeClock())
     with anygate.set_testing(True):
         assert await policy.call(Script(burst())) == "ok"
-    assert policy.gate.capacity == 7
-    assert "7 (adaptive, max 10)" in repr(policy)
+    assert policy.gate.capacity == 8
+    assert "8 (adaptive, max 10)" in repr(policy)
     policy.max_concurrent_calls = 20
-    assert (policy.gate.capacity, policy.max_concurrent_calls) == (7, 20)
+    assert (policy.gate.capacity, policy.max_concurrent_calls) == (8, 20)
     policy.max_concurrent_calls = 5
     assert (policy.gate.capacity, policy.max_concurrent_calls) == (5, 5)
     policy.max_concurrent_calls = 0

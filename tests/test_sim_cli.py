@@ -165,7 +165,7 @@ def test_check_config_prints_effective_values(
     assert "recovery_timeout_sec: 60.0\n" in out
     assert "not set in the file: circuit_breaker.failure_threshold" in out
     # The same for the gate's adaptive limit.
-    assert "decrease_factor: 0.7\n" in out
+    assert "decrease_factor: 0.8\n" in out
     assert "llm_call.adaptive_concurrency.pause_ms" in out
     assert main(["check-config", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -174,7 +174,7 @@ def test_check_config_prints_effective_values(
     assert data["llm_call"]["adaptive_concurrency"] == {
         "enabled": True,
         "min_concurrent_calls": 1,
-        "decrease_factor": 0.7,
+        "decrease_factor": 0.8,
         "pause_ms": 5000.0,
     }
 

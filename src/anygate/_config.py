@@ -223,7 +223,7 @@ class AdaptiveConfig:
             (or ``adaptive_concurrency: false``). Default on.
         min_concurrent_calls: the floor, >= 1. YAML ``...min_concurrent_calls``. Default 1.
         decrease_factor: the multiplier on a throttle, > 0 and < 1. YAML
-            ``...decrease_factor``. Default 0.7.
+            ``...decrease_factor``. Default 0.8.
         pause_ms: how long admitted attempts wait after a throttle without
             ``Retry-After``, >= 0. YAML ``...pause_ms``. Default 5000.
 

@@ -29,7 +29,10 @@ __all__ = [
 #: Defaults used when a policy creates a gate's adaptive limit without stating a value.
 DEFAULT_ENABLED = True
 DEFAULT_MIN_CONCURRENT_CALLS = 1
-DEFAULT_DECREASE_FACTOR = 0.7
+# Chosen on bench_storm.py's tuning set (seeds 1-3): 0.8 and 0.85 beat 0.7 in every cell
+# (mean 1.03x vs 1.05x the oracle, 429s unchanged at <= 0.42 %); 0.9 and 0.95 let 429s
+# past 0.5 % (slots 48, a growth-1.6 burst rule). 0.8 keeps the margin from that edge.
+DEFAULT_DECREASE_FACTOR = 0.8
 DEFAULT_PAUSE_MS = 5000.0
 #: After a concurrency cut the limit holds this long before it may grow again (probe).
 DEFAULT_HOLD_S = 30.0
@@ -46,7 +49,7 @@ _EPSILON = 1e-9
 def lowered_limit(limit: float, *, factor: float, floor: float) -> float:
     """The limit after a burst-rate throttle: ``max(floor, limit * factor)``.
 
-    With the defaults (factor 0.7, floor 1) a limit of 32 goes 32 -> 22.4 -> 15.68 -> ...
+    With the defaults (factor 0.8, floor 1) a limit of 32 goes 32 -> 25.6 -> 20.48 -> ...
     over successive throttles, and never below one slot.
     """
     return max(floor, limit * factor)

@@ -57,7 +57,7 @@ def _limits(events: list[Any]) -> list[tuple[float, float, str]]:
 async def test_after_a_burst_429_requests_wait_the_pause_then_go_at_the_lowered_limit(
     flavour: Flavour,
 ) -> None:
-    """Cap 4: a burst 429 cuts the gate to 2 with a 5 s pause. Of four requests sent 1 s
+    """Cap 4: a burst 429 cuts the gate to 2 (factor 0.5) with a 5 s pause. Of four requests sent 1 s
     later, one (the probe) reaches the provider when the pause ends; the rest follow its
     success, two at a time."""
     provider = FakeProvider()
@@ -68,6 +68,7 @@ async def test_after_a_burst_429_requests_wait_the_pause_then_go_at_the_lowered_
         retry=ONE_ATTEMPT,
         hooks=[events.append],
         clock=anyio.current_time,
+        adaptive_concurrency=anygate.AdaptiveConfig(decrease_factor=0.5),
     )
     inner = Stamped(flavour.lib.ASGITransport(app=provider))
     transport = flavour.gated.GatedTransport(inner, policy=policy)
@@ -120,8 +121,8 @@ async def test_a_pause_longer_than_the_slot_wait_is_busy_at_once(flavour: Flavou
 
 
 async def test_throttles_from_attempts_sent_before_the_cut_count_once(flavour: Flavour) -> None:
-    """Three requests in flight all get a burst 429: one cut (10 -> 7), two stale throttles.
-    A request admitted after the cut and throttled too cuts again (7 -> 4). Without a pause
+    """Three requests in flight all get a burst 429: one cut (10 -> 8), two stale throttles.
+    A request admitted after the cut and throttled too cuts again (8 -> 6). Without a pause
     (``pause_ms=0``) only the recorded admission generation tells the two apart."""
     provider = FakeProvider()
     events: list[Any] = []
@@ -145,10 +146,10 @@ async def test_throttles_from_attempts_sent_before_the_cut_count_once(flavour: F
                     tg.start_soon(post)
                 await provider.wait_until(lambda p: p.requests == 3)
                 provider.release("go")
-            assert _limits(events) == [(10, 7, "burst_rate")]
+            assert _limits(events) == [(10, 8, "burst_rate")]
             assert policy.adaptive_limit.statistics().stale_throttles == 2
             await post()
-    assert _limits(events) == [(10, 7, "burst_rate"), (7, 4, "burst_rate")]
+    assert _limits(events) == [(10, 8, "burst_rate"), (8, 6, "burst_rate")]
     assert policy.gate.in_flight == 0
 
 
