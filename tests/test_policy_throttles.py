@@ -24,8 +24,9 @@ from anygate import (
     ResponseError,
     RetryConfig,
 )
-from anygate._adaptive import DEFAULT_HOLD_S, AdaptiveLimit
+from anygate._adaptive import AdaptiveLimit
 from anygate._classify import classify
+from anygate._limit_values import DEFAULT_HOLD_S
 from anygate._throttle import throttle_kind
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst, transient

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ._acquisition import Acquisition as Acquisition
 from ._adaptive import AdaptiveLimit as AdaptiveLimit
-from ._adaptive import AdaptiveStatistics as AdaptiveStatistics
 from ._breaker import BreakerState as BreakerState
 from ._breaker import BreakerStatistics as BreakerStatistics
 from ._breaker import CircuitBreaker as CircuitBreaker
@@ -50,6 +49,7 @@ from ._learn import LearnedLimits as LearnedLimits
 from ._learn import RateLearner as RateLearner
 from ._learn import headers_of as headers_of
 from ._learn import learn_from_headers as learn_from_headers
+from ._limit_values import AdaptiveStatistics as AdaptiveStatistics
 from ._loader import load_config as load_config
 from ._policy import Policy as Policy
 from ._rate import Rate as Rate

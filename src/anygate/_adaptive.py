@@ -64,21 +64,7 @@ if TYPE_CHECKING:
 
     from ._gate import Gate
 
-__all__ = [
-    "DEFAULT_DECREASE_FACTOR",
-    "DEFAULT_ENABLED",
-    "DEFAULT_HOLD_S",
-    "DEFAULT_MAX_HOLD_S",
-    "DEFAULT_MIN_CONCURRENT_CALLS",
-    "DEFAULT_PAUSE_MS",
-    "AdaptiveLimit",
-    "AdaptiveStatistics",
-    "LimitChange",
-    "adaptive_limit_for",
-    "capacity_for",
-    "lowered_limit",
-    "raised_limit",
-]
+__all__ = ["AdaptiveLimit", "adaptive_limit_for"]
 
 
 @final

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._adaptive import (
+from ._classify import Rule
+from ._errors import ConfigError
+from ._limit_values import (
     DEFAULT_DECREASE_FACTOR,
     DEFAULT_ENABLED,
     DEFAULT_MIN_CONCURRENT_CALLS,
     DEFAULT_PAUSE_MS,
 )
-from ._classify import Rule
-from ._errors import ConfigError
 from ._rate import Rate
 from ._validation import PY as _PY
 from ._validation import show

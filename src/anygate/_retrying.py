@@ -36,10 +36,11 @@ from ._run import (
 from ._throttle import throttle_kind
 
 if TYPE_CHECKING:
-    from ._adaptive import AdaptiveLimit, LimitChange
+    from ._adaptive import AdaptiveLimit
     from ._breaker import CircuitBreaker
     from ._config import PolicyConfig
     from ._gate import Gate
+    from ._limit_values import LimitChange
     from ._testing import TestingState
 
 __all__ = ["FAILURE", "NEUTRAL", "SUCCESS", "Retrier", "Run", "Stop", "check_deadline"]
