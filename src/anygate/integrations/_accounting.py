@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast, final
 from .._headers import parse_limit_headers
 from .._learn import RateLearner
 from .._usage import StreamUsage, estimate_tokens, usage_tokens
+from ._body import aclose_stream, close_stream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -302,15 +303,9 @@ class _AsyncMetered:
             return
         self._closed = True
         try:
-            aclose = getattr(self._iterator, "aclose", None)
-            if aclose is not None:
-                with suppress(RuntimeError):  # another task is inside it: inner.aclose stops it
-                    await aclose()
+            await aclose_stream(self._iterator, self._inner)
         finally:
-            try:
-                await self._inner.aclose()
-            finally:
-                self._meter.abandon()
+            self._meter.abandon()
 
 
 class _SyncMetered:
@@ -342,12 +337,6 @@ class _SyncMetered:
             return
         self._closed = True
         try:
-            close = getattr(self._iterator, "close", None)
-            if close is not None:
-                with suppress(ValueError):  # "generator already executing" (another thread)
-                    close()
+            close_stream(self._iterator, self._inner)
         finally:
-            try:
-                self._inner.close()
-            finally:
-                self._meter.abandon()
+            self._meter.abandon()

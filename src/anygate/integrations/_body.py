@@ -42,6 +42,15 @@ class _Body:
     _core: TransportCore
 
     _done: bool
+    _iterator: Any  # the inner stream's iterator once read; each kind says which
+
+    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
+        self._inner = inner
+        self._token = token
+        self._request = request
+        self._core = core
+        self._done = False
+        self._iterator = None
 
     def _finish(self) -> None:
         """Nothing more will be read: give the slot back (idempotent)."""
@@ -65,6 +74,35 @@ class _Body:
             )
 
 
+async def aclose_stream(iterator: object, inner: Any) -> None:
+    """Close a half-read inner iterator, then its stream.
+
+    Closing the iterator now rather than leaving it to the garbage collector matters (trio
+    warns about each generator it has to finalise), unless another task is inside it right
+    now: then it raises "already running", and closing the stream is what makes that reader
+    stop. Used by the slot-holding bodies and the metered streams alike.
+    """
+    try:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with suppress(RuntimeError):
+                await aclose()
+    finally:
+        await inner.aclose()
+
+
+def close_stream(iterator: object, inner: Any) -> None:
+    """The blocking twin of :func:`aclose_stream` ("generator already executing" is a
+    ``ValueError`` when another thread is inside it)."""
+    try:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            with suppress(ValueError):
+                close()
+    finally:
+        inner.close()
+
+
 class AsyncBody(_Body):
     """A response body that holds a gate slot until it ends, fails or is closed.
 
@@ -72,13 +110,7 @@ class AsyncBody(_Body):
     ``isinstance`` checks pass. Iterating it iterates the inner stream once.
     """
 
-    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
-        self._inner = inner
-        self._token = token
-        self._request = request
-        self._core = core
-        self._done = False
-        self._iterator: AsyncIterator[bytes] | None = None
+    _iterator: AsyncIterator[bytes] | None
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         if self._iterator is None:
@@ -99,32 +131,15 @@ class AsyncBody(_Body):
 
     async def aclose(self) -> None:
         try:
-            iterator = self._iterator
-            # Close a half-read inner generator now rather than leaving it to the garbage
-            # collector (trio warns about each one it has to finalise), unless another task
-            # is inside it right now: then it raises "already running", and closing the
-            # stream below is what makes that reader stop.
-            aclose = getattr(iterator, "aclose", None)
-            if aclose is not None:
-                with suppress(RuntimeError):
-                    await aclose()
+            await aclose_stream(self._iterator, self._inner)
         finally:
-            try:
-                await self._inner.aclose()
-            finally:
-                self._finish()
+            self._finish()
 
 
 class SyncBody(_Body):
     """The blocking twin of :class:`AsyncBody`, for ``httpx.Client`` / ``httpx2.Client``."""
 
-    def __init__(self, inner: Any, token: Token, request: Any, core: TransportCore) -> None:
-        self._inner = inner
-        self._token = token
-        self._request = request
-        self._core = core
-        self._done = False
-        self._iterator: Iterator[bytes] | None = None
+    _iterator: Iterator[bytes] | None
 
     def __iter__(self) -> Iterator[bytes]:
         if self._iterator is None:
@@ -143,12 +158,6 @@ class SyncBody(_Body):
 
     def close(self) -> None:
         try:
-            close = getattr(self._iterator, "close", None)
-            if close is not None:
-                with suppress(ValueError):  # "generator already executing" (another thread)
-                    close()
+            close_stream(self._iterator, self._inner)
         finally:
-            try:
-                self._inner.close()
-            finally:
-                self._finish()
+            self._finish()
