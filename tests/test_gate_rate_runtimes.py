@@ -34,8 +34,14 @@ def manual_clock(start: float = 0.0) -> tuple[list[float], Any]:
 
 
 async def test_budget_waiters_go_in_arrival_order_on_real_timers(anyio_backend: Any) -> None:
-    """One admission per millisecond: each next waiter sleeps on its loop's timer, FIFO holds."""
-    gate = Gate(rate=Rate(requests_per_minute=60_000, burst_s=0.001))
+    """One admission per millisecond: each next waiter sleeps on its loop's timer, FIFO holds.
+
+    One slot as well, so that each admission waits for the previous holder's release: the
+    order the tasks *resume* in is then the order they were admitted in. (Uncapped, a late
+    timer on a loaded machine admits two waiters at once, and trio may run the second one
+    first: FIFO admission, but not what ``order`` records.)
+    """
+    gate = Gate(1, rate=Rate(requests_per_minute=60_000, burst_s=0.001))
     order: list[int] = []
 
     async def call(i: int) -> None:
