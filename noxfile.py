@@ -17,7 +17,7 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["tests", "processes", "lint", "typing", "docs"]
+nox.options.sessions = ["tests", "processes", "oldest", "lint", "typing", "docs"]
 # Interpreters that are not installed are skipped, not failures: a user's machine has
 # whichever Pythons it has. (nox turns this on by itself under CI=true.)
 nox.options.error_on_missing_interpreters = False
@@ -50,6 +50,39 @@ def processes(session: nox.Session) -> None:
     """The tests marked ``processes``, one at a time (they load every core themselves)."""
     _install(session, "test", extras="all")
     session.run("pytest", "-m", "processes and not slow", *session.posargs)
+
+
+def _floor(requirement: str) -> str:
+    """``name>=X`` (optionally with a marker) as ``name==X``: the oldest version allowed."""
+    name, _, version = requirement.partition(">=")
+    return f"{name.strip()}=={version.split(',')[0].split(';')[0].strip()}"
+
+
+@nox.session
+def oldest(session: nox.Session) -> None:
+    """The gate's tests on the oldest anyio and trio that pyproject.toml allows.
+
+    The uncontended acquire reads anyio's and trio's private cancellation state behind a
+    guard (``anygate._cancel_state``, ``docs/performance.md``); ``tests`` runs both the
+    private path and its public fallback on the newest versions, this session on the
+    floors. The versions come from the declared minimums, so raising one moves this too.
+    """
+    project = PYPROJECT["project"]
+    anyio = next(r for r in project["dependencies"] if r.startswith("anyio"))
+    trio = next(r for r in project["optional-dependencies"]["trio"] if r.startswith("trio"))
+    deps = [
+        d
+        for d in nox.project.dependency_groups(PYPROJECT, "test")
+        if d.startswith(("pytest", "hypothesis", "uvloop"))
+    ]
+    session.install("-e", ".", _floor(anyio), _floor(trio), *deps)
+    session.run("python", "-c", "import anyio, trio; print('oldest: trio', trio.__version__)")
+    session.run(
+        "pytest", "-n", "auto", "-m", "not slow and not processes",
+        "tests/test_cancel_state.py", "tests/test_gate_checkpoints.py", "tests/test_gate.py",
+        "tests/test_gate_races.py", "tests/test_gate_regressions.py", "tests/test_gate_runtimes.py",
+        *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session

@@ -27,7 +27,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from anygate import Busy, Gate, Token, _gate, _ledger, _token, _waiters
+from anygate import Busy, Gate, Token, _ledger, _token, _waiters
 
 from .conftest import mock_clock
 
@@ -680,18 +680,22 @@ def test_capacity_lowered_while_a_dead_grant_is_passed_on_drops_the_slot() -> No
 async def test_trio_grant_to_token_step_is_ki_protected(
     anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between consuming a grant and creating the token, trio must not be able to raise KI."""
+    """Between consuming a grant and owning the token, trio must not be able to raise KI.
+
+    The step is in ``Token.__aenter__``, which stamps the admission time right after the
+    grant: the probe sits on that clock read.
+    """
     import trio
 
     probes: list[bool] = []
-    real_make_token = _token.make_token
+    real_monotonic = _token._monotonic
 
-    def probing_make_token(gate: Gate, code: Any, lasti: int, cost: int = 0) -> Token:
-        if sys._getframe(1).f_code.co_name == "_wait":
+    def probing_monotonic() -> float:
+        if sys._getframe(1).f_code.co_name == "__aenter__":
             probes.append(trio.lowlevel.currently_ki_protected())
-        return real_make_token(gate, code, lasti, cost)
+        return real_monotonic()
 
-    monkeypatch.setattr(_gate, "make_token", probing_make_token)
+    monkeypatch.setattr(_token, "_monotonic", probing_monotonic)
     gate = Gate(1)
     holder = gate.acquire_nowait()
     async with anyio.create_task_group() as tg:

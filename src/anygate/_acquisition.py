@@ -1,8 +1,9 @@
 """The public type of what :meth:`anygate.Gate.acquire` returns.
 
-A :class:`~typing.Protocol`, not the class the gate really returns: that class
-(``anygate._acquire._Acquire``) is tuned for the uncontended path (slots, no generator per
-acquire) and stays free to change, while annotations in user code name only this.
+A :class:`~typing.Protocol`, not the class the gate really returns: at run time that is the
+:class:`Token` to be, not yet admitted (awaiting or entering it is the acquisition, so the
+uncontended ``async with`` builds one object), and annotations in user code name only this
+protocol, which keeps that choice free to change.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ class Acquisition(Protocol):
     ``token = await gate.acquire()`` waits for a slot and hands you the token to release;
     ``async with gate.acquire() as token:`` waits the same way and releases the token when
     the block ends, however it ends. Use this name to annotate code that passes an
-    acquisition along before awaiting or entering it. It is not a token, and each
-    acquisition is meant to be awaited or entered once. :meth:`anygate.fleet.FleetGate.acquire`
+    acquisition along before awaiting or entering it. Each acquisition stands for one
+    slot: awaiting or entering it again gives back the same token and takes no second
+    slot (call ``gate.acquire()`` again for another), and doing so while its first wait
+    is still running, or after that wait failed, raises ``RuntimeError``. :meth:`anygate.fleet.FleetGate.acquire`
     returns one too.
 
     You never construct one: only a gate (or a fleet) does.

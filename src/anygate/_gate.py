@@ -5,8 +5,9 @@ acquire (awaiting on asyncio or trio, non-blocking, blocking a plain thread), st
 repr. Every state change is one of the ledger's locked steps, where the invariants live.
 
 One concern (the public class), a little over the usual ~500 lines because every public
-method carries its full contract in its docstring; the acquisition object lives in
-``_acquire``, argument checks in ``_gate_args``, introspection in ``_inspect``.
+method carries its full contract in its docstring; the async acquisition and its untimed
+park live in ``_token`` (the token is its own acquisition), argument checks in
+``_gate_args``, introspection in ``_inspect``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import TYPE_CHECKING, final
 import anyio
 
 from . import _waiters
-from ._acquire import _Acquire
 from ._errors import Busy
 from ._gate_args import (
     MAX_TOKENS,
@@ -34,7 +34,7 @@ from ._gate_args import (
 )
 from ._inspect import QueuedCaller, SlotHolder, holders_of, waiters_of
 from ._ledger import UNLIMITED, Ledger
-from ._token import code_site, make_token
+from ._token import PENDING, Token, code_site, make_token
 from ._waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -43,12 +43,13 @@ if TYPE_CHECKING:
 
     from ._acquisition import Acquisition
     from ._rate import Rate, RateStatistics
-    from ._token import Token
 
 __all__ = ["Gate", "GateStatistics"]
 
 _getframe = sys._getframe
 _INF = math.inf
+_new_token = object.__new__
+_monotonic = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -334,7 +335,17 @@ class Gate(Ledger):
         if priority:
             priority = check_priority(priority)
         frame = _getframe(1)
-        return _Acquire(self, timeout, cost, priority, frame.f_code, frame.f_lasti)
+        # The token to be (see _token): _token.pending_token spelled out, a call fewer.
+        token: Token = _new_token(Token)
+        token._gate = None
+        token._home = self
+        token._code = frame.f_code
+        token._lasti = frame.f_lasti
+        token._cost = cost
+        token._timeout = timeout
+        token._priority = priority
+        token._since = PENDING
+        return token  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
     @ki_protected
     def acquire_nowait(self, *, tokens: int | None = None, priority: int = 0) -> Token:
@@ -431,37 +442,38 @@ class Gate(Ledger):
             return make_token(self, code, lasti, cost)
         raise self._busy(timeout or 0.0, timed_out=True)
 
-    def _try_fast(self, code: CodeType, lasti: int, tokens: int) -> Token | None:
-        """The uncontended path of :meth:`acquire`, after the cancellation check."""
-        return make_token(self, code, lasti, tokens) if self._admit(tokens) else None
-
     @ki_protected
-    async def _wait(self, request: _Acquire) -> Token:
+    async def _wait(self, token: Token) -> None:
+        """Queue ``token`` (an acquisition with a timeout, see ``_token``) and park until
+        it is admitted or the timeout passes. Untimed waits park in ``Token.__aenter__``."""
         # One argument, not five: every coroutine frame slot is paid per queued waiter.
-        wait_s, tokens = request._timeout, request._tokens
+        wait_s, tokens = token._timeout, token._cost
+        assert wait_s is not None
         if wait_s == 0:
-            raise self._refusal(tokens, request._priority)
+            raise self._refusal(tokens, token._priority)
         waiter = _waiters.async_waiter()
-        waiter.tokens, waiter.priority = tokens, request._priority
+        waiter.tokens, waiter.priority = tokens, token._priority
         if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
-            token = make_token(self, request._code, request._lasti, tokens)
+            token._gate = self
+            token._since = _monotonic()
             if not self._fast_acquire:  # admitted without yielding: still a schedule point
                 try:
                     await _waiters.shielded_schedule_point()
                 except BaseException:
                     token.release()
                     raise
-            return token
+            return
         if waiter.state == GONE:  # its admission time lies beyond the timeout
-            raise self._busy(wait_s or 0.0, timed_out=True, due=waiter.due)
-        # The park loop is spelled out twice rather than shared through a helper
-        # coroutine, and holds no bound methods across the await: one frame and a few
-        # objects less per queued waiter (the memory target of bench d).
+            raise self._busy(wait_s, timed_out=True, due=waiter.due)
+        # The park loop is spelled out here and in _park rather than shared through a
+        # helper coroutine, and holds no bound methods across the await: one frame and a
+        # few objects less per queued waiter (the memory target of bench d).
         # Only the next waiter has a finite ``due`` (a timed park for its budget); the
         # others park untimed until a grant or a nudge. No polling either way.
         state = _waiters.WAITING
         try:
-            if wait_s is None:
+            limit_at = self._clock() + wait_s
+            with anyio.move_on_after(wait_s) as scope:
                 while True:
                     due = waiter.due
                     if due == _INF:
@@ -473,39 +485,52 @@ class Gate(Ledger):
                         state = GRANTED
                         break
                     waiter.prepare()  # a budget timer or a nudge: look again
-                    state = self._poll(waiter, None)
+                    state = self._poll(waiter, limit_at)
                     if state != _waiters.WAITING:
                         break
-            else:
-                limit_at = self._clock() + wait_s
-                with anyio.move_on_after(wait_s) as scope:
-                    while True:
-                        due = waiter.due
-                        if due == _INF:
-                            await waiter.park(self._interrupt)
-                        elif due > self._clock():
-                            with anyio.move_on_after(due - self._clock()):
-                                await waiter.park(self._interrupt)
-                        if waiter.state == GRANTED:
-                            state = GRANTED
-                            break
-                        waiter.prepare()
-                        state = self._poll(waiter, limit_at)
-                        if state != _waiters.WAITING:
-                            break
-                # The timeout fired; a grant can still have won the race. Then the slot is
-                # ours and the timeout's own cancellation was absorbed by the scope.
-                if scope.cancelled_caught:
-                    state = self._last_look(waiter)
+            # The timeout fired; a grant can still have won the race. Then the slot is
+            # ours and the timeout's own cancellation was absorbed by the scope.
+            if scope.cancelled_caught:
+                state = self._last_look(waiter)
         except BaseException:
             if waiter.state != GONE:
                 self._abandon(waiter)
             raise
         if state == GRANTED:
-            return make_token(self, request._code, request._lasti, tokens)
+            token._gate = self
+            token._since = _monotonic()
+            return
         if state == GONE:
-            raise self._busy(wait_s or 0.0, timed_out=True, due=waiter.due)
-        raise self._busy(wait_s or 0.0, timed_out=True)
+            raise self._busy(wait_s, timed_out=True, due=waiter.due)
+        raise self._busy(wait_s, timed_out=True)
+
+    async def _park(
+        self, waiter: _waiters.AsyncioWaiter | _waiters.TrioWaiter, *, woken: bool
+    ) -> None:
+        """Park a queued waiter with no timeout until it is granted (``Token.__aenter__``).
+
+        For a waiter that was woken without a grant (``woken``: a budget timer, a nudge,
+        a fleet outage that withdrew it) or is next on a rate budget (``due`` finite): the
+        common case, one plain park ended by a grant, stays inline in ``__aenter__``. The
+        caller withdraws the waiter if this raises.
+        """
+        while True:
+            if woken:
+                if waiter.state == GRANTED:
+                    return
+                waiter.prepare()  # look again under the lock
+                state = self._poll(waiter, None)
+                if state == GRANTED:
+                    return
+                if state == GONE:
+                    raise self._busy(0.0, timed_out=True, due=waiter.due)
+            woken = True
+            due = waiter.due
+            if due == _INF:
+                await waiter.park(self._interrupt)
+            elif due > self._clock():
+                with anyio.move_on_after(due - self._clock()):
+                    await waiter.park(self._interrupt)
 
     def _last_look(self, waiter: _waiters.Waiter) -> int:
         """The wait timed out: admit the waiter if it can go right now, else withdraw it.

@@ -1,11 +1,32 @@
-"""Token: proof of one admitted slot, releasable once from any task, thread or event loop."""
+"""Token: proof of one admitted slot, releasable once from any task, thread or event loop.
+
+A token is also what :meth:`Gate.acquire` returns, before it is admitted: awaiting or
+entering it is the acquisition (``__aenter__``), so the ``async with gate.acquire()`` path
+builds one object, not an acquisition object and then a token (benchmark a). Its life:
+
+* **pending** (``_since == PENDING``): made by ``acquire()``, not yet awaited or entered;
+* **acquiring** (``_since == ACQUIRING``): being awaited or entered; a second wait on
+  it (or one after its wait failed) is an error, never a second slot behind one token;
+* **held** (``_gate`` set, ``_since`` the admission time): counted in ``in_flight``;
+* **released** (``_gate`` None, ``_since >= 0``): given back, once.
+
+Awaiting or entering a held token again gives it back as is. The uncontended admission
+and release are the ledger's common cases spelled out here (``Ledger._admit`` and
+``Ledger._release``; the invariants I2 and I5 live there), and so is the contended path's
+common case, one park ended by a grant (``Gate._park`` and ``Gate._wait`` do the rest): a
+call or a coroutine fewer on each path the benchmarks measure (a and b).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import TYPE_CHECKING, Any, NoReturn, final
+
+from . import _waiters
+from ._waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
     from types import CodeType, TracebackType
 
     from typing_extensions import Self
@@ -13,6 +34,13 @@ if TYPE_CHECKING:
     from ._gate import Gate
 
 __all__ = ["Token"]
+
+_INF = float("inf")
+
+#: ``Token._since`` of an acquisition not yet awaited or entered.
+PENDING = -1.0
+#: ``Token._since`` of an acquisition being awaited (or one whose wait failed).
+ACQUIRING = -2.0
 
 
 @final
@@ -34,10 +62,10 @@ class Token:
     This is not a lease: it has no expiry, and the gate never revokes it.
     """
 
-    # ``_gate`` is None once released; the gate flips it under its lock so two threads
-    # releasing at once cannot both give the slot back. ``_home`` stays set: a settle
-    # after release still corrects the rate budget.
-    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti", "_since")
+    # ``_gate`` is None until admitted and once released; the gate flips it under its lock
+    # so two threads releasing at once cannot both give the slot back. ``_home`` stays
+    # set: a settle after release still corrects the rate budget.
+    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti", "_priority", "_since", "_timeout")
 
     _gate: Gate | None
     _home: Gate
@@ -48,8 +76,11 @@ class Token:
     # time; the file:line they point to is worked out only when someone asks.
     _code: CodeType
     _lasti: int
-    # time.monotonic() at admission, for Gate.holders().
+    # time.monotonic() at admission, for Gate.holders(); PENDING or ACQUIRING before.
     _since: float
+    # What acquire() was asked for: the wait limit and the priority class.
+    _timeout: float | None
+    _priority: int
 
     # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
     # returning Never and rejects object.__new__(Token) in make_token.
@@ -61,7 +92,7 @@ class Token:
     @property
     def released(self) -> bool:
         """Whether the slot has been given back."""
-        return self._gate is None
+        return self._gate is None and self._since >= 0.0
 
     @property
     def acquired_at(self) -> str:
@@ -108,6 +139,9 @@ class Token:
         if not 0 <= value <= 2**53:
             msg = f"tokens must be >= 0 and <= 2**53 (got {value!r})"
             raise ValueError(msg)
+        if self._since < 0.0:
+            msg = "settle() needs an admitted token; await or enter gate.acquire() first"
+            raise RuntimeError(msg)
         self._home._settle(self, value)
 
     def __copy__(self) -> NoReturn:
@@ -133,16 +167,124 @@ class Token:
     ) -> None:
         self.release()
 
+    if not TYPE_CHECKING:  # typed as Acquisition (Gate.acquire); a held token is not awaitable
+
+        def __await__(self) -> Generator[Any, None, Token]:
+            return self.__aenter__().__await__()
+
+    @ki_protected
     async def __aenter__(self) -> Self:
+        """Admit a pending acquisition (``async with gate.acquire()``); a held token as is.
+
+        ``async with token:`` on a token already held (``token = await gate.acquire()``)
+        only releases it at the end of the block, as before.
+        """
+        since = self._since
+        if since >= 0.0:
+            return self
+        if since == ACQUIRING:
+            msg = (
+                "this gate.acquire() is already being awaited (or its wait failed); "
+                "each acquisition is awaited or entered once: call gate.acquire() again"
+            )
+            raise RuntimeError(msg)
+        self._since = ACQUIRING
+        gate = self._home
+        # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
+        # skips the fast path's lock round trip, and its park is the schedule point.
+        free = not gate._live and gate._in_flight < gate._limit
+        # Checked even when we are about to queue: a grant can complete the wait before
+        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
+        if free and not gate._fast_acquire:
+            await _waiters.full_checkpoint()  # let others run first
+        else:
+            check = _waiters.cancellation_check()
+            if check is not None:
+                await check  # raises the pending cancellation
+        if free:
+            # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
+            lock = gate._lock
+            lock.acquire()
+            try:
+                admitted = (
+                    not gate._live and gate._in_flight < gate._limit and gate._budgets is None
+                )
+                if admitted:
+                    gate._in_flight += 1
+                    gate._admitted += 1
+            finally:
+                lock.release()
+                if gate._deferred:
+                    gate._drain()
+            if admitted or gate._admit(self._cost, self._priority):
+                self._gate = gate
+                self._since = _monotonic()
+                return self
+        if self._timeout is not None:
+            await gate._wait(self)  # the gate's timed wait
+            return self
+        # Queue and park with no timeout: the contended path (benchmark b), inline down to
+        # the common case, one park ended by a grant; anything else (a rate budget's timer,
+        # a nudge) continues in Gate._park.
+        waiter = _waiters.async_waiter()
+        waiter.tokens = self._cost
+        waiter.priority = self._priority
+        if gate._enqueue(waiter):  # a slot freed up since we looked
+            self._gate = gate
+            self._since = _monotonic()
+            if not gate._fast_acquire:  # admitted without yielding: still a schedule point
+                try:
+                    await _waiters.shielded_schedule_point()
+                except BaseException:
+                    self.release()
+                    raise
+            return self
+        if waiter.state == GONE:  # turned away without queueing (a fleet gate in an outage)
+            raise gate._busy(0.0, timed_out=True, due=waiter.due)
+        try:
+            if waiter.due == _INF:
+                await waiter.park(gate._interrupt)
+                if waiter.state != GRANTED:
+                    await gate._park(waiter, woken=True)
+            else:  # next on a rate budget: a timed park first
+                await gate._park(waiter, woken=False)
+        except BaseException:
+            # Cancelled (or the loop is going away): leave the queue, or pass on a slot
+            # that was granted meanwhile (I4).
+            if waiter.state != GONE:
+                gate._abandon(waiter)
+            raise
+        self._gate = gate
+        self._since = _monotonic()
         return self
 
+    @ki_protected
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        self.release()
+        gate = self._gate
+        if gate is None:
+            return
+        # Ledger._release's common case (nobody queued: the slot is only freed), inline.
+        # A waiter to hand it to (seen before locking, or under the lock), or the lock
+        # taken (maybe by a finalizer running on this very thread), takes the full path.
+        lock = gate._lock
+        if not gate._live and lock.acquire(False):
+            try:
+                freed = self._gate is not None and not gate._live
+                if freed:
+                    self._gate = None
+                    gate._in_flight -= 1
+            finally:
+                lock.release()
+                if gate._deferred:
+                    gate._drain()
+            if freed:
+                return
+        gate._release(self)
 
     def __del__(self) -> None:
         # __del__ rather than weakref.finalize: a finalizer per token costs 1-3 us at
@@ -158,7 +300,12 @@ class Token:
 
     def __repr__(self) -> str:
         gate = self._gate
-        state = "released" if gate is None else f"held on gate {gate.name!r}"
+        if gate is not None:
+            state = f"held on gate {gate.name!r}"
+        elif self._since >= 0.0:
+            state = "released"
+        else:
+            state = f"not admitted yet on gate {self._home.name!r}"
         return f"<anygate.Token {state}, acquired at {self.acquired_at}>"
 
 
@@ -173,7 +320,25 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     token._code = code
     token._lasti = lasti
     token._cost = cost
+    token._timeout = None
+    token._priority = 0
     token._since = _monotonic()
+    return token
+
+
+def pending_token(
+    gate: Gate, code: CodeType, lasti: int, cost: int, timeout: float | None, priority: int
+) -> Token:
+    """Create an acquisition to await or enter (``Gate.acquire``); not yet admitted."""
+    token: Token = _new_token(Token)
+    token._gate = None
+    token._home = gate
+    token._code = code
+    token._lasti = lasti
+    token._cost = cost
+    token._timeout = timeout
+    token._priority = priority
+    token._since = PENDING
     return token
 
 
