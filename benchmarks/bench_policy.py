@@ -81,9 +81,7 @@ async def _measure(backend: str) -> None:
     try:
         import tenacity
 
-        rows.append(
-            ("tenacity.retry", tenacity.retry(stop=tenacity.stop_after_attempt(10))(noop))
-        )
+        rows.append(("tenacity.retry", tenacity.retry(stop=tenacity.stop_after_attempt(10))(noop)))
     except ImportError:
         print("    (tenacity not installed)")
     for name, call in rows:

@@ -1,12 +1,21 @@
-"""The attempt loop: breaker -> slot -> (adaptive pause) -> fn -> release -> classify -> sleep.
+"""The attempt loop: breaker -> slot -> (adaptive pause) -> attempt -> release -> classify -> sleep.
 
-:class:`anygate.Policy` decides what surrounds a call (the breaker permit, the deadline
-scope, the final report); this module runs its attempts, once per provider request, on an
-event loop (:meth:`Attempts.run`) or a plain thread (:meth:`Attempts.run_sync`). Each attempt
-holds one gate token for exactly the duration of ``fn`` and releases it before the failure
-is classified or the backoff sleep starts, so other callers use the slot meanwhile. The
-decisions (classification, budgets, delays, events) are the :class:`Retrier`'s, shared with
-the httpx transports.
+:class:`anygate.Policy` decides what surrounds a call (the deadline scope, the final
+report); this module runs its attempts on an event loop or a plain thread, in two shapes
+over the same steps:
+
+* :meth:`Attempts.run` / :meth:`Attempts.run_sync` call a *step* with an :class:`Attempt`;
+  the step takes its slot itself (``Policy.run``, the transports, which keep the slot until
+  the response body is closed);
+* :meth:`Attempts.call` / :meth:`Attempts.call_sync` are the same loop with the attempt
+  written out (take the slot, call ``fn``, release), so ``Policy.call`` allocates no step
+  per attempt.
+
+The block form (:mod:`anygate._blocks`) drives the same steps from an iterator. Each
+attempt's slot is released before its failure is classified or the backoff sleep starts,
+so other callers use the slot meanwhile. What is shared by all of them is written once
+here (:meth:`Attempts.failed`, :meth:`~Attempts.admit`, :meth:`~Attempts.pass_breaker`),
+and the decisions (classification, budgets, delays, events) are the :class:`Retrier`'s.
 """
 
 from __future__ import annotations
@@ -20,23 +29,32 @@ import anyio
 
 from ._errors import Busy, CircuitOpen
 from ._events import SlotAdmitted, SlotWaiting, emit
+from ._gate import Gate
 from ._learn import headers_of, learn_from_headers
 from ._retrying import NEUTRAL, SUCCESS, Stop
+from ._validation import check_wait
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._adaptive import AdaptiveLimit
     from ._breaker import CircuitBreaker
+    from ._classify import Verdict
     from ._events import Hook
-    from ._gate import Gate
     from ._retrying import Retrier, Run
     from ._testing import TestingState
     from ._token import Token
 
-__all__ = ["Attempts", "NotAwaitable"]
+__all__ = ["Attempt", "Attempts", "NotAwaitable", "check_pause", "make_attempt"]
 
 T = TypeVar("T")
+
+
+class _Default:
+    """The type of :data:`_DEFAULT`: "the policy's own value" where ``None`` means none."""
+
+
+_DEFAULT = _Default()
 
 
 class NotAwaitable(TypeError):
@@ -85,7 +103,47 @@ class Attempts:
         self.max_attempts = max_attempts
         self.retrier = retrier
 
-    async def run(
+    # ------------------------------------------------------------------ decisions
+
+    def failed(
+        self,
+        run: Run,
+        exc: Exception,
+        now: float,
+        deadline: float,
+        testing: TestingState,
+        *,
+        learn: bool,
+    ) -> float:
+        """A failed attempt, in every form: seconds to wait (without a slot) before the next.
+
+        ``learn``: the provider's limits in ``exc``'s headers pace the gate (a transport
+        reads its responses itself).
+
+        Raises:
+            CallFailed: the policy gives up (``run.reraise``: ``exc`` itself, reported alike).
+        """
+        retrier = self.retrier
+        if learn:
+            learn_from_headers(self.gate, headers_of(exc))
+        wait = retrier.plan(run, exc, now, deadline, testing)
+        retrier.attempt_ended(run)
+        if isinstance(wait, Stop):
+            retrier.fail(run, wait.why, wait.max_attempts, exc)
+        run.phase = "sleep"
+        return wait
+
+    def passes_through(self, run: Run, exc: BaseException) -> bool:
+        """Whether ``exc`` ends the call unchanged (not an Exception, or control flow);
+        the breaker then hears nothing of the attempt."""
+        if isinstance(exc, Exception) and not self.retrier.is_control_flow(exc):
+            return False
+        run.outcome = NEUTRAL
+        return True
+
+    # ------------------------------------------------------------------ async drivers
+
+    async def call(
         self,
         run: Run,
         testing: TestingState,
@@ -97,9 +155,10 @@ class Attempts:
     ) -> T:
         """Attempt ``await fn(*args, **kwargs)`` until it succeeds or the retrier gives up.
 
-        ``timed``: measure slot waits (the caller has a deadline to report against).
+        :meth:`run` with the attempt written out (take the slot, call, release), so that
+        :meth:`Policy.call` pays for no step object per attempt. ``timed``: measure slot
+        waits (the caller has a deadline to report against).
         """
-        retrier = self.retrier
         attempt_timeout = self.attempt_timeout
         timed = timed or bool(self.hooks)  # the slot wait is measured only when someone reads it
         while True:
@@ -111,7 +170,6 @@ class Attempts:
             # nothing runs between the two that could raise.
             token = await self.admit(run, testing, timed=timed)
             try:
-                run.phase = "attempt"
                 try:
                     if attempt_timeout is None:
                         result = await _invoke(fn, args, kwargs)
@@ -124,22 +182,16 @@ class Attempts:
             except NotAwaitable:
                 raise
             except Exception as exc:
-                if retrier.is_control_flow(exc):
-                    run.outcome = NEUTRAL
+                if self.passes_through(run, exc):
                     raise
-                # The provider's answer says its limits: the gate paces to them.
-                learn_from_headers(self.gate, headers_of(exc))
-                wait = retrier.plan(
+                wait = self.failed(
                     run,
                     exc,
                     anyio.current_time(),
                     anyio.current_effective_deadline(),
                     testing,
+                    learn=True,
                 )
-                retrier.attempt_ended(run)
-                if isinstance(wait, Stop):
-                    retrier.fail(run, wait.why, wait.max_attempts, exc)
-                run.phase = "sleep"
                 await anyio.sleep(wait)
             else:
                 run.outcome = SUCCESS
@@ -147,6 +199,57 @@ class Attempts:
                 if headers is not None:
                     learn_from_headers(self.gate, headers)
                 return result
+
+    async def run(
+        self,
+        run: Run,
+        testing: TestingState,
+        step: Callable[[Attempt], Awaitable[T]],
+        *,
+        timed: bool,
+    ) -> T:
+        """Attempt ``await step(attempt)`` until it returns or the retrier gives up.
+
+        The step takes its slot itself (:meth:`Attempt.acquire`); whatever it took is
+        released when it raises, and stays the step's when it returns (a transport's
+        response body holds it). A refusal of its acquire (``Busy``) ends the call.
+        """
+        timed = timed or bool(self.hooks)
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                await self.pass_breaker(run)
+            attempt = make_attempt(self, run, testing, timed, math.inf)
+            run.phase = "attempt"
+            try:
+                awaitable: object = step(attempt)
+                if not inspect.isawaitable(awaitable):
+                    msg = (
+                        f"Policy.run() needs the step to return an awaitable ({step!r} "
+                        f"returned {type(awaitable).__name__}); use Policy.run_sync() for "
+                        "blocking steps"
+                    )
+                    raise NotAwaitable(msg)
+                result: T = await awaitable
+            except BaseException as exc:
+                attempt.release_all()
+                if isinstance(exc, (NotAwaitable, Busy)) or run.phase == "slot":
+                    raise  # a refused slot (or a wrong step) is no provider's answer
+                if self.passes_through(run, exc):
+                    raise
+                assert isinstance(exc, Exception)  # noqa: PT017 - for the type checker
+                wait = self.failed(
+                    run,
+                    exc,
+                    anyio.current_time(),
+                    anyio.current_effective_deadline(),
+                    testing,
+                    learn=False,
+                )
+            else:
+                run.outcome = SUCCESS
+                return result
+            await anyio.sleep(wait)
 
     async def pass_breaker(self, run: Run) -> None:
         """Take the breaker's permit for the next attempt, waiting while it is open.
@@ -170,9 +273,25 @@ class Attempts:
             else:
                 return
 
-    async def admit(self, run: Run, testing: TestingState, *, timed: bool) -> Token:
-        """Take the slot for the next attempt; sit out an adaptive pause holding it."""
-        gate, hooks, adaptive = self.gate, self.hooks, self.adaptive
+    async def admit(
+        self,
+        run: Run,
+        testing: TestingState,
+        *,
+        timed: bool,
+        gate: Gate | None = None,
+        busy_wait: float | _Default | None = _DEFAULT,
+    ) -> Token:
+        """Take the slot for the next attempt; sit out an adaptive pause holding it.
+
+        ``gate`` and ``busy_wait`` default to the policy's; the pause is always that of
+        the policy's adaptive limit (the one its throttles are reported to).
+        """
+        hooks, adaptive = self.hooks, self.adaptive
+        if gate is None:
+            gate = self.gate
+        if isinstance(busy_wait, _Default):
+            busy_wait = self.busy_wait
         run.phase = "slot"
         if timed:
             run.slot_started = anyio.current_time()
@@ -183,7 +302,7 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = await gate.acquire(timeout=self.busy_wait)
+        token = await gate.acquire(timeout=busy_wait)
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
@@ -194,12 +313,13 @@ class Attempts:
                     pause, run.burst_probe = adaptive.pass_pause()
                     if pause <= 0:
                         break
-                    self.check_pause(pause)
+                    check_pause(gate, pause, busy_wait)
                     await adaptive.wait_pause(pause)
             run.generation = adaptive.generation
             if hooks:
                 waited = anyio.current_time() - run.slot_started
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.phase = "attempt"
         except BaseException:
             # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
             # slot is ours until the caller has it, so it is ours to give back (and the
@@ -211,56 +331,38 @@ class Attempts:
             raise
         return token
 
-    def check_pause(self, pause: float) -> None:
-        """A pause longer than the slot-wait budget is Busy now, not a long wait."""
-        busy_wait = self.busy_wait
-        if busy_wait is not None and pause > busy_wait:
-            gate = self.gate
-            raise Busy(
-                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
-            )
+    # ------------------------------------------------------------------ sync drivers
 
-    def run_sync(
+    def call_sync(
         self,
         run: Run,
         testing: TestingState,
-        seconds: float | None,
+        deadline: float,
         fn: Callable[..., T],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
-        """The blocking twin of :meth:`run`; ``seconds`` is the caller's deadline, if any."""
-        retrier = self.retrier
-        deadline = math.inf if seconds is None else time.monotonic() + seconds
+        """The blocking twin of :meth:`call`; ``deadline`` is on ``time.monotonic``."""
         while True:
             run.attempt += 1
             if self.breaker is not None:
                 self.pass_breaker_sync(run, deadline)
-            token = self.admit_sync(run, testing, deadline)  # see run(): no gap before try
+            token = self.admit_sync(run, testing, deadline)  # see call(): no gap before try
             try:
-                run.phase = "attempt"
                 try:
                     result = fn(*args, **kwargs)
                 finally:
                     token.release()
                 if inspect.isawaitable(result):
-                    close = getattr(result, "close", None)
-                    if close is not None:
-                        close()  # avoid "coroutine was never awaited" noise
+                    _close(result)
                     msg = f"Policy.call_sync() got an awaitable from {fn!r}; use `await policy.call(...)`"
                     raise NotAwaitable(msg)
             except NotAwaitable:
                 raise
             except Exception as exc:
-                if retrier.is_control_flow(exc):
-                    run.outcome = NEUTRAL
+                if self.passes_through(run, exc):
                     raise
-                learn_from_headers(self.gate, headers_of(exc))
-                wait = retrier.plan(run, exc, time.monotonic(), deadline, testing)
-                retrier.attempt_ended(run)
-                if isinstance(wait, Stop):
-                    retrier.fail(run, wait.why, wait.max_attempts, exc)
-                run.phase = "sleep"
+                wait = self.failed(run, exc, time.monotonic(), deadline, testing, learn=True)
                 if wait > 0:
                     time.sleep(wait)
             else:
@@ -269,6 +371,40 @@ class Attempts:
                 if headers is not None:
                     learn_from_headers(self.gate, headers)
                 return result
+
+    def run_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        step: Callable[[Attempt], T],
+    ) -> T:
+        """The blocking twin of :meth:`run`; ``deadline`` is on ``time.monotonic``."""
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                self.pass_breaker_sync(run, deadline)
+            attempt = make_attempt(self, run, testing, True, deadline)
+            run.phase = "attempt"
+            try:
+                result = step(attempt)
+                if inspect.isawaitable(result):
+                    _close(result)
+                    msg = f"Policy.run_sync() got an awaitable from {step!r}; use `await policy.run(...)`"
+                    raise NotAwaitable(msg)
+            except BaseException as exc:
+                attempt.release_all()
+                if isinstance(exc, (NotAwaitable, Busy)) or run.phase == "slot":
+                    raise
+                if self.passes_through(run, exc):
+                    raise
+                assert isinstance(exc, Exception)  # noqa: PT017 - for the type checker
+                wait = self.failed(run, exc, time.monotonic(), deadline, testing, learn=False)
+            else:
+                run.outcome = SUCCESS
+                return result
+            if wait > 0:
+                time.sleep(wait)
 
     def pass_breaker_sync(self, run: Run, deadline: float) -> None:
         """The blocking twin of :meth:`pass_breaker`; ``deadline`` is on ``time.monotonic``."""
@@ -288,14 +424,26 @@ class Attempts:
             else:
                 return
 
-    def admit_sync(self, run: Run, testing: TestingState, deadline: float) -> Token:
+    def admit_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        *,
+        gate: Gate | None = None,
+        busy_wait: float | _Default | None = _DEFAULT,
+    ) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
-        gate, hooks, adaptive = self.gate, self.hooks, self.adaptive
+        hooks, adaptive = self.hooks, self.adaptive
+        if gate is None:
+            gate = self.gate
+        if isinstance(busy_wait, _Default):
+            busy_wait = self.busy_wait
         run.phase = "slot"
         now = run.slot_started = time.monotonic()
         if now >= deadline and run.verdict is not None:
             self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
-        timeout = self.busy_wait
+        timeout = busy_wait
         if deadline != math.inf:
             left = max(0.0, deadline - now)
             timeout = left if timeout is None else min(timeout, left)
@@ -314,7 +462,7 @@ class Attempts:
                 pause, run.burst_probe = adaptive.pass_pause()
                 if pause <= 0:
                     break
-                self.check_pause(pause)
+                check_pause(gate, pause, busy_wait)
                 if time.monotonic() + pause >= deadline:
                     if run.verdict is not None:
                         self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
@@ -331,6 +479,7 @@ class Attempts:
             if hooks:
                 waited = time.monotonic() - now
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.phase = "attempt"
         except BaseException:
             token.release()
             if run.burst_probe:
@@ -367,3 +516,150 @@ async def _invoke_within(
     # Only our own timeout lands here: the scope swallowed its cancellation.
     msg = f"attempt {attempt} timed out after {seconds:g}s"
     raise TimeoutError(msg)
+
+
+def check_pause(gate: Gate, pause: float, busy_wait: float | None) -> None:
+    """A pause longer than the slot-wait budget is Busy now, not a long wait."""
+    if busy_wait is not None and pause > busy_wait:
+        raise Busy(
+            gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
+        )
+
+
+def _close(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()  # avoid "coroutine was never awaited" noise
+
+
+@final
+class Attempt:
+    """One attempt of :meth:`anygate.Policy.run` / :meth:`~anygate.Policy.run_sync`.
+
+    The policy hands one to the step for each attempt. The step takes its slot with
+    :meth:`acquire` (or :meth:`acquire_sync`), exactly as :meth:`anygate.Policy.call`
+    takes one: the policy's slot-wait budget, the adaptive limit's pause sat out holding
+    the slot, the slot events. The token is the step's: release it (``async with`` it)
+    when the provider call is done, or hand it on (a transport ties it to the response
+    body). Tokens it took are released for it when the step raises, so the backoff sleep
+    never holds one.
+
+    Not constructed by users; not the block form's object (that is
+    :class:`anygate.AttemptBlock`).
+
+    Attributes:
+        number: 1 for the first attempt, 2 for the first retry, ...
+        previous: the verdict on the previous attempt's failure; ``None`` on the first.
+    """
+
+    __slots__ = (
+        "_deadline",
+        "_loop",
+        "_run",
+        "_testing",
+        "_timed",
+        "_tokens",
+        "number",
+        "previous",
+    )
+
+    number: int
+    previous: Verdict | None
+
+    _loop: Attempts
+    _run: Run
+    _testing: TestingState
+    _timed: bool
+    _deadline: float
+    _tokens: list[Token] | None
+
+    # Annotated None, not NoReturn (see Token.__init__).
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        msg = "Attempt has no public constructor; the policy hands one to each step"
+        raise TypeError(msg)
+
+    def __repr__(self) -> str:
+        previous = "" if self.previous is None else f", after {self.previous.reason.value}"
+        return f"<anygate.Attempt {self.number} of {self._loop.name!r}{previous}>"
+
+    async def acquire(
+        self,
+        gate: Gate | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - Gate.acquire's own, passed on
+    ) -> Token:
+        """Take the slot for this attempt, as :meth:`anygate.Policy.call` would.
+
+        Args:
+            gate: the gate to take it from; default the policy's. The adaptive pause
+                honoured is the policy's (its throttles are reported there).
+            timeout: the longest wait for the slot, in seconds; ``None``: the policy's
+                ``busy_wait_s``.
+
+        Raises:
+            Busy: no slot within the timeout. It ends the call (it is not retried).
+        """
+        token = await self._loop.admit(
+            self._run, self._testing, timed=self._timed, **self._where(gate, timeout)
+        )
+        self._keep(token)
+        return token
+
+    def acquire_sync(self, gate: Gate | None = None, *, timeout: float | None = None) -> Token:
+        """The blocking twin of :meth:`acquire`, for :meth:`anygate.Policy.run_sync`.
+
+        Also bounded by the call's ``deadline``.
+
+        Raises:
+            Busy: as for :meth:`acquire`.
+            RuntimeError: called on a thread running an event loop.
+        """
+        token = self._loop.admit_sync(
+            self._run, self._testing, self._deadline, **self._where(gate, timeout)
+        )
+        self._keep(token)
+        return token
+
+    def _where(self, gate: object, timeout: object) -> dict[str, Any]:
+        where: dict[str, Any] = {}
+        if gate is not None:
+            if not isinstance(gate, Gate):
+                msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
+                raise TypeError(msg)
+            where["gate"] = gate
+        if timeout is not None:
+            where["busy_wait"] = check_wait("timeout", timeout)
+        return where
+
+    def _keep(self, token: Token) -> None:
+        if self._tokens is None:
+            self._tokens = [token]
+        else:
+            self._tokens.append(token)
+
+    def release_all(self) -> None:
+        """Give back every slot this attempt took (idempotent; the step has failed)."""
+        tokens, self._tokens = self._tokens, None
+        if tokens is not None:
+            for token in tokens:
+                token.release()
+
+
+_new_attempt = object.__new__
+
+
+def make_attempt(
+    loop: Attempts, run: Run, testing: TestingState, timed: bool, deadline: float
+) -> Attempt:
+    """The :class:`Attempt` for ``run``'s current attempt; only the loop (and
+    :meth:`anygate.Policy.acquire`) call this."""
+    attempt: Attempt = _new_attempt(Attempt)
+    attempt._loop = loop
+    attempt._run = run
+    attempt._testing = testing
+    attempt._timed = timed
+    attempt._deadline = deadline
+    attempt._tokens = None
+    attempt.number = run.attempt
+    attempt.previous = run.verdict
+    return attempt
