@@ -50,13 +50,6 @@ __all__ = ["Attempt", "Attempts", "NotAwaitable", "check_pause", "make_attempt"]
 T = TypeVar("T")
 
 
-class _Default:
-    """The type of :data:`_DEFAULT`: "the policy's own value" where ``None`` means none."""
-
-
-_DEFAULT = _Default()
-
-
 class NotAwaitable(TypeError):
     """``call()`` got a function that returns no awaitable (or ``call_sync()`` one that does)."""
 
@@ -168,7 +161,7 @@ class Attempts:
             # admit() hands the token over only once it is safe to (it releases it itself
             # on any BaseException until then), and the try that releases it starts at once:
             # nothing runs between the two that could raise.
-            token = await self.admit(run, testing, timed=timed)
+            token = await self.admit(run, testing, timed, self.gate, self.busy_wait)
             try:
                 try:
                     if attempt_timeout is None:
@@ -277,21 +270,17 @@ class Attempts:
         self,
         run: Run,
         testing: TestingState,
-        *,
         timed: bool,
-        gate: Gate | None = None,
-        busy_wait: float | _Default | None = _DEFAULT,
+        gate: Gate,
+        busy_wait: float | None,
     ) -> Token:
-        """Take the slot for the next attempt; sit out an adaptive pause holding it.
+        """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
+        for the next attempt; sit out an adaptive pause holding it.
 
-        ``gate`` and ``busy_wait`` default to the policy's; the pause is always that of
-        the policy's adaptive limit (the one its throttles are reported to).
+        The pause is always that of the policy's adaptive limit (the one its throttles are
+        reported to). Both passed explicitly, not defaulted: this is the per-call path.
         """
         hooks, adaptive = self.hooks, self.adaptive
-        if gate is None:
-            gate = self.gate
-        if isinstance(busy_wait, _Default):
-            busy_wait = self.busy_wait
         run.phase = "slot"
         if timed:
             run.slot_started = anyio.current_time()
@@ -347,7 +336,8 @@ class Attempts:
             run.attempt += 1
             if self.breaker is not None:
                 self.pass_breaker_sync(run, deadline)
-            token = self.admit_sync(run, testing, deadline)  # see call(): no gap before try
+            # See call(): no gap before the try.
+            token = self.admit_sync(run, testing, deadline, self.gate, self.busy_wait)
             try:
                 try:
                     result = fn(*args, **kwargs)
@@ -429,16 +419,11 @@ class Attempts:
         run: Run,
         testing: TestingState,
         deadline: float,
-        *,
-        gate: Gate | None = None,
-        busy_wait: float | _Default | None = _DEFAULT,
+        gate: Gate,
+        busy_wait: float | None,
     ) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
         hooks, adaptive = self.hooks, self.adaptive
-        if gate is None:
-            gate = self.gate
-        if isinstance(busy_wait, _Default):
-            busy_wait = self.busy_wait
         run.phase = "slot"
         now = run.slot_started = time.monotonic()
         if now >= deadline and run.verdict is not None:
@@ -599,9 +584,9 @@ class Attempt:
         Raises:
             Busy: no slot within the timeout. It ends the call (it is not retried).
         """
-        token = await self._loop.admit(
-            self._run, self._testing, timed=self._timed, **self._where(gate, timeout)
-        )
+        loop = self._loop
+        gate, busy_wait = self._where(gate, timeout)
+        token = await loop.admit(self._run, self._testing, self._timed, gate, busy_wait)
         self._keep(token)
         return token
 
@@ -614,22 +599,21 @@ class Attempt:
             Busy: as for :meth:`acquire`.
             RuntimeError: called on a thread running an event loop.
         """
-        token = self._loop.admit_sync(
-            self._run, self._testing, self._deadline, **self._where(gate, timeout)
-        )
+        gate, busy_wait = self._where(gate, timeout)
+        token = self._loop.admit_sync(self._run, self._testing, self._deadline, gate, busy_wait)
         self._keep(token)
         return token
 
-    def _where(self, gate: object, timeout: object) -> dict[str, Any]:
-        where: dict[str, Any] = {}
-        if gate is not None:
-            if not isinstance(gate, Gate):
-                msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
-                raise TypeError(msg)
-            where["gate"] = gate
-        if timeout is not None:
-            where["busy_wait"] = check_wait("timeout", timeout)
-        return where
+    def _where(self, gate: object, timeout: object) -> tuple[Gate, float | None]:
+        """The gate and slot-wait budget an acquire asked for (``None``: the policy's)."""
+        loop = self._loop
+        if gate is None:
+            gate = loop.gate
+        elif not isinstance(gate, Gate):
+            msg = f"gate must be an anygate.Gate (got {gate!r} of type {type(gate).__name__})"
+            raise TypeError(msg)
+        busy_wait = loop.busy_wait if timeout is None else check_wait("timeout", timeout)
+        return gate, busy_wait
 
     def _keep(self, token: Token) -> None:
         if self._tokens is None:

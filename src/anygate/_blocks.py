@@ -255,11 +255,13 @@ class AsyncBlocks(_Blocks):
             if loop.breaker is not None:
                 await loop.pass_breaker(run)
             timed = self.deadline != math.inf or bool(loop.hooks)
-            block._token = await loop.admit(run, self.testing, timed=timed)
+            block._token = await loop.admit(run, self.testing, timed, loop.gate, loop.busy_wait)
         except BaseException as exc:
             self.state = "done"
             try:
-                if scope is not None and scope.__exit__(type(exc), exc, exc.__traceback__):
+                if scope is not None:
+                    scope.__exit__(type(exc), exc, exc.__traceback__)
+                if scope is not None and scope.cancelled_caught:
                     # Only our deadline lands here: the scope swallowed its cancellation.
                     assert self.seconds is not None
                     waited = anyio.current_time() - run.slot_started
@@ -282,9 +284,13 @@ class AsyncBlocks(_Blocks):
         token.release()  # before classifying or sleeping: the slot is not ours
         scope, block._scope = block._scope, None
         run = self.run
-        if scope is not None and scope.__exit__(
-            None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__
-        ):
+        if scope is not None:
+            # Not its return value: trio's __exit__ returns True when there was nothing to
+            # swallow at all.
+            scope.__exit__(
+                None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__
+            )
+        if scope is not None and scope.cancelled_caught:
             # Our scope cut the block off: attempt_timeout_s (a transient failure, as in
             # Policy.call) or the call's deadline (what deadline_failure says it cut).
             if not block._cut:
@@ -333,7 +339,9 @@ class SyncBlocks(_Blocks):
         try:
             if loop.breaker is not None:
                 loop.pass_breaker_sync(run, self.deadline)
-            block._token = loop.admit_sync(run, self.testing, self.deadline)
+            block._token = loop.admit_sync(
+                run, self.testing, self.deadline, loop.gate, loop.busy_wait
+            )
         except BaseException:
             self.state = "done"
             loop.retrier.settle(run)
