@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ._acquisition import Acquisition as Acquisition
 from ._adaptive import AdaptiveLimit as AdaptiveLimit
-from ._attempts import Attempt as Attempt
+from ._attempt import Attempt as Attempt
 from ._blocks import AttemptBlock as AttemptBlock
 from ._breaker import BreakerState as BreakerState
 from ._breaker import BreakerStatistics as BreakerStatistics

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, final, overload
 import anyio
 
 from . import _decorate
-from ._attempts import Attempts, make_attempt
+from ._attempt import make_attempt
+from ._attempts import Attempts
 from ._blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_loop
 from ._classify import Rule, RuleLike
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from typing_extensions import ParamSpec
 
     from ._adaptive import AdaptiveLimit
-    from ._attempts import Attempt
+    from ._attempt import Attempt
     from ._backoff import Uniform
     from ._blocks import AttemptBlock
     from ._breaker import CircuitBreaker
