@@ -236,3 +236,25 @@ async def test_acquire_takes_a_slot_outside_the_loop() -> None:
     token.release()
     with pytest.raises(TypeError, match=r"gate must be an anygate\.Gate"):
         await policy.acquire("llm")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_slot_taken_outside_the_loop_hands_the_burst_probe_on(
+    anyio_backend: Any,
+) -> None:
+    """After a burst pause, ``policy.acquire()`` may be the first to ask and so claim the
+    probe role; its slot is never classified, so it hands the role on at once (kept, the
+    pause would never end for anyone on the gate)."""
+    policy = _policy(
+        gate=Gate(4, name="burst"),
+        max_concurrent_calls=None,
+        adaptive_concurrency=AdaptiveConfig(pause_ms=1000),
+        clock=anyio.current_time,
+    )
+    adaptive = policy.adaptive_limit
+    adaptive.on_throttle(None, None, 1)
+    assert adaptive.pass_pause()[0] > 0  # pausing
+    await anyio.sleep(1.5)  # the pause is over: the next to ask is the probe
+    token = await policy.acquire()
+    token.release()
+    assert adaptive.pass_pause() == (0.0, True)  # the role came back for the next caller
