@@ -258,3 +258,29 @@ async def test_a_slot_taken_outside_the_loop_hands_the_burst_probe_on(
     token = await policy.acquire()
     token.release()
     assert adaptive.pass_pause() == (0.0, True)  # the role came back for the next caller
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_the_deadline_cuts_a_hung_step_and_reraise_gives_its_cause(
+    anyio_backend: Any,
+) -> None:
+    """``run(deadline=)`` cuts a step that hangs after a failure: CallFailed ``deadline``
+    with the last provider error as cause, or that error itself with ``reraise``."""
+    policy = _policy(retry=RetryConfig(base_delay_ms=1000, cap_delay_ms=1000))
+    first = transient()
+
+    async def step(attempt: anygate.Attempt) -> str:
+        async with await attempt.acquire():
+            if attempt.number == 1:
+                raise first
+            await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with pytest.raises(CallFailed, match="deadline") as info:
+        await policy.run(step, deadline=10)
+    assert info.value.__cause__ is first
+    first = transient()
+    with pytest.raises(anygate.ResponseError) as raw:
+        await policy.run(step, deadline=10, reraise=True)
+    assert raw.value is first
+    assert policy.gate.in_flight == 0
