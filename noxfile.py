@@ -127,6 +127,8 @@ def soak(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmark script; each prints ratios against baselines from the same run."""
     _install(session, "test", extras="all")
+    # The peers bench_policy.py compares Policy.call with; not dependencies of anygate.
+    session.install("stamina", "tenacity")
     scripts = session.posargs or sorted(
         f"benchmarks/{name}" for name in os.listdir("benchmarks") if name.startswith("bench_")
     )

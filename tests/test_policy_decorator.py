@@ -1,109 +1,23 @@
 """``@policy.retry``: the decorator form of Policy.call / call_sync (issue 10, item 2).
 
-One small contract run over every entry point a user calls directly (``call``,
-``call_sync``, the decorator on an async and on a blocking function), so the decorator
-cannot drift from the calls it wraps; then what only the decorator does.
+What only the decorator does. The behaviours it shares with every other entry point (retry,
+give up, breaker, deadline, slots, cancellation) are one contract in
+``tests/integrations/test_entry_contract.py``, so the decorator cannot drift from the calls
+it wraps.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
-from typing import TYPE_CHECKING, Any
 
-import anyio
-import anyio.to_thread
 import pytest
 
-import anygate
-from anygate import CallFailed, Policy, RetryConfig, RetryScheduled
-from tests.policy_helpers import Script, SyncScript, quota, transient
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from anygate import Policy, RetryConfig
+from tests.policy_helpers import Script, SyncScript, transient
 
 pytestmark = pytest.mark.anyio
 
 INSTANT = RetryConfig(base_delay_ms=0, cap_delay_ms=0)
-
-
-async def _via_call(policy: Policy, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await policy.call(fn, *args, **kwargs)
-
-
-async def _via_call_sync(policy: Policy, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    # From a worker thread: call_sync refuses a thread that runs an event loop.
-    return await anyio.to_thread.run_sync(functools.partial(policy.call_sync, fn, *args, **kwargs))
-
-
-async def _via_decorator(policy: Policy, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await policy.retry(fn)(*args, **kwargs)
-
-
-async def _via_sync_decorator(policy: Policy, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await anyio.to_thread.run_sync(functools.partial(policy.retry(fn), *args, **kwargs))
-
-
-# (entry point, whether it drives an async provider function)
-ENTRY_POINTS = [
-    pytest.param(_via_call, True, id="call"),
-    pytest.param(_via_call_sync, False, id="call_sync"),
-    pytest.param(_via_decorator, True, id="retry-async"),
-    pytest.param(_via_sync_decorator, False, id="retry-sync"),
-]
-
-
-def _script(is_async: bool, *errors: BaseException) -> Script | SyncScript:
-    return Script(*errors) if is_async else SyncScript(*errors)
-
-
-@pytest.mark.parametrize(("enter", "is_async"), ENTRY_POINTS)
-async def test_retries_transient_failures_then_returns(
-    enter: Callable[..., Any], is_async: bool
-) -> None:
-    """Two 503s are retried (with events) and the third attempt's result comes back; the
-    arguments reach the function unchanged and no slot is left taken."""
-    events: list[Any] = []
-    policy = Policy(retry=INSTANT, hooks=[events.append])
-    script = _script(is_async, transient(), transient())
-    assert await enter(policy, script, 1, key="v") == "ok"
-    assert script.calls == 3
-    assert [e.attempt for e in events if isinstance(e, RetryScheduled)] == [1, 2]
-    assert policy.gate.in_flight == 0
-
-
-@pytest.mark.parametrize(("enter", "is_async"), ENTRY_POINTS)
-async def test_a_non_retriable_failure_is_call_failed_at_once(
-    enter: Callable[..., Any], is_async: bool
-) -> None:
-    """A billing error is not retried: CallFailed with the provider's error as cause."""
-    policy = Policy(retry=INSTANT)
-    error = quota()
-    script = _script(is_async, error)
-    with pytest.raises(CallFailed) as info:
-        await enter(policy, script)
-    assert info.value.__cause__ is error
-    assert script.calls == 1
-    assert policy.gate.in_flight == 0
-
-
-@pytest.mark.parametrize(("enter", "is_async"), ENTRY_POINTS)
-async def test_an_open_breaker_refuses_before_calling(
-    enter: Callable[..., Any], is_async: bool
-) -> None:
-    """After the breaker opens, every entry point refuses with CircuitOpen, calling nothing."""
-    policy = Policy(
-        retry=RetryConfig(max_attempts=1, throttle_attempts=1),
-        circuit_breaker=anygate.BreakerConfig(
-            failure_threshold=1, recovery_timeout_sec=3600, when_open="fail"
-        ),
-    )
-    with pytest.raises(CallFailed):
-        await enter(policy, _script(is_async, transient()))
-    script = _script(is_async)
-    with pytest.raises(anygate.CircuitOpen):
-        await enter(policy, script)
-    assert script.calls == 0
 
 
 async def test_the_decorated_async_function_keeps_its_identity() -> None:

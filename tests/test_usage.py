@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anygate import chars_counter, estimate_tokens, tiktoken_counter, usage_tokens
-from anygate._usage import StreamUsage
+from anygate.integrations._stream_usage import StreamUsage
 
 
 @pytest.mark.parametrize(

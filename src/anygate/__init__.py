@@ -3,13 +3,17 @@
 One :class:`Gate` serves asyncio loops, trio runs and plain threads in the same process at
 once; callers get :class:`Token` objects any task or thread may release. A :class:`Policy`
 guards provider calls with it: one slot per attempt, classified failures, jittered retries
-that hold no slot, ``Retry-After``, deadlines and a shared circuit breaker.
+that hold no slot, ``Retry-After``, deadlines and a shared circuit breaker, in every form
+(``call``, ``@retry``, the attempt loop ``run`` with its :class:`Attempt`, and the block
+form ``attempts()`` with its :class:`AttemptBlock`).
 """
 
 from __future__ import annotations
 
 from ._acquisition import Acquisition as Acquisition
 from ._adaptive import AdaptiveLimit as AdaptiveLimit
+from ._attempt import Attempt as Attempt
+from ._blocks import AttemptBlock as AttemptBlock
 from ._breaker import BreakerState as BreakerState
 from ._breaker import BreakerStatistics as BreakerStatistics
 from ._breaker import CircuitBreaker as CircuitBreaker
@@ -70,6 +74,8 @@ __all__ = [
     "AdaptiveLimit",
     "AdaptiveStatistics",
     "AnygateError",
+    "Attempt",
+    "AttemptBlock",
     "BreakerConfig",
     "BreakerState",
     "BreakerStateChanged",

@@ -1,12 +1,21 @@
-"""The attempt loop: breaker -> slot -> (adaptive pause) -> fn -> release -> classify -> sleep.
+"""The attempt loop: breaker -> slot -> (adaptive pause) -> attempt -> release -> classify -> sleep.
 
-:class:`anygate.Policy` decides what surrounds a call (the breaker permit, the deadline
-scope, the final report); this module runs its attempts, once per provider request, on an
-event loop (:meth:`Attempts.run`) or a plain thread (:meth:`Attempts.run_sync`). Each attempt
-holds one gate token for exactly the duration of ``fn`` and releases it before the failure
-is classified or the backoff sleep starts, so other callers use the slot meanwhile. The
-decisions (classification, budgets, delays, events) are the :class:`Retrier`'s, shared with
-the httpx transports.
+:class:`anygate.Policy` decides what surrounds a call (the deadline scope, the final
+report); this module runs its attempts on an event loop or a plain thread, in two shapes
+over the same steps:
+
+* :meth:`Attempts.run` / :meth:`Attempts.run_sync` call a *step* with an :class:`Attempt`;
+  the step takes its slot itself (``Policy.run``, the transports, which keep the slot until
+  the response body is closed);
+* :meth:`Attempts.call` / :meth:`Attempts.call_sync` are the same loop with the attempt
+  written out (take the slot, call ``fn``, release), so ``Policy.call`` allocates no step
+  per attempt.
+
+The block form (:mod:`anygate._blocks`) drives the same steps from an iterator. Each
+attempt's slot is released before its failure is classified or the backoff sleep starts,
+so other callers use the slot meanwhile. What is shared by all of them is written once
+here (:meth:`Attempts.failed`, :meth:`~Attempts.admit`, :meth:`~Attempts.pass_breaker`),
+and the decisions (classification, budgets, delays, events) are the :class:`Retrier`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import anyio
 
+from ._attempt import make_attempt
 from ._errors import Busy, CircuitOpen
 from ._events import SlotAdmitted, SlotWaiting, emit
 from ._learn import headers_of, learn_from_headers
@@ -27,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._adaptive import AdaptiveLimit
+    from ._attempt import Attempt
     from ._breaker import CircuitBreaker
     from ._events import Hook
     from ._gate import Gate
@@ -34,7 +45,7 @@ if TYPE_CHECKING:
     from ._testing import TestingState
     from ._token import Token
 
-__all__ = ["Attempts", "NotAwaitable"]
+__all__ = ["Attempts", "NotAwaitable", "check_pause"]
 
 T = TypeVar("T")
 
@@ -85,7 +96,54 @@ class Attempts:
         self.max_attempts = max_attempts
         self.retrier = retrier
 
-    async def run(
+    # ------------------------------------------------------------------ decisions
+
+    def failed(
+        self,
+        run: Run,
+        exc: Exception,
+        now: float,
+        deadline: float,
+        testing: TestingState,
+        *,
+        learn: bool,
+    ) -> float:
+        """A failed attempt, in every form: seconds to wait (without a slot) before the next.
+
+        ``learn``: the provider's limits in ``exc``'s headers pace the gate (a transport
+        reads its responses itself).
+
+        Raises:
+            CallFailed: the policy gives up (``run.reraise``: ``exc`` itself, reported alike).
+        """
+        retrier = self.retrier
+        if learn:
+            learn_from_headers(self.gate, headers_of(exc))
+        wait = retrier.plan(run, exc, now, deadline, testing)
+        retrier.attempt_ended(run)
+        if isinstance(wait, Stop):
+            retrier.fail(run, wait.why, wait.max_attempts, exc)
+        run.phase = "sleep"
+        return wait
+
+    def failed_on_loop(
+        self, run: Run, exc: Exception, testing: TestingState, *, learn: bool
+    ) -> float:
+        """:meth:`failed` on the event loop: AnyIO's clock, the enclosing scopes' deadline."""
+        now, deadline = anyio.current_time(), anyio.current_effective_deadline()
+        return self.failed(run, exc, now, deadline, testing, learn=learn)
+
+    def passes_through(self, run: Run, exc: BaseException) -> bool:
+        """Whether ``exc`` ends the call unchanged (not an Exception, or control flow);
+        the breaker then hears nothing of the attempt."""
+        if isinstance(exc, Exception) and not self.retrier.is_control_flow(exc):
+            return False
+        run.outcome = NEUTRAL
+        return True
+
+    # ------------------------------------------------------------------ async drivers
+
+    async def call(
         self,
         run: Run,
         testing: TestingState,
@@ -97,9 +155,10 @@ class Attempts:
     ) -> T:
         """Attempt ``await fn(*args, **kwargs)`` until it succeeds or the retrier gives up.
 
-        ``timed``: measure slot waits (the caller has a deadline to report against).
+        :meth:`run` with the attempt written out (take the slot, call, release), so that
+        :meth:`Policy.call` pays for no step object per attempt. ``timed``: measure slot
+        waits (the caller has a deadline to report against).
         """
-        retrier = self.retrier
         attempt_timeout = self.attempt_timeout
         timed = timed or bool(self.hooks)  # the slot wait is measured only when someone reads it
         while True:
@@ -109,9 +168,8 @@ class Attempts:
             # admit() hands the token over only once it is safe to (it releases it itself
             # on any BaseException until then), and the try that releases it starts at once:
             # nothing runs between the two that could raise.
-            token = await self.admit(run, testing, timed=timed)
+            token = await self.admit(run, testing, timed, self.gate, self.busy_wait)
             try:
-                run.phase = "attempt"
                 try:
                     if attempt_timeout is None:
                         result = await _invoke(fn, args, kwargs)
@@ -124,22 +182,9 @@ class Attempts:
             except NotAwaitable:
                 raise
             except Exception as exc:
-                if retrier.is_control_flow(exc):
-                    run.outcome = NEUTRAL
+                if self.passes_through(run, exc):
                     raise
-                # The provider's answer says its limits: the gate paces to them.
-                learn_from_headers(self.gate, headers_of(exc))
-                wait = retrier.plan(
-                    run,
-                    exc,
-                    anyio.current_time(),
-                    anyio.current_effective_deadline(),
-                    testing,
-                )
-                retrier.attempt_ended(run)
-                if isinstance(wait, Stop):
-                    retrier.fail(run, wait.why, wait.max_attempts, exc)
-                run.phase = "sleep"
+                wait = self.failed_on_loop(run, exc, testing, learn=True)
                 await anyio.sleep(wait)
             else:
                 run.outcome = SUCCESS
@@ -147,6 +192,50 @@ class Attempts:
                 if headers is not None:
                     learn_from_headers(self.gate, headers)
                 return result
+
+    async def run(
+        self,
+        run: Run,
+        testing: TestingState,
+        step: Callable[[Attempt], Awaitable[T]],
+        *,
+        timed: bool,
+    ) -> T:
+        """Attempt ``await step(attempt)`` until it returns or the retrier gives up.
+
+        The step takes its slot itself (:meth:`Attempt.acquire`); whatever it took is
+        released when it raises, and stays the step's when it returns (a transport's
+        response body holds it). A refusal of its acquire (``Busy``) ends the call.
+        """
+        timed = timed or bool(self.hooks)
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                await self.pass_breaker(run)
+            attempt = make_attempt(self, run, testing, timed, math.inf)
+            run.phase = "attempt"
+            try:
+                awaitable: object = step(attempt)
+                if not inspect.isawaitable(awaitable):
+                    msg = (
+                        f"Policy.run() needs the step to return an awaitable ({step!r} "
+                        f"returned {type(awaitable).__name__}); use Policy.run_sync() for "
+                        "blocking steps"
+                    )
+                    raise NotAwaitable(msg)
+                result: T = await awaitable
+            except BaseException as exc:
+                attempt.release_all()
+                if isinstance(exc, (NotAwaitable, Busy)) or run.phase == "slot":
+                    raise  # a refused slot (or a wrong step) is no provider's answer
+                if self.passes_through(run, exc):
+                    raise
+                assert isinstance(exc, Exception)  # noqa: PT017 - for the type checker
+                wait = self.failed_on_loop(run, exc, testing, learn=False)
+            else:
+                run.outcome = SUCCESS
+                return result
+            await anyio.sleep(wait)
 
     async def pass_breaker(self, run: Run) -> None:
         """Take the breaker's permit for the next attempt, waiting while it is open.
@@ -170,9 +259,21 @@ class Attempts:
             else:
                 return
 
-    async def admit(self, run: Run, testing: TestingState, *, timed: bool) -> Token:
-        """Take the slot for the next attempt; sit out an adaptive pause holding it."""
-        gate, hooks, adaptive = self.gate, self.hooks, self.adaptive
+    async def admit(
+        self,
+        run: Run,
+        testing: TestingState,
+        timed: bool,
+        gate: Gate,
+        busy_wait: float | None,
+    ) -> Token:
+        """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
+        for the next attempt; sit out an adaptive pause holding it.
+
+        The pause is always that of the policy's adaptive limit (the one its throttles are
+        reported to). Both passed explicitly, not defaulted: this is the per-call path.
+        """
+        hooks, adaptive = self.hooks, self.adaptive
         run.phase = "slot"
         if timed:
             run.slot_started = anyio.current_time()
@@ -183,7 +284,7 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = await gate.acquire(timeout=self.busy_wait)
+        token = await gate.acquire(timeout=busy_wait)
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
@@ -194,12 +295,13 @@ class Attempts:
                     pause, run.burst_probe = adaptive.pass_pause()
                     if pause <= 0:
                         break
-                    self.check_pause(pause)
+                    check_pause(gate, pause, busy_wait)
                     await adaptive.wait_pause(pause)
             run.generation = adaptive.generation
             if hooks:
                 waited = anyio.current_time() - run.slot_started
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.phase = "attempt"
         except BaseException:
             # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
             # slot is ours until the caller has it, so it is ours to give back (and the
@@ -211,56 +313,39 @@ class Attempts:
             raise
         return token
 
-    def check_pause(self, pause: float) -> None:
-        """A pause longer than the slot-wait budget is Busy now, not a long wait."""
-        busy_wait = self.busy_wait
-        if busy_wait is not None and pause > busy_wait:
-            gate = self.gate
-            raise Busy(
-                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
-            )
+    # ------------------------------------------------------------------ sync drivers
 
-    def run_sync(
+    def call_sync(
         self,
         run: Run,
         testing: TestingState,
-        seconds: float | None,
+        deadline: float,
         fn: Callable[..., T],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
-        """The blocking twin of :meth:`run`; ``seconds`` is the caller's deadline, if any."""
-        retrier = self.retrier
-        deadline = math.inf if seconds is None else time.monotonic() + seconds
+        """The blocking twin of :meth:`call`; ``deadline`` is on ``time.monotonic``."""
         while True:
             run.attempt += 1
             if self.breaker is not None:
                 self.pass_breaker_sync(run, deadline)
-            token = self.admit_sync(run, testing, deadline)  # see run(): no gap before try
+            # See call(): no gap before the try.
+            token = self.admit_sync(run, testing, deadline, self.gate, self.busy_wait)
             try:
-                run.phase = "attempt"
                 try:
                     result = fn(*args, **kwargs)
                 finally:
                     token.release()
                 if inspect.isawaitable(result):
-                    close = getattr(result, "close", None)
-                    if close is not None:
-                        close()  # avoid "coroutine was never awaited" noise
+                    _close(result)
                     msg = f"Policy.call_sync() got an awaitable from {fn!r}; use `await policy.call(...)`"
                     raise NotAwaitable(msg)
             except NotAwaitable:
                 raise
             except Exception as exc:
-                if retrier.is_control_flow(exc):
-                    run.outcome = NEUTRAL
+                if self.passes_through(run, exc):
                     raise
-                learn_from_headers(self.gate, headers_of(exc))
-                wait = retrier.plan(run, exc, time.monotonic(), deadline, testing)
-                retrier.attempt_ended(run)
-                if isinstance(wait, Stop):
-                    retrier.fail(run, wait.why, wait.max_attempts, exc)
-                run.phase = "sleep"
+                wait = self.failed(run, exc, time.monotonic(), deadline, testing, learn=True)
                 if wait > 0:
                     time.sleep(wait)
             else:
@@ -269,6 +354,40 @@ class Attempts:
                 if headers is not None:
                     learn_from_headers(self.gate, headers)
                 return result
+
+    def run_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        step: Callable[[Attempt], T],
+    ) -> T:
+        """The blocking twin of :meth:`run`; ``deadline`` is on ``time.monotonic``."""
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                self.pass_breaker_sync(run, deadline)
+            attempt = make_attempt(self, run, testing, True, deadline)
+            run.phase = "attempt"
+            try:
+                result = step(attempt)
+                if inspect.isawaitable(result):
+                    _close(result)
+                    msg = f"Policy.run_sync() got an awaitable from {step!r}; use `await policy.run(...)`"
+                    raise NotAwaitable(msg)
+            except BaseException as exc:
+                attempt.release_all()
+                if isinstance(exc, (NotAwaitable, Busy)) or run.phase == "slot":
+                    raise
+                if self.passes_through(run, exc):
+                    raise
+                assert isinstance(exc, Exception)  # noqa: PT017 - for the type checker
+                wait = self.failed(run, exc, time.monotonic(), deadline, testing, learn=False)
+            else:
+                run.outcome = SUCCESS
+                return result
+            if wait > 0:
+                time.sleep(wait)
 
     def pass_breaker_sync(self, run: Run, deadline: float) -> None:
         """The blocking twin of :meth:`pass_breaker`; ``deadline`` is on ``time.monotonic``."""
@@ -288,14 +407,21 @@ class Attempts:
             else:
                 return
 
-    def admit_sync(self, run: Run, testing: TestingState, deadline: float) -> Token:
+    def admit_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        gate: Gate,
+        busy_wait: float | None,
+    ) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
-        gate, hooks, adaptive = self.gate, self.hooks, self.adaptive
+        hooks, adaptive = self.hooks, self.adaptive
         run.phase = "slot"
         now = run.slot_started = time.monotonic()
         if now >= deadline and run.verdict is not None:
             self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
-        timeout = self.busy_wait
+        timeout = busy_wait
         if deadline != math.inf:
             left = max(0.0, deadline - now)
             timeout = left if timeout is None else min(timeout, left)
@@ -314,7 +440,7 @@ class Attempts:
                 pause, run.burst_probe = adaptive.pass_pause()
                 if pause <= 0:
                     break
-                self.check_pause(pause)
+                check_pause(gate, pause, busy_wait)
                 if time.monotonic() + pause >= deadline:
                     if run.verdict is not None:
                         self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
@@ -331,6 +457,7 @@ class Attempts:
             if hooks:
                 waited = time.monotonic() - now
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.phase = "attempt"
         except BaseException:
             token.release()
             if run.burst_probe:
@@ -367,3 +494,17 @@ async def _invoke_within(
     # Only our own timeout lands here: the scope swallowed its cancellation.
     msg = f"attempt {attempt} timed out after {seconds:g}s"
     raise TimeoutError(msg)
+
+
+def check_pause(gate: Gate, pause: float, busy_wait: float | None) -> None:
+    """A pause longer than the slot-wait budget is Busy now, not a long wait."""
+    if busy_wait is not None and pause > busy_wait:
+        raise Busy(
+            gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
+        )
+
+
+def _close(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()  # avoid "coroutine was never awaited" noise

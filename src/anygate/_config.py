@@ -203,6 +203,14 @@ class BreakerConfig:
             msg = f"when_open must be 'wait' or 'fail' (got {show(self.when_open)})"
             raise ConfigError(msg, path="when_open", value=self.when_open)
 
+    @property
+    def effective_recovery_timeout_sec(self) -> float:
+        """The recovery interval a breaker created from this config gets, in seconds:
+        ``recovery_timeout_sec``, else 5 with ``when_open: wait`` and 60 with ``fail``."""
+        if self.recovery_timeout_sec is not None:
+            return self.recovery_timeout_sec
+        return default_recovery_s(self.when_open)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveConfig:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, final, overload
 
 import anyio
 
-from . import _decorate, _waiters
+from . import _decorate
+from ._attempt import make_attempt
 from ._attempts import Attempts
+from ._blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_loop
 from ._classify import Rule, RuleLike
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
 from ._loader import load_config
@@ -37,16 +39,27 @@ from ._testing import testing_state
 from ._validation import check_int, show
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+    from collections.abc import (
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Coroutine,
+        Iterator,
+        Mapping,
+        Sequence,
+    )
 
     from typing_extensions import ParamSpec
 
     from ._adaptive import AdaptiveLimit
+    from ._attempt import Attempt
     from ._backoff import Uniform
+    from ._blocks import AttemptBlock
     from ._breaker import CircuitBreaker
     from ._events import Hook
     from ._gate import Gate
     from ._rate import Rate
+    from ._token import Token
 
 __all__ = ["Policy"]
 
@@ -70,6 +83,13 @@ def _breaker_config(value: object) -> BreakerConfig:
             "circuit_breaker must be an anygate.BreakerConfig, True, False or None "
             f"(got {show(value)} of type {type(value).__name__})"
         )
+        raise TypeError(msg)
+    return value
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        msg = f"{name} must be a bool (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     return value
 
@@ -429,9 +449,9 @@ class Policy:
             if seconds is None:
                 # No scope of our own: an enclosing one still bounds everything, and
                 # skipping it keeps the uncontended call cheap (AnyIO clock reads cost).
-                return await self._loop.run(run, testing, fn, args, kwargs, timed=False)
+                return await self._loop.call(run, testing, fn, args, kwargs, timed=False)
             with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-                return await self._loop.run(run, testing, fn, args, kwargs, timed=True)
+                return await self._loop.call(run, testing, fn, args, kwargs, timed=True)
             # Only our deadline lands here: the scope swallowed its own cancellation.
             retrier.deadline_failure(
                 run, seconds, anyio.current_time() - run.slot_started, self._breaker
@@ -466,17 +486,190 @@ class Policy:
             TypeError: ``fn`` returned an awaitable (use :meth:`call`).
         """
         seconds = check_deadline(deadline)
-        running = _waiters.event_loop_running()
-        if running is not None:
-            msg = (
-                f"Policy.call_sync() called on a thread running a {running} event loop; it "
-                "would block the loop. Use `await policy.call(...)` instead"
-            )
-            raise RuntimeError(msg)
+        refuse_event_loop("call_sync", "call")
         testing = testing_state()
         retrier = self._retrier
         run = Run()
         try:
-            return self._loop.run_sync(run, testing, seconds, fn, args, kwargs)
+            return self._loop.call_sync(run, testing, monotonic_deadline(seconds), fn, args, kwargs)
         finally:
             retrier.settle(run)
+
+    # ------------------------------------------------------------------ the attempt loop
+
+    async def run(
+        self,
+        step: Callable[[Attempt], Awaitable[T]],
+        /,
+        *,
+        deadline: float | None = None,
+        reraise: bool = False,
+    ) -> T:
+        """Run ``await step(attempt)`` once per attempt until it returns or the policy gives up.
+
+        The loop under every form of the policy, public for code whose attempt is more
+        than one function call: a transport that keeps the slot until the response body
+        is closed, a step that picks its gate or its arguments per attempt. The step gets
+        an :class:`anygate.Attempt` (``number``, the ``previous`` verdict) and takes its
+        slot with ``await attempt.acquire()``; everything else is :meth:`call`'s: the
+        breaker permit per attempt, classification of what the step raises, budgets,
+        jitter or ``Retry-After``, a backoff sleep holding no slot, the deadline, events.
+
+        What differs from :meth:`call`: the slot is the step's (release it, or hand it on;
+        whatever the step took is released for it when it raises); ``attempt_timeout_s``
+        does not apply (only the step knows where its attempt's work starts); and the
+        provider's rate-limit headers are not read from what the step raises or returns
+        (call :func:`anygate.learn_from_headers` where it sees responses).
+
+        Args:
+            step: an async callable taking the :class:`anygate.Attempt`.
+            deadline: as for :meth:`call`.
+            reraise: after giving up, raise the last provider exception itself instead of
+                :class:`anygate.CallFailed` (logged and reported alike, ``GaveUp``
+                included), for callers that must keep a library's own error types.
+
+        Raises:
+            CallFailed: the call failed for good (not with ``reraise``).
+            CircuitOpen, Busy: as for :meth:`call` (a ``Busy`` raised by the step ends the
+                call; it is not retried).
+            TypeError: ``step`` did not return an awaitable.
+            Cancellation and control-flow exceptions propagate unchanged.
+        """
+        seconds = check_deadline(deadline)
+        testing = testing_state()
+        retrier = self._retrier
+        run = Run()
+        run.reraise = _flag("reraise", reraise)
+        try:
+            if seconds is None:
+                return await self._loop.run(run, testing, step, timed=False)
+            with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+                return await self._loop.run(run, testing, step, timed=True)
+            retrier.deadline_failure(
+                run, seconds, anyio.current_time() - run.slot_started, self._breaker
+            )
+        finally:
+            retrier.settle(run)
+
+    def run_sync(
+        self,
+        step: Callable[[Attempt], T],
+        /,
+        *,
+        deadline: float | None = None,
+        reraise: bool = False,
+    ) -> T:
+        """The blocking twin of :meth:`run`: ``step(attempt)`` in this (non-async) thread.
+
+        The step takes its slot with ``attempt.acquire_sync()``. Waits block the thread;
+        ``deadline`` bounds slot waits and sleeps and is checked between attempts, as for
+        :meth:`call_sync`.
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`run`.
+            RuntimeError: called on a thread running an event loop (use ``await run``).
+            TypeError: ``step`` returned an awaitable (use :meth:`run`).
+        """
+        seconds = check_deadline(deadline)
+        refuse_event_loop("run_sync", "run")
+        testing = testing_state()
+        retrier = self._retrier
+        run = Run()
+        run.reraise = _flag("reraise", reraise)
+        try:
+            return self._loop.run_sync(run, testing, monotonic_deadline(seconds), step)
+        finally:
+            retrier.settle(run)
+
+    def attempts(
+        self, *, deadline: float | None = None, reraise: bool = False
+    ) -> AsyncIterator[AttemptBlock]:
+        """The block form: retry a block of code as a whole (``async for`` / ``async with``).
+
+        For work that is not one function call, such as consuming a streamed answer::
+
+            async for attempt in policy.attempts():
+                async with attempt:
+                    async with client.stream(...) as response:
+                        text = [chunk async for chunk in response.aiter_text()]
+
+        Each ``async with attempt`` is one attempt on the same loop as :meth:`call`: it
+        takes the breaker permit and one slot of the policy's gate when the block is
+        entered and releases the slot when it is left; an exception in the block is
+        classified, and a retriable one is swallowed and the loop goes round again after
+        the backoff sleep (holding no slot). A block that ends normally ends the loop; so
+        does ``break`` or ``return``. When the policy gives up, the ``async with``
+        raises :class:`anygate.CallFailed` (or, with ``reraise``, the block's exception).
+        ``attempt_timeout_s`` bounds each block after its slot is taken.
+
+        Args:
+            deadline: seconds from the first attempt bounding them all (slot waits,
+                blocks, sleeps), as for :meth:`call`.
+            reraise: as for :meth:`run`.
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`call`, from ``async with``.
+        """
+        return AsyncBlocks(self._loop, check_deadline(deadline), _flag("reraise", reraise))
+
+    def attempts_sync(
+        self, *, deadline: float | None = None, reraise: bool = False
+    ) -> Iterator[AttemptBlock]:
+        """The blocking twin of :meth:`attempts`: ``for attempt in ...: with attempt: ...``.
+
+        Waits block the thread; ``deadline`` bounds slot waits and sleeps and is checked
+        between attempts; ``attempt_timeout_s`` does not apply (as for :meth:`call_sync`).
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`call_sync`, from ``with``.
+            RuntimeError: entered on a thread running an event loop.
+        """
+        return SyncBlocks(self._loop, check_deadline(deadline), _flag("reraise", reraise))
+
+    async def acquire(
+        self,
+        gate: Gate | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - Gate.acquire's own, passed on
+    ) -> Token:
+        """Take one slot the way an attempt does, for work that is not retried.
+
+        The policy's slot-wait budget, the adaptive limit's pause sat out holding the
+        slot, the slot events; no breaker, no classification, no retries. For a request
+        that can be sent only once (a transport's streamed upload); the token is the
+        caller's to release.
+
+        Args:
+            gate, timeout: as for :meth:`anygate.Attempt.acquire`.
+
+        Raises:
+            Busy: no slot within the timeout.
+        """
+        run = Run()
+        run.attempt = 1
+        attempt = make_attempt(self._loop, run, testing_state(), bool(self._hooks), math.inf)
+        token = await attempt.acquire(gate, timeout=timeout)
+        self._end_probe(run)
+        return token
+
+    def acquire_sync(self, gate: Gate | None = None, *, timeout: float | None = None) -> Token:
+        """The blocking twin of :meth:`acquire`.
+
+        Raises:
+            Busy: no slot within the timeout.
+            RuntimeError: called on a thread running an event loop.
+        """
+        run = Run()
+        run.attempt = 1
+        attempt = make_attempt(self._loop, run, testing_state(), True, math.inf)
+        token = attempt.acquire_sync(gate, timeout=timeout)
+        self._end_probe(run)
+        return token
+
+    def _end_probe(self, run: Run) -> None:
+        # A slot taken outside the loop is never classified, so it cannot be the probe
+        # that ends a burst-rate pause: the next attempt to ask becomes the probe (kept,
+        # the role would never come back and the pause would last for ever).
+        if run.burst_probe:
+            run.burst_probe = False
+            self._adaptive.probe_ended()

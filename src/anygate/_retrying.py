@@ -367,7 +367,7 @@ class Retrier:
         max_attempts: int,
         cause: BaseException | None,
     ) -> NoReturn:
-        """Give up: report GaveUp, raise CallFailed.
+        """Give up: report GaveUp, raise CallFailed (with ``run.reraise``: ``cause`` itself).
 
         The breaker has heard every attempt already (:meth:`attempt_ended`); giving up
         tells it nothing more, so the outcome left for :meth:`settle` is neutral.
@@ -405,6 +405,10 @@ class Retrier:
                     verdict=verdict,
                 ),
             )
+        if run.reraise and cause is not None:
+            # The caller asked for the provider's own exception (an SDK's typed error, a
+            # transport's last response), logged and reported as a CallFailed would be.
+            raise cause
         message = redact(
             f"{self.name}: call failed after {run.attempt} attempt(s) ({why}): "
             f"{verdict.reason.value}: {verdict.detail}"

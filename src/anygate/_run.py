@@ -1,6 +1,6 @@
 """One call's state across its attempts, and the breaker outcomes it reports.
 
-The attempt loop (:mod:`anygate._attempts`, the transports) owns a :class:`Run` per call and
+The attempt loop (:mod:`anygate._attempts`, :mod:`anygate._blocks`) owns a :class:`Run` per call and
 the :class:`~anygate._retrying.Retrier` writes its decisions into it; :class:`Stop` is the
 decision to give up. Kept apart from the decisions themselves so that the state a call
 carries is readable in one place.
@@ -39,6 +39,9 @@ class Stop:
 
     __slots__ = ("max_attempts", "why")
 
+    why: str
+    max_attempts: int
+
     def __init__(self, why: str, max_attempts: int) -> None:
         self.why = why
         self.max_attempts = max_attempts
@@ -58,11 +61,28 @@ class Run:
         "permit",
         "phase",
         "prev_ms",
+        "reraise",
         "saturated",
         "slot_started",
         "throttles",
         "verdict",
     )
+
+    attempt: int
+    failures: int
+    throttles: int
+    in_flight: int
+    saturated: bool
+    burst_probe: bool
+    generation: int | None
+    prev_ms: float | None
+    verdict: Verdict | None
+    exc: BaseException | None
+    outcome: str
+    permit: Permit | None
+    phase: str
+    slot_started: float
+    reraise: bool
 
     def __init__(self) -> None:
         self.attempt = 0
@@ -78,16 +98,18 @@ class Run:
         self.burst_probe = False
         # The adaptive limit's generation when the current attempt was admitted; None when
         # the caller does not track it (a throttle during a pause is then old news).
-        self.generation: int | None = None
-        self.prev_ms: float | None = None
-        self.verdict: Verdict | None = None
-        self.exc: BaseException | None = None
+        self.generation = None
+        self.prev_ms = None
+        self.verdict = None
+        self.exc = None
         self.outcome = NEUTRAL  # what the breaker hears if the call ends now
         # The breaker permit, stored here by Retrier.admit inside KI-protected code so the
         # caller's finally (Retrier.settle) sees it whatever interrupts the call afterwards.
-        self.permit: Permit | None = None
+        self.permit = None
         self.phase = "slot"  # "breaker", "slot", "attempt" or "sleep": what a deadline cut
         self.slot_started = 0.0
+        # Giving up raises the last provider exception instead of CallFailed (reraise=).
+        self.reraise = False
 
 
 @ki_protected

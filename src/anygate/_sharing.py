@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from ._adaptive import AdaptiveLimit, adaptive_limit_for
 from ._breaker import CircuitBreaker
-from ._config import default_recovery_s
 from ._errors import ConfigError
 from ._gate import Gate
 from ._registry import breakers, gates
@@ -129,11 +128,7 @@ def resolve_breaker(
         lambda: CircuitBreaker(
             bname,
             failure_threshold=5 if bcfg.failure_threshold is None else bcfg.failure_threshold,
-            recovery_timeout=(
-                default_recovery_s(bcfg.when_open)
-                if bcfg.recovery_timeout_sec is None
-                else bcfg.recovery_timeout_sec
-            ),
+            recovery_timeout=bcfg.effective_recovery_timeout_sec,
             clock=time.monotonic if clock is None else clock,
         ),
     )

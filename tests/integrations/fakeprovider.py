@@ -12,7 +12,8 @@ How a request is answered, first match wins:
 3. ``"ok"``.
 
 Behaviours: ``ok``; ``burst`` (429 ``limit_burst_rate``); ``retry_after`` (429 with
-``Retry-After: 0``); ``retry_after_ms`` (429 with ``retry-after-ms: 1``); ``overloaded``
+``Retry-After: 0``); ``retry_after_ms`` (429 with ``retry-after-ms: 1``);
+``retry_after_long`` (429 with ``Retry-After: 60``); ``overloaded``
 (503); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
 (answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and the
 first chunk of the body, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
@@ -73,6 +74,11 @@ _ERRORS: dict[str, tuple[int, list[tuple[bytes, bytes]], dict[str, Any]]] = {
         [(b"retry-after-ms", b"1")],
         {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit"},
     ),
+    "retry_after_long": (
+        429,
+        [(b"retry-after", b"60")],
+        {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit"},
+    ),
     "overloaded": (
         503,
         [],
@@ -98,6 +104,8 @@ _ERRORS: dict[str, tuple[int, list[tuple[bytes, bytes]], dict[str, Any]]] = {
     ),
 }
 BEHAVIOURS = frozenset({"ok", "hang_headers", "hang_stream", *_ERRORS})
+#: The error behaviours: status, extra headers, OpenAI-style error document.
+ERRORS = _ERRORS
 
 
 class FakeProvider:

@@ -325,6 +325,34 @@ async def call_decorated() -> None:
     policy.retry("not a function")  # type: ignore[call-overload]
 
 
+async def step(attempt: anygate.Attempt) -> str:
+    assert_type(attempt.number, int)
+    assert_type(attempt.previous, Verdict | None)
+    async with await attempt.acquire(timeout=1.0) as token:
+        assert_type(token, Token)
+    return "ok"
+
+
+def step_blocking(attempt: anygate.Attempt) -> bytes:
+    with attempt.acquire_sync(policy.gate):
+        return b"ok"
+
+
+async def run_the_loop() -> None:
+    assert_type(await policy.run(step), str)
+    assert_type(await policy.run(step, deadline=5, reraise=True), str)
+    assert_type(policy.run_sync(step_blocking), bytes)
+    assert_type(await policy.acquire(), Token)
+    assert_type(policy.acquire_sync(timeout=2), Token)
+    async for attempt in policy.attempts(deadline=10):
+        assert_type(attempt, anygate.AttemptBlock)
+        async with attempt:
+            assert_type(attempt.number, int)
+    for block in policy.attempts_sync(reraise=True):
+        with block:
+            assert_type(block.previous, Verdict | None)
+
+
 config = load_config({"llm_call": {"retry_max_attempts": 3}})
 assert_type(config, PolicyConfig)
 assert_type(config.retry, RetryConfig)

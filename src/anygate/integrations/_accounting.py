@@ -3,7 +3,7 @@
 The transport engine (``_transport``) calls four things, a line each:
 
 * :meth:`Accounting.estimate` before the first attempt: the request's token cost for
-  ``acquire(tokens=)``, from its JSON body (``anygate._usage``), or ``None``;
+  ``acquire(tokens=)``, from its JSON body (:func:`anygate.estimate_tokens`), or ``None``;
 * :meth:`Accounting.charge_admitted` for a slot taken without ``tokens=`` (the policy's
   admission path): the estimate is charged right after admission by a settle;
 * :meth:`Accounting.observe` on every response, success or error, before anything else
@@ -29,10 +29,9 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, cast, final
 
-from .._headers import parse_limit_headers
-from .._learn import RateLearner
-from .._usage import StreamUsage, estimate_tokens, usage_tokens
+from .. import RateLearner, estimate_tokens, parse_limit_headers, usage_tokens
 from ._body import aclose_stream, close_stream
+from ._stream_usage import StreamUsage
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

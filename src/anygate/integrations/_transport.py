@@ -23,26 +23,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple, final
 import anyio
 
 from .. import Busy, CircuitOpen, Gate, Policy
-from .._retrying import Run
-from .._testing import testing_state
 from .._validation import check_wait
 from ._accounting import Accounting
 from ._body import AsyncBody, SyncBody
-from ._retries import (
-    ErrorResponse,
-    admitter,
-    decode_body,
-    final_response,
-    is_classified,
-    retry_async,
-    retry_sync,
-)
+from ._retries import ErrorResponse, decode_body, final_response, is_classified
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .. import Token
-    from .._attempts import Attempts
+    from .. import Attempt, Token
 
 __all__ = ["AsyncBody", "Flavour", "SyncBody", "TransportCore"]
 
@@ -108,7 +97,6 @@ class TransportCore:
 
     __slots__ = (
         "accounting",
-        "admission",
         "attempt_timeout",
         "flavour",
         "gate",
@@ -123,7 +111,6 @@ class TransportCore:
     policy: Policy | None
     timeout: float | None
     attempt_timeout: float | None
-    admission: Attempts | None
     accounting: Accounting
 
     def __init__(
@@ -176,9 +163,6 @@ class TransportCore:
         self.policy = policy
         self.timeout = None if timeout is None else float(timeout)
         self.attempt_timeout = None if policy is None else policy.config.attempt_timeout_s
-        # With a policy, slots are taken the way Policy.call takes them (adaptive pause,
-        # generation, slot events); without one, straight from the gate.
-        self.admission = None if policy is None else admitter(policy, gate, self.timeout)
         self.accounting = Accounting(gate, learn_limits=learn_limits, tokens=tokens)
 
     def _retriable(self, request: Any) -> bool:
@@ -199,11 +183,11 @@ class TransportCore:
         cost = self.accounting.estimate(request)
         try:
             if not self._retriable(request):
-                return await self._attempt_async(request, _first_run(), guarded=False, cost=cost)
+                return await self._attempt_async(request, None, guarded=False, cost=cost)
             assert self.policy is not None
             try:
-                attempt = partial(self._attempt_async, request, cost=cost)
-                return await retry_async(self.policy, attempt)
+                step = partial(self._attempt_async, request, cost=cost)
+                return await self.policy.run(step, reraise=True)
             except ErrorResponse as exc:
                 return final_response(exc)
         except (Busy, CircuitOpen) as exc:
@@ -213,18 +197,26 @@ class TransportCore:
             raise err from exc
 
     async def _attempt_async(
-        self, request: Any, run: Run, *, guarded: bool = True, cost: int | None = None
+        self,
+        request: Any,
+        attempt: Attempt | None,
+        *,
+        guarded: bool = True,
+        cost: int | None = None,
     ) -> Any:
         """One attempt: take a slot, send, and either tie the slot to the response or
-        (``guarded``, classified status) buffer the body, free the slot and raise."""
-        token = await self._acquire_async(run, cost)
+        (``guarded``, classified status) buffer the body, free the slot and raise.
+
+        ``attempt``: the policy loop's (``None``: sent once, outside the loop)."""
+        token = await self._acquire_async(attempt, cost)
         try:
             if guarded and self.attempt_timeout is not None:
                 response = None
                 with anyio.move_on_after(self.attempt_timeout):
                     response = await self._send_async(request, guarded=True)
                 if response is None:  # the scope ran out: a hung attempt is a transient failure
-                    msg = f"attempt {run.attempt} timed out after {self.attempt_timeout:g}s"
+                    number = 1 if attempt is None else attempt.number
+                    msg = f"attempt {number} timed out after {self.attempt_timeout:g}s"
                     raise TimeoutError(msg)
             else:
                 response = await self._send_async(request, guarded=guarded)
@@ -235,16 +227,24 @@ class TransportCore:
             token.release()  # idempotent: a no-op if the body already finished
             raise
 
-    async def _acquire_async(self, run: Run, cost: int | None) -> Token:
-        admission = self.admission
-        if admission is None and self.accounting.fits(cost):
+    async def _acquire_async(self, attempt: Attempt | None, cost: int | None) -> Token:
+        # With a policy, slots are taken the way Policy.call takes them (adaptive pause,
+        # generation, slot events); without one, straight from the gate.
+        policy = self.policy
+        if policy is None and self.accounting.fits(cost):
             return await self.gate.acquire(timeout=self.timeout, tokens=cost)
-        if admission is None:
+        if policy is None:
             token = await self.gate.acquire(timeout=self.timeout)
+        elif attempt is None:
+            token = await policy.acquire(self.gate, timeout=self._slot_wait())
         else:
-            token = await admission.admit(run, testing_state(), timed=bool(admission.hooks))
+            token = await attempt.acquire(self.gate, timeout=self._slot_wait())
         self.accounting.charge_admitted(token, cost)
         return token
+
+    def _slot_wait(self) -> float:
+        # self.timeout is resolved already (None: no limit, even if the policy has one).
+        return math.inf if self.timeout is None else self.timeout
 
     async def _send_async(self, request: Any, *, guarded: bool) -> Any:
         response = await self.inner.handle_async_request(request)
@@ -267,10 +267,11 @@ class TransportCore:
         cost = self.accounting.estimate(request)
         try:
             if not self._retriable(request):
-                return self._attempt_sync(request, _first_run(), guarded=False, cost=cost)
+                return self._attempt_sync(request, None, guarded=False, cost=cost)
             assert self.policy is not None
             try:
-                return retry_sync(self.policy, partial(self._attempt_sync, request, cost=cost))
+                step = partial(self._attempt_sync, request, cost=cost)
+                return self.policy.run_sync(step, reraise=True)
             except ErrorResponse as exc:
                 return final_response(exc)
         except (Busy, CircuitOpen) as exc:
@@ -280,9 +281,14 @@ class TransportCore:
             raise err from exc
 
     def _attempt_sync(
-        self, request: Any, run: Run, *, guarded: bool = True, cost: int | None = None
+        self,
+        request: Any,
+        attempt: Attempt | None,
+        *,
+        guarded: bool = True,
+        cost: int | None = None,
     ) -> Any:
-        token = self._acquire_sync(run, cost)
+        token = self._acquire_sync(attempt, cost)
         try:
             response = self.inner.handle_request(request)
             self.accounting.observe(response)
@@ -298,15 +304,17 @@ class TransportCore:
             token.release()
             raise
 
-    def _acquire_sync(self, run: Run, cost: int | None) -> Token:
-        admission = self.admission
-        if admission is None and self.accounting.fits(cost):
+    def _acquire_sync(self, attempt: Attempt | None, cost: int | None) -> Token:
+        policy = self.policy
+        if policy is None and self.accounting.fits(cost):
             return self.gate.acquire_sync(timeout=self.timeout, tokens=cost)
-        if admission is None:
+        if policy is None:
             token = self.gate.acquire_sync(timeout=self.timeout)
+        elif attempt is None:
+            token = policy.acquire_sync(self.gate, timeout=self._slot_wait())
         else:
             # No deadline of its own: the client's timeouts bound the request, not the wait.
-            token = admission.admit_sync(run, testing_state(), math.inf)
+            token = attempt.acquire_sync(self.gate, timeout=self._slot_wait())
         self.accounting.charge_admitted(token, cost)
         return token
 
@@ -372,13 +380,6 @@ class TransportCore:
             body=decode_body(content),
             response=response,
         )
-
-
-def _first_run() -> Run:
-    """The state of a request sent once (a streamed upload cannot be replayed)."""
-    run = Run()
-    run.attempt = 1
-    return run
 
 
 def wrong_client(flavour: str, request: object) -> TypeError:

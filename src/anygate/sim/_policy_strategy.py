@@ -27,12 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._breaker import CircuitBreaker
-from .._config import default_recovery_s
-from .._errors import Busy, CallFailed, CircuitOpen, ConfigError
-from .._events import BreakerStateChanged, Event, LimitChanged, SlotAdmitted
-from .._gate import Gate
-from .._policy import Policy
+from .. import (
+    BreakerStateChanged,
+    Busy,
+    CallFailed,
+    CircuitBreaker,
+    CircuitOpen,
+    ConfigError,
+    Event,
+    Gate,
+    LimitChanged,
+    Policy,
+    SlotAdmitted,
+    load_config,
+)
 from ._protocol import CallLost
 from ._results import RunStats, current_call
 from ._scenarios import deep_merge
@@ -40,7 +48,7 @@ from ._scenarios import deep_merge
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .._config import PolicyConfig
+    from .. import PolicyConfig
     from ._protocol import Send, StrategyContext
     from ._spec import StrategySpec
 
@@ -53,8 +61,6 @@ def strategy_config(spec: StrategySpec) -> PolicyConfig:
     Raises:
         ConfigError: with the key path prefixed by where the strategy came from.
     """
-    from .._loader import load_config
-
     if spec.policy is None:
         msg = f"strategy {spec.name!r} is not a policy strategy"
         raise ValueError(msg)
@@ -118,11 +124,7 @@ class PolicyClient:
             settings: dict[str, Any] = {}
             if breaker_cfg.failure_threshold is not None:
                 settings["failure_threshold"] = breaker_cfg.failure_threshold
-            settings["recovery_timeout"] = (
-                default_recovery_s(breaker_cfg.when_open)
-                if breaker_cfg.recovery_timeout_sec is None
-                else breaker_cfg.recovery_timeout_sec
-            )
+            settings["recovery_timeout"] = breaker_cfg.effective_recovery_timeout_sec
             breaker = CircuitBreaker(f"sim-{spec.name}", clock=anyio.current_time, **settings)
         self._policy = Policy.from_config(
             config,
