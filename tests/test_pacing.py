@@ -275,6 +275,25 @@ def test_without_pacing_the_others_wait_for_the_probes_outcome() -> None:
     assert limit.pass_pause() == (5.0, False)
 
 
+def test_an_rpm_429_paces_without_a_pause_or_a_cut() -> None:
+    """A per-minute 429 after 6 admissions a second: paced to about 252/min under the
+    user's 600/min, no pause, 32 slots; a second one while pacing changes nothing."""
+    user = Rate(requests_per_minute=600)
+    limit, gate, clock = _paced(rate=user)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    paced = limit.on_rate()
+    assert paced is not None
+    assert paced == pytest.approx(252, rel=0.05)
+    assert gate.rate is not None
+    assert gate.rate.requests_per_minute == paced
+    assert (limit.pause_left(), gate.capacity, limit.generation) == (0, 32, 0)
+    assert limit.on_rate() is None
+    off, gate_off, clock_off = _paced(rate=user, pace_burst_rate=False)
+    _admit(off, gate_off, clock_off, per_s=6, seconds=10)
+    assert off.on_rate() is None
+    assert gate_off.rate is user
+
+
 # --------------------------------------------------------------------------- settings
 
 
@@ -316,17 +335,30 @@ def test_policies_on_one_gate_must_agree_about_pacing() -> None:
 # --------------------------------------------------------------------------- through a policy
 
 
+def _rpm() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "rate_limit_exceeded",
+                "message": "Rate limit reached for requests per minute (RPM).",
+            }
+        },
+    )
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
-async def test_a_policy_paces_its_gate_after_a_burst_throttle() -> None:
-    """20 calls a second for 10 s, then one burst 429 at 10 s: the gate is paced below its user
-    rate of 1200/min, its 8 slots stay 8, the throttled call succeeds after the pause,
-    and the user's rate comes back once the calls slow down."""
+@pytest.mark.parametrize("throttle", [burst, _rpm], ids=["burst", "rpm"])
+async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
+    """20 calls a second for 10 s, then one burst (or RPM) 429 at 10 s: the gate is paced
+    below its user rate of 1200/min, its 8 slots stay 8, the throttled call succeeds on
+    its retry, and the user's rate comes back once the calls slow down."""
     user = Rate(requests_per_minute=1200)
     gate = Gate(8, name="paced-policy", rate=user, clock=anyio.current_time)
     retry = RetryConfig(throttle_attempts=3)
     policy = Policy(gate=gate, retry=retry, clock=anyio.current_time)
-    errors = [burst()]
+    errors = [throttle()]
 
     async def provider() -> str:
         if errors and anyio.current_time() - start >= 10.0:

@@ -15,7 +15,10 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    Retry-After) during which admitted attempts wait holding their slots, ended by **one
    probe** (:meth:`~AdaptiveLimit.pass_pause`) whose success lets everyone go; the first
    throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
-   takes its calls in flight as its limit instead).
+   takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
+   default) the gate's request *rate* is paced down and grows back instead of the cut
+   (:mod:`anygate._pacer`; a learned limit stays, an uncapped gate still takes its calls
+   in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap).
 
@@ -90,7 +93,7 @@ class AdaptiveLimit:
         pace_burst_rate: answer a burst throttle by pacing the gate's request *rate*
             (see :mod:`anygate._pacer`) instead of cutting the concurrency limit; the
             pause and its probe stay. Falls back to the cut when too little history was
-            seen to measure a rate.
+            seen to measure a rate. Also paces after a per-minute 429 (:meth:`on_rate`).
         clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
     """
 
@@ -370,6 +373,26 @@ class AdaptiveLimit:
                 pause,
                 self._pacer.paced_per_minute,
             )
+
+    @ki_protected
+    def on_rate(self) -> float | None:
+        """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
+        to its published rate overshoots it by the budget's burst after a lull. With
+        pacing on and not already pacing, pace the request rate as for a burst throttle
+        (no pause, no cut); returns the paced requests per minute, or ``None``."""
+        if not (self._enabled and self._pace) or self._pacer.active:
+            return None
+        gate = self._gate()
+        if gate is None:
+            return None
+        with self._lock:
+            if self._pacer.active:
+                return None
+            now = self._clock()
+            self._sampled = now
+            if not self._pacer.throttled(gate, now, gate._admitted):
+                return None
+            return self._pacer.paced_per_minute
 
     @ki_protected
     def on_concurrency(

@@ -231,7 +231,8 @@ class AdaptiveConfig:
             *rate* (down to 0.7x the measured admission rate, then growing back at most
             2x per 10 s window) instead of cutting the concurrency limit; a pause's probe
             not turned away within a second lets the others go. Never raises a rate the
-            gate had. YAML ``...pace_burst_rate``. Default on.
+            gate had; an RPM/TPM 429 is paced the same way (no pause, no cut). YAML
+            ``...pace_burst_rate``. Default on.
 
     Raises:
         TypeError: a value of the wrong type.

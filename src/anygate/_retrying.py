@@ -210,6 +210,8 @@ class Retrier:
                 no_backoff = self.adaptive.enabled
             elif kind in ("concurrency", "overload"):
                 no_backoff = self.learn_concurrency(run, exact=kind == "concurrency")
+            elif kind == "rate":
+                self.adaptive.on_rate()
         throttle = kind is not None
         budget = self.budget(verdict, exc, testing, throttle=throttle)
         if not verdict.retriable:
