@@ -380,7 +380,7 @@ class AdaptiveLimit:
         to its published rate overshoots it by the budget's burst after a lull. With
         pacing on and not already pacing, pace the request rate as for a burst throttle
         (no pause, no cut); returns the paced requests per minute, or ``None``."""
-        if not (self._enabled and self._pace) or self._pacer.active:
+        if not (self._enabled and self._pace):
             return None
         gate = self._gate()
         if gate is None:
