@@ -199,6 +199,18 @@ def test_a_rate_set_while_pacing_is_kept_below_and_comes_back() -> None:
     assert limit.statistics().paced_requests_per_minute is None
 
 
+def test_a_learner_made_while_pacing_takes_the_users_rate_as_its_ceiling() -> None:
+    """Header learning starts while the pacer holds 252/min under the user's 600/min: its
+    ceiling is 600/min, not the paced rate, so pacing ending does not strand the gate."""
+    user = Rate(requests_per_minute=600)
+    limit, gate, clock = _paced(rate=user)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not user
+    learner = anygate.RateLearner(gate)
+    assert learner.ceiling is user
+
+
 def test_turning_adaptive_off_gives_the_rate_back() -> None:
     """configure(enabled=False) ends pacing: the gate's own rate (none here) is back."""
     limit, gate, clock = _paced()

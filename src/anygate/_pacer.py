@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, final
 
@@ -48,7 +50,7 @@ from ._rate import Rate
 if TYPE_CHECKING:
     from ._gate import Gate
 
-__all__ = ["BurstPacer"]
+__all__ = ["BurstPacer", "own_rate"]
 
 # A measurement over less than this says little about a rate (one admission over 10 ms
 # would read as 100 per second).
@@ -81,6 +83,11 @@ class BurstPacer:
     def active(self) -> bool:
         """Whether the pacer holds the gate's request rate down."""
         return self._pacing
+
+    @property
+    def base(self) -> Rate | None:
+        """The gate's rate to come back to (meaningful while :attr:`active`)."""
+        return self._base
 
     @property
     def paced_per_minute(self) -> float | None:
@@ -129,6 +136,8 @@ class BurstPacer:
         self.episodes += 1
         self._pacing = True
         self._apply(gate, start * 60.0)
+        with _pacing_lock:
+            _pacing[gate] = self._base
         return True
 
     def grow(self, gate: Gate, now: float, admitted: int) -> bool:
@@ -164,8 +173,11 @@ class BurstPacer:
         """Stop pacing: give the gate its own rate back (as adopted), if ours is on it."""
         if not self._pacing:
             return
-        if gate is not None and gate.rate == self._set:
-            gate.rate = self._base
+        if gate is not None:
+            if gate.rate == self._set:
+                gate.rate = self._base
+            with _pacing_lock:
+                _pacing.pop(gate, None)
         self._pacing = False
         self._set = self._base = None
 
@@ -187,6 +199,8 @@ class BurstPacer:
         if current == self._set:
             return False
         self._base = current
+        with _pacing_lock:
+            _pacing[gate] = current
         return True
 
     def _apply(self, gate: Gate, per_minute: float) -> None:
@@ -199,3 +213,18 @@ class BurstPacer:
         if rate != gate.rate:
             gate.rate = rate
         self._set = rate
+
+
+# Gates being paced -> the rate pacing will give back (for own_rate).
+_pacing: weakref.WeakKeyDictionary[Gate, Rate | None] = weakref.WeakKeyDictionary()
+_pacing_lock = threading.Lock()
+
+
+def own_rate(gate: Gate) -> Rate | None:
+    """The gate's rate as its owner set it: while burst pacing holds it down, the rate
+    pacing will give back, else ``gate.rate``. Header learning takes this as its ceiling
+    (a learner made while paced must not mistake the paced rate for the user's)."""
+    with _pacing_lock:
+        if gate in _pacing:
+            return _pacing[gate]
+    return gate.rate
