@@ -99,6 +99,19 @@ def test_without_history_a_throttle_falls_back_to_the_cut() -> None:
     assert gate.rate is None
 
 
+def test_a_gate_on_another_clock_is_not_paced() -> None:
+    """The gate's budgets refill on its own clock: a limit on another one (a virtual clock
+    next to a gate on real time) cannot pace it, so a throttle falls back to the cut."""
+    clock = FakeClock()
+    gate = Gate(32, name="llm")  # time.monotonic
+    limit = AdaptiveLimit(gate, clock=clock, decrease_factor=0.5)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    change = limit.on_throttle(limit.generation, None)
+    assert change is not None
+    assert (change.new, change.paced_per_minute, gate.rate) == (16, None, None)
+    assert limit.on_rate() is None
+
+
 def test_pacing_off_cuts_the_limit_and_leaves_the_rate_alone() -> None:
     """pace_burst_rate=False: the old answer, a cut by decrease_factor, no rate."""
     limit, gate, clock = _paced(pace_burst_rate=False, decrease_factor=0.5)

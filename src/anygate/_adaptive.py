@@ -342,11 +342,10 @@ class AdaptiveLimit:
                 # How fast the provider turns a probe away: what the grace must cover.
                 self._reject_s = max(self._reject_s, now - self._probe_sent)
             paced = False
-            if not continuing and self._pace:
-                gate = self._gate()
-                if gate is not None:
-                    paced = self._pacer.throttled(gate, now, gate._admitted)
-                    self._sampled = now
+            gate = self._pace_gate() if not continuing else None
+            if gate is not None:
+                paced = self._pacer.throttled(gate, now, gate._admitted)
+                self._sampled = now
             # Paced, the rate answers the throttle and a learned limit stays put.
             if not continuing and not paced and self._active():
                 self._limit = lowered_limit(
@@ -380,9 +379,7 @@ class AdaptiveLimit:
         to its published rate overshoots it by the budget's burst after a lull. With
         pacing on and not already pacing, pace the request rate as for a burst throttle
         (no pause, no cut); returns the paced requests per minute, or ``None``."""
-        if not (self._enabled and self._pace):
-            return None
-        gate = self._gate()
+        gate = self._pace_gate() if self._enabled else None
         if gate is None:
             return None
         with self._lock:
@@ -485,12 +482,23 @@ class AdaptiveLimit:
                 return None
             return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
 
+    def _pace_gate(self) -> Gate | None:
+        """The gate, if pacing may set its rate: on, and the gate on our clock (its
+        budgets refill on its own clock; paced from another, a virtual clock in a test
+        next to a gate on real time, the rate would never refill)."""
+        if not self._pace:
+            return None
+        gate = self._gate()
+        if gate is None or gate._clock is not self._clock:
+            return None
+        return gate
+
     def _pace_success(self) -> None:
         """Sample the gate's admissions and grow the paced rate (at most once a sample)."""
         now = self._clock()
         if now - self._sampled < PACE_SAMPLE_S:  # unlocked: a stale read skips one sample
             return
-        gate = self._gate()
+        gate = self._pace_gate()
         if gate is None:
             return
         with self._lock:
