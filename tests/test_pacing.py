@@ -289,6 +289,25 @@ def test_the_grace_grows_with_a_slow_rejection_of_the_probe() -> None:
     assert limit.pass_pause() == (0.0, False)
 
 
+def test_a_probe_turned_away_after_its_grace_lengthens_the_next_one() -> None:
+    """The grace (1 s) ended the pause, then the probe's 429 came at 2.5 s: a new pause
+    starts, and the next probe's grace is 5 s (twice 2.5 s, the pause's length)."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 1.0
+    assert limit.pass_pause() == (0.0, False)  # the grace ended the pause
+    clock.now += 1.5
+    assert limit.on_throttle(limit.generation, None, probe=True) is not None
+    assert limit.pause_left() == 5.0
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 4.0
+    assert limit.pass_pause()[0] == pytest.approx(1.0)
+
+
 def test_without_pacing_the_others_wait_for_the_probes_outcome() -> None:
     """pace_burst_rate=False: no grace, the others ask again after a whole pause."""
     limit, gate, clock = _paced(pace_burst_rate=False)

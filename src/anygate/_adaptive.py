@@ -338,8 +338,9 @@ class AdaptiveLimit:
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already.
             continuing = probe and self._pausing
-            if continuing and self._probe_out:
-                # How fast the provider turns a probe away: what the grace must cover.
+            if probe:
+                # How fast the provider turns a probe away: what the grace must cover (a
+                # probe turned away after its grace ended the pause counts too).
                 self._reject_s = max(self._reject_s, now - self._probe_sent)
             paced = False
             gate = self._pace_gate() if not continuing else None
