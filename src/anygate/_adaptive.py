@@ -15,7 +15,10 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    Retry-After) during which admitted attempts wait holding their slots, ended by **one
    probe** (:meth:`~AdaptiveLimit.pass_pause`) whose success lets everyone go; the first
    throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
-   takes its calls in flight as its limit instead).
+   takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
+   default) the gate's request *rate* is paced down and grows back instead of the cut
+   (:mod:`anygate._pacer`; a learned limit stays, an uncapped gate still takes its calls
+   in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap).
 
@@ -49,13 +52,17 @@ from ._limit_values import (
     DEFAULT_HOLD_S,
     DEFAULT_MAX_HOLD_S,
     DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PACE_BURST_RATE,
     DEFAULT_PAUSE_MS,
+    PACE_SAMPLE_S,
     AdaptiveStatistics,
     LimitChange,
     capacity_for,
     lowered_limit,
+    probe_grace,
     raised_limit,
 )
+from ._pacer import BurstPacer
 from ._validation import check_int, check_number, show
 from ._waiters import ki_protected
 
@@ -83,6 +90,10 @@ class AdaptiveLimit:
         min_concurrent_calls: the floor (>= 1).
         decrease_factor: the multiplier on a throttle (0 < factor < 1).
         pause_s: how long attempts wait after a throttle without a ``Retry-After``.
+        pace_burst_rate: answer a burst throttle by pacing the gate's request *rate*
+            (see :mod:`anygate._pacer`) instead of cutting the concurrency limit; the
+            pause and its probe stay. Falls back to the cut when too little history was
+            seen to measure a rate. Also paces after a per-minute 429 (:meth:`on_rate`).
         clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
     """
 
@@ -102,11 +113,16 @@ class AdaptiveLimit:
         "_limit",
         "_lock",
         "_name",
+        "_pace",
+        "_pacer",
         "_pause_s",
         "_paused_until",
         "_pausing",
         "_probe_out",
+        "_probe_sent",
+        "_reject_s",
         "_resume",
+        "_sampled",
         "_stale",
         "_throttles",
     )
@@ -119,8 +135,10 @@ class AdaptiveLimit:
         min_concurrent_calls: int = DEFAULT_MIN_CONCURRENT_CALLS,
         decrease_factor: float = DEFAULT_DECREASE_FACTOR,
         pause_s: float = DEFAULT_PAUSE_MS / 1000.0,
+        pace_burst_rate: bool = DEFAULT_PACE_BURST_RATE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        _check_flag("pace_burst_rate", pace_burst_rate)
         min_concurrent_calls, decrease_factor, pause_s = _check_settings(
             min_concurrent_calls, decrease_factor, pause_s
         )
@@ -149,7 +167,14 @@ class AdaptiveLimit:
         # A burst-rate pause ends with one probe: when it is over, one attempt goes; the
         # others wait on _resume (shut while a pause lasts) until the probe succeeds.
         self._probe_out = False
+        self._probe_sent = -math.inf
+        self._reject_s = 0.0  # the slowest burst 429 a probe got (pacing's probe grace)
         self._resume = Latch(f"adaptive {gate.name}")
+        # Burst pacing: its state, and when its admission counter was last sampled (read
+        # without the lock on the success path, to skip the lock between samples).
+        self._pace = pace_burst_rate
+        self._pacer = BurstPacer()
+        self._sampled = -math.inf
 
     # ------------------------------------------------------------------ reading
 
@@ -180,6 +205,11 @@ class AdaptiveLimit:
         """Bumped at every decrease; attempts record it when admitted."""
         return self._generation
 
+    @property
+    def pace_burst_rate(self) -> bool:
+        """Whether a burst throttle paces the gate's rate (instead of cutting the limit)."""
+        return self._pace
+
     def settings(self) -> tuple[bool, int, float, float]:
         """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
         return self._enabled, self._floor, self._factor, self._pause_s
@@ -206,12 +236,24 @@ class AdaptiveLimit:
         with self._lock:
             if self._paused_until == -math.inf:  # ended meanwhile (the flag was read unlocked)
                 return 0.0, False
-            left = self._paused_until - self._clock()
+            now = self._clock()
+            left = self._paused_until - now
             if left > 0:
                 return left, False
             if not self._probe_out:
                 self._probe_out = True
+                self._probe_sent = now
                 return 0.0, True
+            if self._pacer.active:
+                # Pacing: a probe that was not turned away within the grace got past the
+                # provider's rate check (a throttle comes back in a reject latency); its
+                # success may take the whole service time, which nobody needs to wait for:
+                # the paced rate decides how fast the others go.
+                grace = probe_grace(self._reject_s, pause_s=self._pause_s)
+                if now - self._probe_sent >= grace:
+                    self._end_pause_locked()
+                    return 0.0, False
+                return max(self._probe_sent + grace - now, 1e-3), False
             return max(self._pause_s, 1e-3), False
 
     async def wait_pause(self, seconds: float) -> None:
@@ -246,6 +288,9 @@ class AdaptiveLimit:
                 paused_for=left,
                 throttles=self._throttles,
                 stale_throttles=self._stale,
+                pace_burst_rate=self._pace,
+                paced_requests_per_minute=self._pacer.paced_per_minute,
+                pacing_episodes=self._pacer.episodes,
             )
 
     def __repr__(self) -> str:
@@ -293,7 +338,17 @@ class AdaptiveLimit:
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already.
             continuing = probe and self._pausing
-            if not continuing and self._active():
+            if probe:
+                # How fast the provider turns a probe away: what the grace must cover (a
+                # probe turned away after its grace ended the pause counts too).
+                self._reject_s = max(self._reject_s, now - self._probe_sent)
+            paced = False
+            gate = self._pace_gate() if not continuing else None
+            if gate is not None:
+                paced = self._pacer.throttled(gate, now, gate._admitted)
+                self._sampled = now
+            # Paced, the rate answers the throttle and a learned limit stays put.
+            if not continuing and not paced and self._active():
                 self._limit = lowered_limit(
                     self._limit, factor=self._factor, floor=self._floor_now()
                 )
@@ -310,7 +365,32 @@ class AdaptiveLimit:
                 self._pausing = True
                 self._resume.shut()
             self._apply()
-            return LimitChange(old, self._applied, self._ceiling, "burst_rate", pause)
+            return LimitChange(
+                old,
+                self._applied,
+                self._ceiling,
+                "burst_rate",
+                pause,
+                self._pacer.paced_per_minute,
+            )
+
+    @ki_protected
+    def on_rate(self) -> float | None:
+        """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
+        to its published rate overshoots it by the budget's burst after a lull. With
+        pacing on and not already pacing, pace the request rate as for a burst throttle
+        (no pause, no cut); returns the paced requests per minute, or ``None``."""
+        gate = self._pace_gate() if self._enabled else None
+        if gate is None:
+            return None
+        with self._lock:
+            if self._pacer.active:
+                return None
+            now = self._clock()
+            self._sampled = now
+            if not self._pacer.throttled(gate, now, gate._admitted):
+                return None
+            return self._pacer.paced_per_minute
 
     @ki_protected
     def on_concurrency(
@@ -384,6 +464,8 @@ class AdaptiveLimit:
             with self._lock:
                 if self._pausing and self._probe_out:
                     self._end_pause_locked()
+        if self._pace and self._enabled:
+            self._pace_success()
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
         if not self._enabled or self._limit >= self._ceiling or not saturated:
@@ -400,6 +482,33 @@ class AdaptiveLimit:
             if self._applied == old:
                 return None
             return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
+
+    def _pace_gate(self) -> Gate | None:
+        """The gate, if pacing may set its rate: on, and the gate on our clock (its
+        budgets refill on its own clock; paced from another, a virtual clock in a test
+        next to a gate on real time, the rate would never refill)."""
+        if not self._pace:
+            return None
+        gate = self._gate()
+        if gate is None or gate._clock is not self._clock:
+            return None
+        return gate
+
+    def _pace_success(self) -> None:
+        """Sample the gate's admissions and grow the paced rate (at most once a sample)."""
+        now = self._clock()
+        if now - self._sampled < PACE_SAMPLE_S:  # unlocked: a stale read skips one sample
+            return
+        gate = self._pace_gate()
+        if gate is None:
+            return
+        with self._lock:
+            if now - self._sampled < PACE_SAMPLE_S:
+                return
+            self._sampled = now
+            admitted = gate._admitted
+            self._pacer.sample(now, admitted)
+            self._pacer.grow(gate, now, admitted)
 
     # ------------------------------------------------------------------ configuring
 
@@ -431,19 +540,19 @@ class AdaptiveLimit:
         min_concurrent_calls: int | None = None,
         decrease_factor: float | None = None,
         pause_s: float | None = None,
+        pace_burst_rate: bool | None = None,
     ) -> None:
         """Change settings live; ``None`` keeps a setting. Turning it off restores the
-        maximum at once and ends any pause.
+        maximum at once, ends any pause and gives the gate its own rate back (as does
+        turning pacing off).
 
         Raises:
             TypeError, ValueError: a bad setting; every one is checked before any applies.
         """
         checked = _check_settings(min_concurrent_calls, decrease_factor, pause_s, none=True)
         min_concurrent_calls, decrease_factor, pause_s = checked
-        given: object = enabled  # typed object: the check is for untyped callers
-        if given is not None and not isinstance(given, bool):
-            msg = f"enabled must be True, False or None (got {show(given)})"
-            raise TypeError(msg)
+        _check_flag("enabled", enabled, none=True)
+        _check_flag("pace_burst_rate", pace_burst_rate, none=True)
         with self._lock:
             self._adopt_external_resize()
             if min_concurrent_calls is not None:
@@ -454,6 +563,10 @@ class AdaptiveLimit:
                 self._pause_s = pause_s
             if enabled is not None:
                 self._enabled = enabled
+            if pace_burst_rate is not None:
+                self._pace = pace_burst_rate
+            if not self._enabled or not self._pace:
+                self._pacer.end(self._gate())
             if not self._enabled:
                 self._limit = self._ceiling
                 self._end_pause_locked()
@@ -498,6 +611,16 @@ class AdaptiveLimit:
         if force or capacity != self._applied:
             gate.capacity = capacity
             self._applied = capacity
+
+
+def _check_flag(name: str, value: object, *, none: bool = False) -> None:
+    """A bool setting (``None`` allowed when ``none``): TypeError naming it otherwise."""
+    if value is None and none:
+        return
+    if not isinstance(value, bool):
+        allowed = "True, False or None" if none else "True or False"
+        msg = f"{name} must be {allowed} (got {show(value)})"
+        raise TypeError(msg)
 
 
 def _check_settings(

@@ -19,6 +19,7 @@ from ._limit_values import (
     DEFAULT_DECREASE_FACTOR,
     DEFAULT_ENABLED,
     DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PACE_BURST_RATE,
     DEFAULT_PAUSE_MS,
 )
 from ._rate import Rate
@@ -234,6 +235,12 @@ class AdaptiveConfig:
             ``...decrease_factor``. Default 0.8.
         pause_ms: how long admitted attempts wait after a throttle without
             ``Retry-After``, >= 0. YAML ``...pause_ms``. Default 5000.
+        pace_burst_rate: answer a burst-rate throttle by pacing the gate's request
+            *rate* (down to 0.7x the measured admission rate, then growing back at most
+            2x per 10 s window) instead of cutting the concurrency limit; a pause's probe
+            not turned away within a second lets the others go. Never raises a rate the
+            gate had; an RPM/TPM 429 is paced the same way (no pause, no cut). YAML
+            ``...pace_burst_rate``. Default on.
 
     Raises:
         TypeError: a value of the wrong type.
@@ -244,11 +251,14 @@ class AdaptiveConfig:
     min_concurrent_calls: int | None = None
     decrease_factor: float | None = None
     pause_ms: float | None = None
+    pace_burst_rate: bool | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         if self.enabled is not None:
             _PY.boolean("enabled", self.enabled)
+        if self.pace_burst_rate is not None:
+            _PY.boolean("pace_burst_rate", self.pace_burst_rate)
         set_(
             self,
             "min_concurrent_calls",
@@ -274,6 +284,9 @@ class AdaptiveConfig:
                 DEFAULT_DECREASE_FACTOR if self.decrease_factor is None else self.decrease_factor
             ),
             "pause_ms": DEFAULT_PAUSE_MS if self.pause_ms is None else self.pause_ms,
+            "pace_burst_rate": (
+                DEFAULT_PACE_BURST_RATE if self.pace_burst_rate is None else self.pace_burst_rate
+            ),
         }
 
 
@@ -377,6 +390,7 @@ class PolicyConfig:
                     "min_concurrent_calls": a.min_concurrent_calls,
                     "decrease_factor": a.decrease_factor,
                     "pause_ms": a.pause_ms,
+                    "pace_burst_rate": a.pace_burst_rate,
                 },
             },
             "circuit_breaker": {

@@ -18,11 +18,21 @@ __all__ = [
     "DEFAULT_HOLD_S",
     "DEFAULT_MAX_HOLD_S",
     "DEFAULT_MIN_CONCURRENT_CALLS",
+    "DEFAULT_PACE_BURST_RATE",
     "DEFAULT_PAUSE_MS",
+    "PACE_BETA",
+    "PACE_GROWTH",
+    "PACE_MIN_PER_S",
+    "PACE_PROBE_GRACE_S",
+    "PACE_SAMPLE_S",
+    "PACE_WINDOW_S",
     "AdaptiveStatistics",
     "LimitChange",
     "capacity_for",
+    "grown_rate",
     "lowered_limit",
+    "paced_rate",
+    "probe_grace",
     "raised_limit",
 ]
 
@@ -38,6 +48,26 @@ DEFAULT_PAUSE_MS = 5000.0
 DEFAULT_HOLD_S = 30.0
 #: The hold doubles each time a probe finds the same limit again, up to this.
 DEFAULT_MAX_HOLD_S = 600.0
+
+#: Burst-rate pacing (``_pacer``): after a burst throttle the gate's request rate goes down
+#: instead of (not as well as) its concurrency limit.
+DEFAULT_PACE_BURST_RATE = True
+#: The paced rate after a throttle, as a fraction of the measured admission rate (AWS
+#: adaptive retry mode's CUBIC beta).
+PACE_BETA = 0.7
+#: The paced rate grows by at most this factor per window, and never past this many times
+#: the measured admission rate (AWS: a new rate is at most twice the measured send rate).
+PACE_GROWTH = 2.0
+#: The window the admission rate is measured over and the growth is counted in (the slope
+#: window providers are documented to use is not published; 10 s is ``Rate.window_s``'s).
+PACE_WINDOW_S = 10.0
+#: How often the gate's admission counter is sampled, at most.
+PACE_SAMPLE_S = 0.5
+#: The lowest paced rate, per second (AWS's minimum fill rate).
+PACE_MIN_PER_S = 0.5
+#: While pacing, a pause's probe not turned away within this long has passed the rate
+#: check (unless probes were seen turned away more slowly: see :func:`probe_grace`).
+PACE_PROBE_GRACE_S = 1.0
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9
@@ -73,6 +103,42 @@ def capacity_for(limit: float, *, floor: int) -> float:
     return max(floor, math.floor(limit + _EPSILON))
 
 
+def paced_rate(measured_per_s: float, *, beta: float) -> float:
+    """The request rate after a burst throttle, per second: ``max(0.5, beta x measured)``.
+
+    With the defaults (beta 0.7) a gate that admitted 60 calls in the last 10 s is paced
+    to 4.2 calls per second (252 per minute).
+    """
+    return max(PACE_MIN_PER_S, beta * measured_per_s)
+
+
+def grown_rate(
+    start_per_s: float,
+    elapsed_s: float,
+    *,
+    growth: float,
+    window_s: float,
+    measured_per_s: float | None,
+) -> float:
+    """The paced rate ``elapsed_s`` after a throttle, per second.
+
+    ``start x growth ** (elapsed / window)``, at most ``growth x measured`` (the admission
+    rate measured over the last window; ``None``: unknown, no bound), and never below
+    ``start``. With the defaults a rate of 4.2/s is 5.9/s 5 s later and 8.4/s after 10 s,
+    if the callers keep up.
+    """
+    rate: float = start_per_s * math.pow(growth, max(0.0, elapsed_s) / window_s)
+    if measured_per_s is not None:
+        rate = min(rate, growth * measured_per_s)
+    return max(rate, start_per_s)
+
+
+def probe_grace(reject_s: float, *, pause_s: float) -> float:
+    """How long a probe must go unanswered to count as past the rate check:
+    ``min(pause_s, max(1 s, 2 x the slowest burst 429 a probe got))``."""
+    return min(pause_s, max(PACE_PROBE_GRACE_S, 2.0 * reject_s))
+
+
 class LimitChange(NamedTuple):
     """What one throttle or success did to the limit (the policy turns it into an event)."""
 
@@ -81,6 +147,8 @@ class LimitChange(NamedTuple):
     maximum: float
     reason: str  # "burst_rate", "concurrency" or "recovered"
     pause_s: float
+    #: The request rate per minute burst pacing set on the gate (``None``: not pacing).
+    paced_per_minute: float | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +167,10 @@ class AdaptiveStatistics:
         throttles: throttles that lowered the limit (one per episode).
         stale_throttles: throttles ignored because the attempt was admitted under an
             older limit.
+        pace_burst_rate: whether burst throttles pace the gate's request rate.
+        paced_requests_per_minute: the request rate pacing holds the gate to now
+            (``None``: not pacing; the gate's own rate applies).
+        pacing_episodes: burst throttles answered by pacing.
     """
 
     gate: str
@@ -111,3 +183,6 @@ class AdaptiveStatistics:
     paused_for: float
     throttles: int
     stale_throttles: int
+    pace_burst_rate: bool = False
+    paced_requests_per_minute: float | None = None
+    pacing_episodes: int = 0

@@ -50,7 +50,13 @@ _LLM_KEYS = (
 _BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec", "when_open")
 _SECTIONS = ("llm_call", "circuit_breaker")
 _RULE_KEYS = ("reason", "retriable", "contains", "status", "code", "exception")
-_ADAPTIVE_KEYS = ("enabled", "min_concurrent_calls", "decrease_factor", "pause_ms")
+_ADAPTIVE_KEYS = (
+    "enabled",
+    "min_concurrent_calls",
+    "decrease_factor",
+    "pause_ms",
+    "pace_burst_rate",
+)
 
 
 def _reject_unknown(path: str, mapping: Mapping[Any, Any], known: Sequence[str]) -> None:
@@ -126,6 +132,8 @@ def _load_adaptive(path: str, raw: object, cap: int | None) -> AdaptiveConfig:
         )
     if "pause_ms" in raw:
         kwargs["pause_ms"] = _FILE.number(f"{path}.pause_ms", raw["pause_ms"], none=True)
+    if raw.get("pace_burst_rate") is not None:
+        kwargs["pace_burst_rate"] = _FILE.boolean(f"{path}.pace_burst_rate", raw["pace_burst_rate"])
     check_floor(
         f"{path}.min_concurrent_calls",
         kwargs.get("min_concurrent_calls"),

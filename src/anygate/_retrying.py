@@ -210,6 +210,8 @@ class Retrier:
                 no_backoff = self.adaptive.enabled
             elif kind in ("concurrency", "overload"):
                 no_backoff = self.learn_concurrency(run, exact=kind == "concurrency")
+            elif kind == "rate":
+                self.adaptive.on_rate()
         throttle = kind is not None
         budget = self.budget(verdict, exc, testing, throttle=throttle)
         if not verdict.retriable:
@@ -326,7 +328,16 @@ class Retrier:
 
     def _limit_changed(self, change: LimitChange) -> None:
         gate = self.gate.name
-        if change.reason == "burst_rate":
+        if change.reason == "burst_rate" and change.paced_per_minute is not None:
+            logger.info(
+                "gate %r: provider throttled the request burst rate; new attempts wait "
+                "%.3gs and the gate is paced to %.4g requests/min, growing back",
+                gate,
+                change.pause_s,
+                change.paced_per_minute,
+                extra={"gate": gate, "policy": self.name, "reason": change.reason},
+            )
+        elif change.reason == "burst_rate":
             logger.info(
                 "gate %r: provider throttled the request burst rate; new attempts wait "
                 "%.3gs and the concurrency limit goes %g -> %g (max %g)",

@@ -182,6 +182,7 @@ def resolve_adaptive(
             min_concurrent_calls=wanted["min_concurrent_calls"],
             decrease_factor=wanted["decrease_factor"],
             pause_s=wanted["pause_ms"] / 1000.0,
+            pace_burst_rate=wanted["pace_burst_rate"],
             clock=time.monotonic if clock is None else clock,
         ),
     )
@@ -193,6 +194,7 @@ def resolve_adaptive(
         "min_concurrent_calls": (acfg.min_concurrent_calls, floor),
         "decrease_factor": (acfg.decrease_factor, factor),
         "pause_ms": (acfg.pause_ms, pause_s * 1000.0),
+        "pace_burst_rate": (acfg.pace_burst_rate, limit.pace_burst_rate),
     }
     differ = {k: v for k, v in stated.items() if v[0] is not None and v[0] != v[1]}
     if not differ:
@@ -218,5 +220,6 @@ def resolve_adaptive(
         min_concurrent_calls=acfg.min_concurrent_calls,
         decrease_factor=acfg.decrease_factor,
         pause_s=None if acfg.pause_ms is None else acfg.pause_ms / 1000.0,
+        pace_burst_rate=acfg.pace_burst_rate,
     )
     return limit

@@ -15,7 +15,8 @@ kind                      recognised by                                         
 ``"burst"``               ``limit_burst_rate`` (:attr:`Reason.BURST_RATE`)       rate paced,
                                                                                  pause
 ``"rate"``                any other 429 (RPM / TPM)                              waits out
-                                                                                 Retry-After
+                                                                                 Retry-After;
+                                                                                 rate paced
 ========================  =====================================================  ===========
 
 Anything else (a 503 without Retry-After, timeouts, dropped connections) is not a throttle:

@@ -1,0 +1,430 @@
+"""Burst-rate pacing: after a slope throttle the gate's *rate* goes down and grows back.
+
+The pacer's arithmetic, and the adaptive limit driving a real gate on a manual clock, so
+every number is exact; one policy test shows the wiring through real calls on trio's
+MockClock. The pause and the concurrency cut without pacing are in ``test_adaptive.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy, Rate, RetryConfig
+from anygate._limit_values import grown_rate, paced_rate, probe_grace
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock, burst
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_paced_rate_is_beta_times_the_measured_rate_with_a_floor() -> None:
+    """0.7 x 6/s = 4.2/s; a gate that admitted almost nothing still gets 0.5/s."""
+    assert paced_rate(6.0, beta=0.7) == pytest.approx(4.2)
+    assert paced_rate(0.1, beta=0.7) == 0.5
+
+
+def test_grown_rate_doubles_per_window_but_not_past_twice_the_measured_rate() -> None:
+    """start x 2^(t/10): 4.2 -> 8.4 after one window; twice the measured rate caps it;
+    it never drops below where it started."""
+    grow = {"growth": 2.0, "window_s": 10.0}
+    assert grown_rate(4.2, 10.0, measured_per_s=None, **grow) == pytest.approx(8.4)
+    assert grown_rate(4.2, 5.0, measured_per_s=None, **grow) == pytest.approx(4.2 * 2**0.5)
+    assert grown_rate(4.2, 20.0, measured_per_s=3.0, **grow) == pytest.approx(6.0)
+    assert grown_rate(4.2, 20.0, measured_per_s=1.0, **grow) == pytest.approx(4.2)
+
+
+def test_probe_grace_covers_the_slowest_rejection_within_the_pause() -> None:
+    """1 s by default, twice the slowest burst 429 a probe got, never beyond the pause."""
+    assert probe_grace(0.0, pause_s=5.0) == 1.0
+    assert probe_grace(1.5, pause_s=5.0) == 3.0
+    assert probe_grace(4.0, pause_s=5.0) == 5.0
+
+
+# --------------------------------------------------------------------------- on a gate
+
+
+def _paced(
+    capacity: float = 32, rate: Rate | None = None, **kwargs: Any
+) -> tuple[AdaptiveLimit, Gate, FakeClock]:
+    clock = FakeClock()
+    gate = Gate(capacity, name="llm", rate=rate, clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, **kwargs)
+    return limit, gate, clock
+
+
+def _admit(limit: AdaptiveLimit, gate: Gate, clock: FakeClock, per_s: int, seconds: int) -> None:
+    """``per_s`` admissions (released at once, each a success) per second for ``seconds``,
+    as far as the gate's rate admits them."""
+    for _ in range(seconds):
+        for _ in range(per_s):
+            try:
+                token = gate.acquire_nowait()
+            except anygate.Busy:
+                break
+            token.release()
+            limit.on_success(saturated=False)
+        clock.now += 1.0
+
+
+def test_a_burst_throttle_paces_the_rate_and_keeps_the_concurrency_limit() -> None:
+    """6 admissions a second for 10 s, then a burst 429: the gate gets 0.7 x 6 x 60 = 252
+    requests per minute, its 32 slots stay 32, and a 5 s pause still starts."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    change = limit.on_throttle(limit.generation, None)
+    assert change is not None
+    assert (change.old, change.new, change.reason) == (32, 32, "burst_rate")
+    assert gate.capacity == 32
+    assert gate.rate is not None
+    assert gate.rate.requests_per_minute == pytest.approx(252, rel=0.02)
+    assert change.paced_per_minute == gate.rate.requests_per_minute
+    assert limit.pause_left() == 5.0
+    stats = limit.statistics()
+    assert stats.pace_burst_rate
+    assert stats.paced_requests_per_minute == gate.rate.requests_per_minute
+    assert stats.pacing_episodes == 1
+
+
+def test_without_history_a_throttle_falls_back_to_the_cut() -> None:
+    """Nothing admitted yet: no rate to measure, so the limit is cut as without pacing."""
+    limit, gate, _ = _paced(decrease_factor=0.5)
+    change = limit.on_throttle(0, None)
+    assert change is not None
+    assert (change.new, change.paced_per_minute) == (16, None)
+    assert gate.rate is None
+
+
+def test_a_gate_on_another_clock_is_not_paced() -> None:
+    """The gate's budgets refill on its own clock: a limit on another one (a virtual clock
+    next to a gate on real time) cannot pace it, so a throttle falls back to the cut."""
+    clock = FakeClock()
+    gate = Gate(32, name="llm")  # time.monotonic
+    limit = AdaptiveLimit(gate, clock=clock, decrease_factor=0.5)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    change = limit.on_throttle(limit.generation, None)
+    assert change is not None
+    assert (change.new, change.paced_per_minute, gate.rate) == (16, None, None)
+    assert limit.on_rate() is None
+
+
+def test_pacing_off_cuts_the_limit_and_leaves_the_rate_alone() -> None:
+    """pace_burst_rate=False: the old answer, a cut by decrease_factor, no rate."""
+    limit, gate, clock = _paced(pace_burst_rate=False, decrease_factor=0.5)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    change = limit.on_throttle(limit.generation, None)
+    assert change is not None
+    assert (change.new, change.paced_per_minute) == (16, None)
+    assert gate.rate is None
+
+
+def test_the_paced_rate_grows_and_the_users_rate_comes_back_exactly() -> None:
+    """Under a user's 600/min: paced from 252/min, it grows at most 2x per 10 s, is never
+    above 600, and once it reaches 600 the user's own Rate object is back."""
+    user = Rate(requests_per_minute=600, tokens_per_minute=10**6, burst_s=2.0)
+    limit, gate, clock = _paced(rate=user, pause_s=0)
+    _admit_paced(limit, gate, clock, seconds=10, per_s=6)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    first = gate.rate.requests_per_minute
+    assert first is not None
+    assert first == pytest.approx(252, rel=0.05)  # the budget starts empty: 53 in 9 s
+    # The other fields of the user's rate are kept while paced.
+    assert (gate.rate.tokens_per_minute, gate.rate.burst_s) == (10**6, 2.0)
+    seen = [first]
+    for _ in range(40):
+        _admit_paced(limit, gate, clock, seconds=1)
+        rate = gate.rate
+        assert rate is not None
+        assert rate.requests_per_minute is not None
+        seen.append(rate.requests_per_minute)
+        if rate is user:
+            break
+    assert gate.rate is user
+    assert max(seen) <= 600
+    # Growth bounded by the window: at most doubling over any 10 samples (10 s).
+    assert all(b <= a * 2.0 * 1.02 for a, b in zip(seen, seen[10:], strict=False))
+    assert limit.statistics().paced_requests_per_minute is None
+
+
+def _admit_paced(
+    limit: AdaptiveLimit, gate: Gate, clock: FakeClock, *, seconds: int, per_s: int = 0
+) -> None:
+    """Admit as many as the gate's rate allows (or ``per_s``) each second, as successes;
+    the callers keep up with any pace."""
+    for _ in range(seconds):
+        admitted = 0
+        while not per_s or admitted < per_s:
+            try:
+                token = gate.acquire_nowait()
+            except anygate.Busy:
+                break
+            token.release()
+            admitted += 1
+            limit.on_success(saturated=False)
+            if admitted > 1000:
+                break
+        clock.now += 1.0
+
+
+def test_pacing_ends_when_the_callers_no_longer_need_holding_back() -> None:
+    """No rate of its own: after the throttle the callers slow to 1 a second; pacing ends
+    (twice what they do is less than the paced rate) and the gate has no rate again."""
+    limit, gate, clock = _paced(pause_s=0)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    _admit(limit, gate, clock, per_s=1, seconds=25)
+    assert gate.rate is None
+    assert not limit.statistics().paced_requests_per_minute
+
+
+def test_a_rate_set_while_pacing_is_kept_below_and_comes_back() -> None:
+    """Header learning (or the user) sets 900/min while the pacer holds 252/min: the paced
+    rate stays on the gate and 900/min comes back when pacing ends. A rate set *below* the
+    paced one (120/min) applies as it is, and pacing, no longer binding, ends."""
+    limit, gate, clock = _paced(pause_s=0)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    higher = Rate(requests_per_minute=900)
+    gate.rate = higher
+    clock.now += 1.0
+    limit.on_success(saturated=False)
+    paced = gate.rate
+    assert paced is not None
+    assert paced.requests_per_minute is not None
+    assert paced.requests_per_minute < 300
+    limit.configure(pace_burst_rate=False)
+    assert gate.rate is higher
+    assert not limit.pace_burst_rate
+    limit.configure(pace_burst_rate=True)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    lower = Rate(requests_per_minute=120)
+    gate.rate = lower
+    clock.now += 1.0
+    limit.on_success(saturated=False)
+    assert gate.rate is lower  # never raised above what was set
+    assert limit.statistics().paced_requests_per_minute is None
+
+
+def test_a_learner_made_while_pacing_takes_the_users_rate_as_its_ceiling() -> None:
+    """Header learning starts while the pacer holds 252/min under the user's 600/min: its
+    ceiling is 600/min, not the paced rate, so pacing ending does not strand the gate."""
+    user = Rate(requests_per_minute=600)
+    limit, gate, clock = _paced(rate=user)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not user
+    learner = anygate.RateLearner(gate)
+    assert learner.ceiling is user
+
+
+def test_turning_adaptive_off_gives_the_rate_back() -> None:
+    """configure(enabled=False) ends pacing: the gate's own rate (none here) is back."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    limit.configure(enabled=False)
+    assert gate.rate is None
+    assert limit.pause_left() == 0
+
+
+def test_a_second_throttle_while_pacing_lowers_the_rate_again() -> None:
+    """Throttled again at the paced rate: the new rate is below the one just too much."""
+    limit, gate, clock = _paced(pause_s=0)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    first = gate.rate.requests_per_minute
+    assert first is not None
+    _admit_paced(limit, gate, clock, seconds=3)
+    assert gate.rate is not None
+    before = gate.rate.requests_per_minute
+    assert before is not None
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    after = gate.rate.requests_per_minute
+    assert after is not None
+    assert after <= 0.7 * before * 1.001
+    assert limit.statistics().pacing_episodes == 2
+
+
+def test_while_pacing_a_probe_not_turned_away_within_the_grace_ends_the_pause() -> None:
+    """The probe goes at the end of the pause; another attempt asking 0.4 s later waits
+    the 0.6 s left of the 1 s grace, then goes without waiting for the probe's success."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 0.4
+    wait, probe = limit.pass_pause()
+    assert wait == pytest.approx(0.6)
+    assert not probe
+    clock.now += 0.6
+    assert limit.pass_pause() == (0.0, False)
+    assert limit.pause_left() == 0
+
+
+def test_the_grace_grows_with_a_slow_rejection_of_the_probe() -> None:
+    """A probe turned away after 1.5 s: the next probe's grace is 3 s."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 1.5
+    limit.on_throttle(limit.generation, None, probe=True)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 2.9
+    assert limit.pass_pause()[0] == pytest.approx(0.1)
+    clock.now += 0.1
+    assert limit.pass_pause() == (0.0, False)
+
+
+def test_a_probe_turned_away_after_its_grace_lengthens_the_next_one() -> None:
+    """The grace (1 s) ended the pause, then the probe's 429 came at 2.5 s: a new pause
+    starts, and the next probe's grace is 5 s (twice 2.5 s, the pause's length)."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 1.0
+    assert limit.pass_pause() == (0.0, False)  # the grace ended the pause
+    clock.now += 1.5
+    assert limit.on_throttle(limit.generation, None, probe=True) is not None
+    assert limit.pause_left() == 5.0
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 4.0
+    assert limit.pass_pause()[0] == pytest.approx(1.0)
+
+
+def test_without_pacing_the_others_wait_for_the_probes_outcome() -> None:
+    """pace_burst_rate=False: no grace, the others ask again after a whole pause."""
+    limit, gate, clock = _paced(pace_burst_rate=False)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 3.0
+    assert limit.pass_pause() == (5.0, False)
+
+
+def test_an_rpm_429_paces_without_a_pause_or_a_cut() -> None:
+    """A per-minute 429 after 6 admissions a second: paced to about 252/min under the
+    user's 600/min, no pause, 32 slots; a second one while pacing changes nothing."""
+    user = Rate(requests_per_minute=600)
+    limit, gate, clock = _paced(rate=user)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    paced = limit.on_rate()
+    assert paced is not None
+    assert paced == pytest.approx(252, rel=0.05)
+    assert gate.rate is not None
+    assert gate.rate.requests_per_minute == paced
+    assert (limit.pause_left(), gate.capacity, limit.generation) == (0, 32, 0)
+    assert limit.on_rate() is None
+    off, gate_off, clock_off = _paced(rate=user, pace_burst_rate=False)
+    _admit(off, gate_off, clock_off, per_s=6, seconds=10)
+    assert off.on_rate() is None
+    assert gate_off.rate is user
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_pace_burst_rate_must_be_a_bool(value: object) -> None:
+    """A non-bool is a TypeError naming the setting and the value."""
+    gate = Gate(4)
+    with pytest.raises(TypeError, match=r"pace_burst_rate must be True or False \(got"):
+        AdaptiveLimit(gate, pace_burst_rate=value)  # type: ignore[arg-type]
+    limit = AdaptiveLimit(gate)
+    if value is not None:
+        with pytest.raises(TypeError, match="pace_burst_rate must be True, False or None"):
+            limit.configure(pace_burst_rate=value)  # type: ignore[arg-type]
+
+
+def test_the_setting_loads_from_yaml_and_is_checked() -> None:
+    """llm_call.adaptive_concurrency.pace_burst_rate: a bool; anything else names the key."""
+    config = anygate.load_config({"llm_call": {"adaptive_concurrency": {"pace_burst_rate": False}}})
+    assert config.adaptive_concurrency.pace_burst_rate is False
+    assert config.to_mapping()["llm_call"]["adaptive_concurrency"]["pace_burst_rate"] is False
+    with pytest.raises(ConfigError, match=r"llm_call\.adaptive_concurrency\.pace_burst_rate"):
+        anygate.load_config({"llm_call": {"adaptive_concurrency": {"pace_burst_rate": "on"}}})
+    with pytest.raises(TypeError, match="pace_burst_rate"):
+        AdaptiveConfig(pace_burst_rate="on")  # type: ignore[arg-type]
+
+
+def test_policies_on_one_gate_must_agree_about_pacing() -> None:
+    """A second policy stating the other value fails unless reconfigure=True."""
+    gate = Gate(4, name="pacing-agree")
+    Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True))
+    with pytest.raises(ConfigError, match="pace_burst_rate"):
+        Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(pace_burst_rate=False))
+    policy = Policy(
+        gate=gate, adaptive_concurrency=AdaptiveConfig(pace_burst_rate=False), reconfigure=True
+    )
+    assert not policy.adaptive_limit.pace_burst_rate
+
+
+# --------------------------------------------------------------------------- through a policy
+
+
+def _rpm() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "rate_limit_exceeded",
+                "message": "Rate limit reached for requests per minute (RPM).",
+            }
+        },
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+@pytest.mark.parametrize("throttle", [burst, _rpm], ids=["burst", "rpm"])
+async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
+    """20 calls a second for 10 s, then one burst (or RPM) 429 at 10 s: the gate is paced
+    below its user rate of 1200/min, its 8 slots stay 8, the throttled call succeeds on
+    its retry, and the user's rate comes back once the calls slow down."""
+    user = Rate(requests_per_minute=1200)
+    gate = Gate(8, name="paced-policy", rate=user, clock=anyio.current_time)
+    retry = RetryConfig(throttle_attempts=3)
+    policy = Policy(gate=gate, retry=retry, clock=anyio.current_time)
+    errors = [throttle()]
+
+    async def provider() -> str:
+        if errors and anyio.current_time() - start >= 10.0:
+            raise errors.pop()
+        return "ok"
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for i in range(220):
+            tg.start_soon(policy.call, provider)
+            if i % 20 == 19:
+                await anyio.sleep(1.0)
+        await anyio.wait_all_tasks_blocked()
+        assert not errors
+        paced = gate.rate
+        assert paced is not None
+        assert paced.requests_per_minute is not None
+        assert paced.requests_per_minute < 1200
+        assert gate.capacity == 8
+        tg.start_soon(policy.call, provider)
+    for _ in range(40):  # one call a second: the callers set the pace again
+        await policy.call(provider)
+        await anyio.sleep(1.0)
+    assert gate.rate is user
+    assert math.isclose(policy.adaptive_limit.limit, 8)
