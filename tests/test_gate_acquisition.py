@@ -58,7 +58,7 @@ async def test_an_acquisition_whose_wait_failed_cannot_be_awaited_again(anyio_ba
     acquisition = gate.acquire(timeout=0)
     with pytest.raises(Busy):
         await acquisition
-    with pytest.raises(RuntimeError, match="call gate.acquire\\(\\) again"):
+    with pytest.raises(RuntimeError, match=r"call gate\.acquire\(\) again"):
         await acquisition
     holder.release()
     assert (gate.in_flight, gate.waiting) == (0, 0)
