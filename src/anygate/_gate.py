@@ -454,76 +454,76 @@ class Gate(Ledger):
         waiter = _waiters.async_waiter()
         waiter.tokens, waiter.priority = tokens, token._priority
         if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
-            token._gate = self
-            token._since = _monotonic()
-            if not self._fast_acquire:  # admitted without yielding: still a schedule point
-                try:
-                    await _waiters.shielded_schedule_point()
-                except BaseException:
-                    token.release()
-                    raise
+            await self._admitted_at_once(token)
             return
         if waiter.state == GONE:  # its admission time lies beyond the timeout
             raise self._busy(wait_s, timed_out=True, due=waiter.due)
-        # The park loop is spelled out here and in _park rather than shared through a
-        # helper coroutine, and holds no bound methods across the await: one frame and a
-        # few objects less per queued waiter (the memory target of bench d).
-        # Only the next waiter has a finite ``due`` (a timed park for its budget); the
-        # others park untimed until a grant or a nudge. No polling either way.
-        state = _waiters.WAITING
+        granted = False
         try:
-            limit_at = self._clock() + wait_s
             with anyio.move_on_after(wait_s) as scope:
-                while True:
-                    due = waiter.due
-                    if due == _INF:
-                        await waiter.park(self._interrupt)
-                    elif due > self._clock():
-                        with anyio.move_on_after(due - self._clock()):
-                            await waiter.park(self._interrupt)
-                    if waiter.state == GRANTED:
-                        state = GRANTED
-                        break
-                    waiter.prepare()  # a budget timer or a nudge: look again
-                    state = self._poll(waiter, limit_at)
-                    if state != _waiters.WAITING:
-                        break
+                await self._park(
+                    waiter, woken=False, limit_at=self._clock() + wait_s, waited=wait_s
+                )
+                granted = True
             # The timeout fired; a grant can still have won the race. Then the slot is
             # ours and the timeout's own cancellation was absorbed by the scope.
             if scope.cancelled_caught:
                 state = self._last_look(waiter)
+                if state == GONE:
+                    raise self._busy(wait_s, timed_out=True, due=waiter.due)
+                granted = state == GRANTED
         except BaseException:
             if waiter.state != GONE:
                 self._abandon(waiter)
             raise
-        if state == GRANTED:
-            token._gate = self
-            token._since = _monotonic()
-            return
-        if state == GONE:
-            raise self._busy(wait_s, timed_out=True, due=waiter.due)
-        raise self._busy(wait_s, timed_out=True)
+        if not granted:
+            raise self._busy(wait_s, timed_out=True)
+        token._gate = self
+        token._since = _monotonic()
+
+    async def _admitted_at_once(self, token: Token) -> None:
+        """``token`` was admitted by the queueing step itself (a slot freed up since the
+        fast path looked): it is held now, and under the default the acquire is still a
+        schedule point, since it has not yielded."""
+        token._gate = self
+        token._since = _monotonic()
+        if not self._fast_acquire:
+            try:
+                await _waiters.shielded_schedule_point()
+            except BaseException:
+                token.release()
+                raise
 
     async def _park(
-        self, waiter: _waiters.AsyncioWaiter | _waiters.TrioWaiter, *, woken: bool
+        self,
+        waiter: _waiters.AsyncioWaiter | _waiters.TrioWaiter,
+        *,
+        woken: bool,
+        limit_at: float | None = None,
+        waited: float = 0.0,
     ) -> None:
-        """Park a queued waiter with no timeout until it is granted (``Token.__aenter__``).
+        """Park a queued waiter until it is granted; raise ``Busy`` if it is turned away.
 
-        For a waiter that was woken without a grant (``woken``: a budget timer, a nudge,
-        a fleet outage that withdrew it) or is next on a rate budget (``due`` finite): the
-        common case, one plain park ended by a grant, stays inline in ``__aenter__``. The
-        caller withdraws the waiter if this raises.
+        The one park loop, for a waiter that was woken without a grant (``woken``: a budget
+        timer, a nudge, a fleet outage that withdrew it), is next on a rate budget (``due``
+        finite) or waits with a timeout (``_wait``, whose cancel scope ends it; ``limit_at``
+        is then that deadline on the gate's clock, and ``waited`` the timeout that ``Busy``
+        reports). The common case, one plain park ended by
+        a grant, stays inline in ``Token.__aenter__``. Only the next waiter has a finite
+        ``due`` (a timed park for its budget); the others park untimed until a grant or a
+        nudge, so nobody polls. No bound method is held across an await. The caller
+        withdraws the waiter if this raises.
         """
         while True:
             if woken:
                 if waiter.state == GRANTED:
                     return
                 waiter.prepare()  # look again under the lock
-                state = self._poll(waiter, None)
+                state = self._poll(waiter, limit_at)
                 if state == GRANTED:
                     return
                 if state == GONE:
-                    raise self._busy(0.0, timed_out=True, due=waiter.due)
+                    raise self._busy(waited, timed_out=True, due=waiter.due)
             woken = True
             due = waiter.due
             if due == _INF:

@@ -230,14 +230,7 @@ class Token:
         waiter.tokens = self._cost
         waiter.priority = self._priority
         if gate._enqueue(waiter):  # a slot freed up since we looked
-            self._gate = gate
-            self._since = _monotonic()
-            if not gate._fast_acquire:  # admitted without yielding: still a schedule point
-                try:
-                    await _waiters.shielded_schedule_point()
-                except BaseException:
-                    self.release()
-                    raise
+            await gate._admitted_at_once(self)
             return self
         if waiter.state == GONE:  # turned away without queueing (a fleet gate in an outage)
             raise gate._busy(0.0, timed_out=True, due=waiter.due)
