@@ -90,7 +90,8 @@ class Accounting:
         estimator = self.estimator
         if estimator is None:
             return None
-        budget = self._token_budget()
+        rate = self.gate.rate  # _token_budget() inline: this runs for every request
+        budget = None if rate is None else rate.tokens_per_minute
         if budget is None:
             return None  # nothing to pace; usage still settles if a budget appears
         try:
@@ -149,7 +150,10 @@ class Accounting:
 
     def meter(self, response: Any, token: Token) -> _Meter | None:
         """A meter that settles ``token`` from ``response``'s usage, or ``None`` if none can."""
-        if self.estimator is None or self._token_budget() is None:
+        if self.estimator is None:
+            return None
+        rate = self.gate.rate  # _token_budget() inline, as in estimate()
+        if rate is None or rate.tokens_per_minute is None:
             return None
         headers = response.headers
         kind = headers.get("content-type", "").partition(";")[0].strip().lower()

@@ -187,7 +187,7 @@ class TransportCore:
                 # Sent once: _attempt_async(guarded=False) and _acquire_async's gate-only
                 # case, inline, so the common request is one frame, not three (issue 14).
                 gate = self.gate
-                if accounting.fits(cost):
+                if cost is None or accounting.fits(cost):
                     token = await gate.acquire(timeout=self.timeout, tokens=cost)
                 else:  # the budget shrank since the estimate (see Accounting.fits)
                     token = await gate.acquire(timeout=self.timeout)
@@ -287,7 +287,7 @@ class TransportCore:
         try:
             if self.policy is None:  # sent once, inline (see send_async)
                 gate = self.gate
-                if accounting.fits(cost):
+                if cost is None or accounting.fits(cost):
                     token = gate.acquire_sync(timeout=self.timeout, tokens=cost)
                 else:
                     token = gate.acquire_sync(timeout=self.timeout)
