@@ -377,3 +377,93 @@ async def test_closed_by_another_task_while_being_read(flavour: Flavour) -> None
             assert gate.in_flight == 0
         assert len(outcome) == 1
     assert gate.statistics().admitted == 1
+
+
+class _Recorded:
+    """An inner response body that records what was done to it: its iterator is a
+    generator whose ``finally`` notes that it was closed, and ``aclose()`` / ``close()``
+    count. Built on the flavour's own byte-stream classes."""
+
+    def __init__(self, flavour: Flavour, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.iterator_finalised = 0
+        self.closed = 0
+        recorded = self
+
+        class Stream(flavour.lib.AsyncByteStream, flavour.lib.SyncByteStream):  # type: ignore[name-defined,misc]
+            async def __aiter__(self) -> Any:
+                try:
+                    for chunk in recorded.chunks:
+                        yield chunk
+                finally:
+                    recorded.iterator_finalised += 1
+
+            def __iter__(self) -> Any:
+                try:
+                    yield from recorded.chunks
+                finally:
+                    recorded.iterator_finalised += 1
+
+            async def aclose(self) -> None:
+                recorded.closed += 1
+
+            def close(self) -> None:
+                recorded.closed += 1
+
+        self.stream = Stream()
+
+
+class _Answer:
+    """An inner transport answering every request with one ``_Recorded`` body (not read in
+    advance, so the gated transport ties the slot to it)."""
+
+    def __init__(self, flavour: Flavour, body: _Recorded) -> None:
+        self._lib = flavour.lib
+        self._body = body
+
+    def _response(self) -> Any:
+        return self._lib.Response(200, stream=self._body.stream)
+
+    async def handle_async_request(self, request: Any) -> Any:
+        return self._response()
+
+    def handle_request(self, request: Any) -> Any:
+        return self._response()
+
+
+@pytest.mark.parametrize("read", ["to_the_end", "half"])
+async def test_closing_a_body_closes_the_inner_stream_once(flavour: Flavour, read: str) -> None:
+    """Read to its end or half-read, closing the gated body closes the inner stream exactly
+    once and frees the slot; a half-read inner iterator is closed too (not left to the
+    garbage collector), one read to its end has already finished."""
+    body = _Recorded(flavour, [b"a", b"b", b"c"])
+    gate = anygate.Gate(1, name="llm")
+    transport = flavour.gated.GatedTransport(_Answer(flavour, body), gate=gate)
+    response = await transport.handle_async_request(flavour.lib.Request("GET", "http://llm/"))
+    stream = response.stream
+    if read == "to_the_end":
+        assert [chunk async for chunk in stream] == [b"a", b"b", b"c"]
+        assert (gate.in_flight, body.iterator_finalised, body.closed) == (0, 1, 0)
+    else:
+        assert await stream.__aiter__().__anext__() == b"a"
+        assert (gate.in_flight, body.iterator_finalised, body.closed) == (1, 0, 0)
+    await stream.aclose()
+    assert (gate.in_flight, body.iterator_finalised, body.closed) == (0, 1, 1)
+
+
+@pytest.mark.parametrize("read", ["to_the_end", "half"])
+def test_closing_a_sync_body_closes_the_inner_stream_once(flavour: Flavour, read: str) -> None:
+    """The same for the blocking twin's body."""
+    body = _Recorded(flavour, [b"a", b"b", b"c"])
+    gate = anygate.Gate(1, name="llm")
+    transport = flavour.gated.SyncGatedTransport(_Answer(flavour, body), gate=gate)
+    response = transport.handle_request(flavour.lib.Request("GET", "http://llm/"))
+    stream = response.stream
+    if read == "to_the_end":
+        assert list(stream) == [b"a", b"b", b"c"]
+        assert (gate.in_flight, body.iterator_finalised, body.closed) == (0, 1, 0)
+    else:
+        assert next(iter(stream)) == b"a"
+        assert (gate.in_flight, body.iterator_finalised, body.closed) == (1, 0, 0)
+    stream.close()
+    assert (gate.in_flight, body.iterator_finalised, body.closed) == (0, 1, 1)

@@ -361,3 +361,43 @@ def test_sync_transport_settles_and_learns(flavour: Flavour) -> None:
     assert gate.rate == anygate.Rate(
         requests_per_minute=540, tokens_per_minute=FULL, burst_s=60
     )  # the user's 60000 caps the learned 90000
+
+
+async def test_learning_reads_names_in_any_case(flavour: Flavour) -> None:
+    """Rate-limit header names are matched case-insensitively (the transport's quick scan
+    for them included), among other headers."""
+    gate = anygate.Gate(name="llm")
+    remaining = iter([590, 580])
+
+    def handler(request: Any) -> Any:
+        limits = {name.title(): value for name, value in _limits(next(remaining)).items()}
+        return flavour.lib.Response(200, headers={"Server": "x", **limits})
+
+    async with _client(flavour, gate, handler) as client:
+        await client.post("http://llm/v1/a", json=BODY)
+        await client.post("http://llm/v1/b", json=BODY)
+    assert gate.rate == anygate.Rate(requests_per_minute=540, tokens_per_minute=90_000)
+
+
+def test_learning_from_headers_whose_raw_names_are_not_bytes() -> None:
+    """A response whose headers' ``raw`` pairs hold ``str`` names (not what httpx builds,
+    but an inner transport may) is read by the parser all the same; without rate-limit
+    names nothing is learned."""
+    from anygate.integrations._accounting import Accounting
+
+    class Headers:
+        def __init__(self, pairs: list[tuple[str, str]]) -> None:
+            self.raw = pairs
+
+    class Response:
+        def __init__(self, pairs: list[tuple[str, str]]) -> None:
+            self.headers = Headers(pairs)
+
+    gate = anygate.Gate(name="llm")
+    accounting = Accounting(gate, learn_limits=True, tokens=True)
+    for _ in range(2):
+        accounting.observe(Response([("Server", "x")]))
+    assert gate.rate is None
+    for remaining in (590, 580):
+        accounting.observe(Response(list(_limits(remaining).items())))
+    assert gate.rate == anygate.Rate(requests_per_minute=540, tokens_per_minute=90_000)

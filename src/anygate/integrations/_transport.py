@@ -180,11 +180,29 @@ class TransportCore:
         """
         if not isinstance(request, self.flavour.request):
             raise wrong_client(self.flavour.name, request)
-        cost = self.accounting.estimate(request)
+        accounting = self.accounting
+        cost = accounting.estimate(request)
         try:
+            if self.policy is None:
+                # Sent once: _attempt_async(guarded=False) and _acquire_async's gate-only
+                # case, inline, so the common request is one frame, not three (issue 14).
+                gate = self.gate
+                if cost is None or accounting.fits(cost):
+                    token = await gate.acquire(timeout=self.timeout, tokens=cost)
+                else:  # the budget shrank since the estimate (see Accounting.fits)
+                    token = await gate.acquire(timeout=self.timeout)
+                    accounting.charge_admitted(token, cost)
+                try:
+                    response = await self.inner.handle_async_request(request)
+                    accounting.observe(response)
+                    # As in _attempt_async: once the body owns the token nothing else can
+                    # raise, and until then a BaseException gives the slot back.
+                    return self._tie(response, token, request, self.flavour.async_body)
+                except BaseException:
+                    token.release()
+                    raise
             if not self._retriable(request):
                 return await self._attempt_async(request, None, guarded=False, cost=cost)
-            assert self.policy is not None
             try:
                 step = partial(self._attempt_async, request, cost=cost)
                 return await self.policy.run(step, reraise=True)
@@ -264,11 +282,25 @@ class TransportCore:
         """Send ``request`` through the inner sync transport while holding one slot."""
         if not isinstance(request, self.flavour.request):
             raise wrong_client(self.flavour.name, request)
-        cost = self.accounting.estimate(request)
+        accounting = self.accounting
+        cost = accounting.estimate(request)
         try:
+            if self.policy is None:  # sent once, inline (see send_async)
+                gate = self.gate
+                if cost is None or accounting.fits(cost):
+                    token = gate.acquire_sync(timeout=self.timeout, tokens=cost)
+                else:
+                    token = gate.acquire_sync(timeout=self.timeout)
+                    accounting.charge_admitted(token, cost)
+                try:
+                    response = self.inner.handle_request(request)
+                    accounting.observe(response)
+                    return self._tie(response, token, request, self.flavour.sync_body)
+                except BaseException:
+                    token.release()
+                    raise
             if not self._retriable(request):
                 return self._attempt_sync(request, None, guarded=False, cost=cost)
-            assert self.policy is not None
             try:
                 step = partial(self._attempt_sync, request, cost=cost)
                 return self.policy.run_sync(step, reraise=True)
