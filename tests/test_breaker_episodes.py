@@ -241,13 +241,14 @@ async def test_many_callers_on_a_failing_provider_never_run_two_probes_of_one_ep
     is ever out at once (the episode is told apart by the breaker's ``opened`` count)."""
     outstanding: dict[int, int] = {}
     worst = 0
-    real_acquire = CircuitBreaker.acquire
+    # A policy admits through _admit (acquire() minus the logging: its hooks log).
+    real_admit = CircuitBreaker._admit
     real_report = Permit._report
     episode_of: dict[int, int] = {}
 
-    def acquire(self: CircuitBreaker) -> Permit:
+    def admit(self: CircuitBreaker, *, log: bool) -> Permit:
         nonlocal worst
-        permit = real_acquire(self)
+        permit = real_admit(self, log=log)
         if permit.probe:
             episode = self.statistics().opened
             episode_of[id(permit)] = episode
@@ -261,7 +262,7 @@ async def test_many_callers_on_a_failing_provider_never_run_two_probes_of_one_ep
             outstanding[episode] -= 1
         return real_report(self, outcome)
 
-    monkeypatch.setattr(CircuitBreaker, "acquire", acquire)
+    monkeypatch.setattr(CircuitBreaker, "_admit", admit)
     monkeypatch.setattr(Permit, "_report", report)
     rng = random.Random(9)
     clock = anyio.current_time

@@ -55,6 +55,7 @@ from ._learn import headers_of as headers_of
 from ._learn import learn_from_headers as learn_from_headers
 from ._limit_values import AdaptiveStatistics as AdaptiveStatistics
 from ._loader import load_config as load_config
+from ._logging_hook import LoggingHook as LoggingHook
 from ._policy import Policy as Policy
 from ._rate import Rate as Rate
 from ._rate import RateStatistics as RateStatistics
@@ -93,6 +94,7 @@ __all__ = [
     "LearnedLimits",
     "LimitChanged",
     "LimitReport",
+    "LoggingHook",
     "Permit",
     "Policy",
     "PolicyConfig",

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, final
 from ._errors import CircuitOpen
 from ._events import BreakerStateChanged
 from ._latch import Latch
+from ._logging_hook import log_breaker_change
 from ._validation import check_int, check_number
 from ._waiters import ki_protected
 
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BreakerState", "BreakerStatistics", "CircuitBreaker", "Permit", "shared_breaker"]
 
+# State changes of a breaker used directly are logged here; a policy's permits are quiet,
+# because the policy delivers their changes to its hooks and its LoggingHook logs them.
 logger = logging.getLogger("anygate")
 
 
@@ -268,6 +271,11 @@ class CircuitBreaker:
         Raises:
             CircuitOpen: the breaker is open, or half-open with the probe already out.
         """
+        return self._admit(log=True)
+
+    @ki_protected
+    def _admit(self, *, log: bool) -> Permit:
+        """:meth:`acquire`; ``log=False`` for a policy, which reports the changes itself."""
         change = None
         with self._lock:
             state = self._state
@@ -285,9 +293,14 @@ class CircuitBreaker:
                     raise CircuitOpen(name=self._name, retry_after=0.0)
                 self._probe_out = True
                 return Permit(
-                    self, probe=True, change=change, episode=self._episode, spell=self._opened
+                    self,
+                    probe=True,
+                    change=change,
+                    episode=self._episode,
+                    spell=self._opened,
+                    log=log,
                 )
-        return Permit(self, probe=False, change=None, spell=self._opened)
+        return Permit(self, probe=False, change=None, spell=self._opened, log=log)
 
     def would_admit(self) -> bool:
         """Whether :meth:`acquire` would succeed now for a caller that holds no probe."""
@@ -410,33 +423,6 @@ class CircuitBreaker:
             return None
 
 
-def _log_change(change: BreakerStateChanged) -> None:
-    # An open breaker is WARNING, not ERROR: the library is handling a provider outage as
-    # designed (callers get CircuitOpen), nothing in the program is broken, and ERROR
-    # lines from a dependency page people. It is still above INFO because calls are now
-    # being refused, which an operator wants to see without turning on verbose logging.
-    if change.new == "open":
-        logger.warning(
-            "circuit %r opened after %d failure(s); next probe in %.3gs",
-            change.breaker,
-            change.failures,
-            change.retry_after,
-            extra={"breaker": change.breaker, "state": change.new, "delay_s": change.retry_after},
-        )
-    elif change.new == "closed":
-        logger.info(
-            "circuit %r closed: the provider recovered",
-            change.breaker,
-            extra={"breaker": change.breaker, "state": change.new},
-        )
-    else:
-        logger.info(
-            "circuit %r half-open: probing the provider",
-            change.breaker,
-            extra={"breaker": change.breaker, "state": change.new},
-        )
-
-
 @final
 class Permit:
     """One admitted call's pass through a :class:`CircuitBreaker`.
@@ -450,7 +436,7 @@ class Permit:
         changes: the state changes this permit caused (at admission and at its outcome).
     """
 
-    __slots__ = ("_breaker", "_done", "_episode", "_probe", "_spell", "changes")
+    __slots__ = ("_breaker", "_done", "_episode", "_log", "_probe", "_spell", "changes")
 
     def __init__(
         self,
@@ -460,8 +446,10 @@ class Permit:
         change: BreakerStateChanged | None,
         episode: int = -1,
         spell: int = 0,
+        log: bool = True,
     ) -> None:
         self._breaker = breaker
+        self._log = log
         self._probe = probe
         # How many times the breaker had opened when this permit was given: a call sent
         # before the latest opening proves nothing about the provider since.
@@ -471,7 +459,8 @@ class Permit:
         self.changes: list[BreakerStateChanged] = []
         if change is not None:
             self.changes.append(change)
-            _log_change(change)
+            if self._log:
+                log_breaker_change(logger, change)
 
     @property
     def probe(self) -> bool:
@@ -491,7 +480,8 @@ class Permit:
         change = self._breaker._record(self, outcome)
         if change is not None:
             self.changes.append(change)
-            _log_change(change)
+            if self._log:
+                log_breaker_change(logger, change)
         return change
 
     def success(self) -> BreakerStateChanged | None:

@@ -63,6 +63,11 @@ class RetryScheduled:
         message: human wording, e.g. "LLM request retry 1/2: provider is throttling
             request burst rate. Retrying in 6s."
         verdict: the full classification.
+        gate: the name of the gate the attempt took its slot from.
+        counted: where this failure stands in the budget it counts against (the
+            ``1`` in ``1/2``): throttles and other failures are counted apart, and a failed
+            half-open probe is not counted, so it can be below ``attempt``.
+        wait_s: ``wait_ms`` unrounded, in seconds.
     """
 
     policy: str
@@ -73,6 +78,10 @@ class RetryScheduled:
     from_retry_after: bool
     message: str
     verdict: Verdict
+    # Added after the first release, with defaults, so positional construction still works.
+    gate: str = ""
+    counted: int = 0
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class GaveUp:
             or ``"circuit_open"``.
         message: the user-facing message (as ``CallFailed.user_message``).
         verdict: the last classification.
+        gate: the name of the policy's gate.
     """
 
     policy: str
@@ -97,6 +107,7 @@ class GaveUp:
     why: str
     message: str
     verdict: Verdict
+    gate: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,9 @@ class LimitChanged:
             after successful calls).
         pause_s: seconds during which admitted attempts wait before calling the provider
             (0 when raised).
+        paced_per_minute: after a burst-rate throttle with ``pace_burst_rate`` on, the
+            request rate (per minute) the gate is paced to while it grows back; else
+            ``None``.
     """
 
     policy: str
@@ -178,6 +192,7 @@ class LimitChanged:
     max_concurrent_calls: float
     reason: str
     pause_s: float
+    paced_per_minute: float | None = None
 
 
 Event: TypeAlias = (

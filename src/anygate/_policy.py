@@ -27,6 +27,7 @@ from ._blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_l
 from ._classify import Rule, RuleLike
 from ._config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
 from ._loader import load_config
+from ._logging_hook import LoggingHook
 from ._retrying import Retrier, Run, check_deadline
 from ._sharing import (
     reconcile_capacity,
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
     from ._token import Token
 
 __all__ = ["Policy"]
+
+# One instance for every policy that keeps the default: it holds nothing but the logger.
+_DEFAULT_LOGGING_HOOK = LoggingHook()
 
 T = TypeVar("T")
 if TYPE_CHECKING:
@@ -149,7 +153,12 @@ class Policy:
         rules: classification rules tried before the built-in ones.
         control_flow: exception classes (or class names) that are control flow, not
             failures: they propagate unchanged and leave the breaker alone.
-        hooks: callables receiving each event record (see :mod:`anygate` events).
+        hooks: callables receiving each event record (see :mod:`anygate` events), after
+            ``logging_hook``.
+        logging_hook: the hook that writes the policy's log lines, first in call order:
+            by default an :class:`anygate.LoggingHook` on the ``anygate`` logger; another
+            ``LoggingHook`` (or any hook) to log elsewhere; ``None`` for no log lines
+            from this policy's calls. It receives every event except the slot events.
         rate: the gate's :class:`anygate.Rate` (requests and tokens per minute, slope
             bound); ``None`` leaves the gate's rate as it is. A shared gate that exists
             with another rate raises ``ConfigError`` unless ``reconfigure=True``.
@@ -173,7 +182,16 @@ class Policy:
             gate or breaker (without ``reconfigure=True``).
     """
 
-    __slots__ = ("_adaptive", "_breaker", "_config", "_gate", "_hooks", "_loop", "_retrier")
+    __slots__ = (
+        "_adaptive",
+        "_breaker",
+        "_config",
+        "_gate",
+        "_hooks",
+        "_logging_hook",
+        "_loop",
+        "_retrier",
+    )
 
     def __init__(
         self,
@@ -190,6 +208,7 @@ class Policy:
         rules: Sequence[RuleLike] = (),
         control_flow: Sequence[type[BaseException] | str] = (),
         hooks: Sequence[Hook] = (),
+        logging_hook: Hook | None = _DEFAULT_LOGGING_HOOK,
         rate: Rate | None = None,
         rng: Uniform | None = None,
         clock: Callable[[], float] | None = None,
@@ -244,6 +263,18 @@ class Policy:
                 msg = f"hooks must be callables (got {hook!r})"
                 raise TypeError(msg)
         self._hooks = cast("tuple[Hook, ...]", hook_list)
+        given_log: object = logging_hook  # checked at runtime: callers may not type-check
+        if given_log is not None and not callable(given_log):
+            msg = (
+                f"logging_hook must be a callable taking one event, or None (got {logging_hook!r})"
+            )
+            raise TypeError(msg)
+        self._logging_hook = logging_hook
+        # The retrier's events (retries, give-ups, breaker and limit moves: the rare path)
+        # go to the logging hook too; the slot events, two per call on the happy path, go
+        # only to the user's hooks: the logging hook writes nothing for them, and with no
+        # user hooks the loop then skips the clock reads that time the slot wait.
+        retrier_hooks = self._hooks if logging_hook is None else (logging_hook, *self._hooks)
         if rng is not None and not callable(getattr(rng, "uniform", None)):
             msg = f"rng must have a uniform(a, b) method, like random.Random (got {rng!r})"
             raise TypeError(msg)
@@ -258,7 +289,7 @@ class Policy:
             gate=self._gate,
             rules=all_rules,  # callables included; PolicyConfig keeps only Rule objects
             rng=random.Random() if rng is None else rng,
-            hooks=self._hooks,
+            hooks=retrier_hooks,
             control_types=tuple(control_types),
             control_names=frozenset(control_names),
             adaptive=self._adaptive,
@@ -335,8 +366,13 @@ class Policy:
 
     @property
     def hooks(self) -> tuple[Hook, ...]:
-        """The event hooks, in call order."""
+        """The event hooks given as ``hooks``, in call order (after :attr:`logging_hook`)."""
         return self._hooks
+
+    @property
+    def logging_hook(self) -> Hook | None:
+        """The hook that writes this policy's log lines (``None``: no log lines)."""
+        return self._logging_hook
 
     @property
     def max_concurrent_calls(self) -> int:

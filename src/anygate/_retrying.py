@@ -7,7 +7,6 @@ deadline in their own time base (AnyIO's clock, or ``time.monotonic``).
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, NoReturn, final
 
 from ._backoff import Uniform, decorrelated_jitter
@@ -44,8 +43,6 @@ if TYPE_CHECKING:
     from ._testing import TestingState
 
 __all__ = ["FAILURE", "NEUTRAL", "SUCCESS", "Retrier", "Run", "Stop", "check_deadline"]
-
-logger = logging.getLogger("anygate")
 
 
 @final
@@ -260,25 +257,6 @@ class Retrier:
         if no_backoff and kind == "burst" and self.adaptive is not None and not testing.enabled:
             expected_ms = max(wait_ms, self.adaptive.pause_left() * 1000.0)
         message = retry_message(used, budget, expected_ms, verdict.reason)
-        # INFO, not WARNING: a scheduled retry is the policy doing its job, and in a storm
-        # there is one per failed attempt. Python prints WARNING and above to stderr when
-        # the application configured no logging, which flooded users' terminals.
-        logger.info(
-            "%s: attempt %d/%d failed (%s); retrying in %dms: %s",
-            self.name,
-            used,
-            budget,
-            verdict.reason.value,
-            round(expected_ms),
-            verdict.detail,
-            extra={
-                "gate": self.gate.name,
-                "policy": self.name,
-                "reason": verdict.reason.value,
-                "attempt": run.attempt,
-                "delay_s": expected_ms / 1000.0,
-            },
-        )
         if self.hooks:
             emit(
                 self.hooks,
@@ -291,6 +269,9 @@ class Retrier:
                     from_retry_after=from_header,
                     message=redact(message),
                     verdict=verdict,
+                    gate=self.gate.name,
+                    counted=used,
+                    wait_s=expected_ms / 1000.0,
                 ),
             )
         return wait_s
@@ -327,47 +308,18 @@ class Retrier:
             self._limit_changed(change)
 
     def _limit_changed(self, change: LimitChange) -> None:
-        gate = self.gate.name
-        if change.reason == "burst_rate" and change.paced_per_minute is not None:
-            logger.info(
-                "gate %r: provider throttled the request burst rate; new attempts wait "
-                "%.3gs and the gate is paced to %.4g requests/min, growing back",
-                gate,
-                change.pause_s,
-                change.paced_per_minute,
-                extra={"gate": gate, "policy": self.name, "reason": change.reason},
-            )
-        elif change.reason == "burst_rate":
-            logger.info(
-                "gate %r: provider throttled the request burst rate; new attempts wait "
-                "%.3gs and the concurrency limit goes %g -> %g (max %g)",
-                gate,
-                change.pause_s,
-                change.old,
-                change.new,
-                change.maximum,
-                extra={"gate": gate, "policy": self.name, "reason": change.reason},
-            )
-        else:
-            logger.debug(
-                "gate %r: concurrency limit %g -> %g (max %g)",
-                gate,
-                change.old,
-                change.new,
-                change.maximum,
-                extra={"gate": gate, "policy": self.name, "reason": change.reason},
-            )
         if self.hooks:
             emit(
                 self.hooks,
                 LimitChanged(
                     policy=self.name,
-                    gate=gate,
+                    gate=self.gate.name,
                     old=change.old,
                     new=change.new,
                     max_concurrent_calls=change.maximum,
                     reason=change.reason,
                     pause_s=change.pause_s,
+                    paced_per_minute=change.paced_per_minute,
                 ),
             )
 
@@ -387,22 +339,6 @@ class Retrier:
         assert verdict is not None
         run.outcome = NEUTRAL
         text = user_message(verdict)
-        # WARNING: the caller's call failed for good, which someone may need to act on
-        # (and it is one line per failed call, not one per attempt).
-        logger.warning(
-            "%s: giving up after %d attempt(s) (%s, %s): %s",
-            self.name,
-            run.attempt,
-            why,
-            verdict.reason.value,
-            verdict.detail,
-            extra={
-                "gate": self.gate.name,
-                "policy": self.name,
-                "reason": verdict.reason.value,
-                "attempt": run.attempt,
-            },
-        )
         if self.hooks:
             emit(
                 self.hooks,
@@ -414,6 +350,7 @@ class Retrier:
                     why=why,
                     message=text,
                     verdict=verdict,
+                    gate=self.gate.name,
                 ),
             )
         if run.reraise and cause is not None:

@@ -116,7 +116,7 @@ class Run:
 def take_permit(breaker: CircuitBreaker, run: Run) -> None:
     # Protected: between acquire() returning and the store, a Ctrl-C under trio would
     # otherwise leave a claimed probe that nobody reports.
-    run.permit = breaker.acquire()
+    run.permit = breaker._admit(log=False)  # the policy logs through its hooks
 
 
 @ki_protected
