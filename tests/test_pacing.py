@@ -53,6 +53,7 @@ def _paced(
 ) -> tuple[AdaptiveLimit, Gate, FakeClock]:
     clock = FakeClock()
     gate = Gate(capacity, name="llm", rate=rate, clock=clock)
+    kwargs.setdefault("pace_burst_rate", True)  # off by default (docs/policy.md)
     limit = AdaptiveLimit(gate, clock=clock, **kwargs)
     return limit, gate, clock
 
@@ -104,7 +105,7 @@ def test_a_gate_on_another_clock_is_not_paced() -> None:
     next to a gate on real time) cannot pace it, so a throttle falls back to the cut."""
     clock = FakeClock()
     gate = Gate(32, name="llm")  # time.monotonic
-    limit = AdaptiveLimit(gate, clock=clock, decrease_factor=0.5)
+    limit = AdaptiveLimit(gate, clock=clock, decrease_factor=0.5, pace_burst_rate=True)
     _admit(limit, gate, clock, per_s=6, seconds=10)
     change = limit.on_throttle(limit.generation, None)
     assert change is not None
@@ -401,7 +402,12 @@ async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
     user = Rate(requests_per_minute=1200)
     gate = Gate(8, name="paced-policy", rate=user, clock=anyio.current_time)
     retry = RetryConfig(throttle_attempts=3)
-    policy = Policy(gate=gate, retry=retry, clock=anyio.current_time)
+    policy = Policy(
+        gate=gate,
+        retry=retry,
+        clock=anyio.current_time,
+        adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True),
+    )
     errors = [throttle()]
 
     async def provider() -> str:

@@ -50,8 +50,10 @@ DEFAULT_HOLD_S = 30.0
 DEFAULT_MAX_HOLD_S = 600.0
 
 #: Burst-rate pacing (``_pacer``): after a burst throttle the gate's request rate goes down
-#: instead of (not as well as) its concurrency limit.
-DEFAULT_PACE_BURST_RATE = True
+#: instead of (not as well as) its concurrency limit. Off by default: the paced rate grows
+#: back only on successes, so where throttles come with failures and an open breaker (the
+#: soak's fault mix) the paced gate drains too slowly to recover; see docs/policy.md.
+DEFAULT_PACE_BURST_RATE = False
 #: The paced rate after a throttle, as a fraction of the measured admission rate (AWS
 #: adaptive retry mode's CUBIC beta).
 PACE_BETA = 0.7
