@@ -335,7 +335,7 @@ class Gate(Ledger):
         if priority:
             priority = check_priority(priority)
         frame = _getframe(1)
-        # The token to be (see _token): _token.pending_token spelled out, a call fewer.
+        # The token to be, not yet admitted (see _token), built here: a call fewer.
         token: Token = _new_token(Token)
         token._gate = None
         token._home = self

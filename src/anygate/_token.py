@@ -319,22 +319,6 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     return token
 
 
-def pending_token(
-    gate: Gate, code: CodeType, lasti: int, cost: int, timeout: float | None, priority: int
-) -> Token:
-    """Create an acquisition to await or enter (``Gate.acquire``); not yet admitted."""
-    token: Token = _new_token(Token)
-    token._gate = None
-    token._home = gate
-    token._code = code
-    token._lasti = lasti
-    token._cost = cost
-    token._timeout = timeout
-    token._priority = priority
-    token._since = PENDING
-    return token
-
-
 def code_site(code: CodeType, lasti: int) -> str:
     """``file:line`` of instruction offset ``lasti`` in ``code``."""
     line = code.co_firstlineno
