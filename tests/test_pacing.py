@@ -7,6 +7,8 @@ MockClock. The pause and the concurrency cut without pacing are in ``test_adapti
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from typing import Any
 
@@ -236,8 +238,10 @@ def test_turning_adaptive_off_gives_the_rate_back() -> None:
     assert limit.pause_left() == 0
 
 
-def test_a_second_throttle_while_pacing_lowers_the_rate_again() -> None:
-    """Throttled again at the paced rate: the new rate is below the one just too much."""
+def test_a_second_throttle_within_the_window_undoes_the_growth_but_cuts_no_deeper() -> None:
+    """Throttled again 3 s after the cut: the cut has not shown in the provider's window
+    yet, so the rate goes back to the episode's paced rate, not below it (a provider that
+    throttles at random would otherwise drive it to the floor in a second)."""
     limit, gate, clock = _paced(pause_s=0)
     _admit(limit, gate, clock, per_s=6, seconds=10)
     limit.on_throttle(limit.generation, None)
@@ -245,6 +249,24 @@ def test_a_second_throttle_while_pacing_lowers_the_rate_again() -> None:
     first = gate.rate.requests_per_minute
     assert first is not None
     _admit_paced(limit, gate, clock, seconds=3)
+    assert gate.rate is not None
+    grown = gate.rate.requests_per_minute
+    assert grown is not None
+    assert grown > first * 1.1
+    for _ in range(20):
+        limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    assert gate.rate.requests_per_minute == pytest.approx(first)
+    assert limit.statistics().pacing_episodes == 1
+
+
+def test_a_throttle_a_window_after_the_cut_lowers_the_rate_again() -> None:
+    """Throttled again at the paced rate once the cut has shown: the new rate is below
+    the one that was just too much."""
+    limit, gate, clock = _paced(pause_s=0)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    _admit_paced(limit, gate, clock, seconds=11)
     assert gate.rate is not None
     before = gate.rate.requests_per_minute
     assert before is not None
@@ -254,6 +276,27 @@ def test_a_second_throttle_while_pacing_lowers_the_rate_again() -> None:
     assert after is not None
     assert after <= 0.7 * before * 1.001
     assert limit.statistics().pacing_episodes == 2
+
+
+def test_the_paced_rate_grows_on_attempts_without_successes() -> None:
+    """Only failures after the cut: the rate still grows with time, checked whenever an
+    attempt starts (before, it grew on successes only and a fault mix froze it)."""
+    limit, gate, clock = _paced(pause_s=0)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    assert gate.rate is not None
+    first = gate.rate.requests_per_minute
+    assert first is not None
+    per_s = first / 60.0
+    for _ in range(int(per_s * 5)):  # 5 s of attempts at the paced rate, none succeeding
+        clock.now += 1.0 / per_s
+        assert limit.pass_pause() == (0.0, False)
+        with contextlib.suppress(anygate.Busy):
+            gate.acquire_nowait().release()  # the attempt fails: no on_success
+    assert gate.rate is not None
+    grown = gate.rate.requests_per_minute
+    assert grown is not None
+    assert grown > first * 1.2
 
 
 def test_while_pacing_a_probe_not_turned_away_within_the_grace_ends_the_pause() -> None:

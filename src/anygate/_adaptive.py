@@ -232,6 +232,11 @@ class AdaptiveLimit:
         429 starts a new pause, anything else hands the probe on (:meth:`probe_ended`).
         """
         if not self._pausing:
+            if self._pacer.active:
+                # The paced rate grows with time, not with successes: a run of failures
+                # (or an open breaker's waiters) must not hold it down. Not during a
+                # pause: its empty windows would read as callers who stopped calling.
+                self._pace_tick()
             return 0.0, False
         with self._lock:
             if self._paused_until == -math.inf:  # ended meanwhile (the flag was read unlocked)
@@ -465,7 +470,7 @@ class AdaptiveLimit:
                 if self._pausing and self._probe_out:
                     self._end_pause_locked()
         if self._pace and self._enabled:
-            self._pace_success()
+            self._pace_tick()
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
         if not self._enabled or self._limit >= self._ceiling or not saturated:
@@ -494,8 +499,9 @@ class AdaptiveLimit:
             return None
         return gate
 
-    def _pace_success(self) -> None:
-        """Sample the gate's admissions and grow the paced rate (at most once a sample)."""
+    def _pace_tick(self) -> None:
+        """Sample the gate's admissions and grow the paced rate (at most once a sample);
+        on successes and when an attempt starts."""
         now = self._clock()
         if now - self._sampled < PACE_SAMPLE_S:  # unlocked: a stale read skips one sample
             return

@@ -17,8 +17,12 @@ What. One :class:`BurstPacer` per adaptive limit, run under the limit's lock:
 * on a burst throttle it sets the gate's ``requests_per_minute`` to
   ``PACE_BETA x`` that rate (:func:`~anygate._limit_values.paced_rate`), never above the
   rate the gate had (a user's or a learned one);
-* on later successes the paced rate grows (:func:`~anygate._limit_values.grown_rate`):
-  ``x PACE_GROWTH`` per window, never above ``PACE_GROWTH x`` the measured rate;
+* another throttle within ``PACE_WINDOW_S`` of that cut undoes the growth since but cuts
+  no deeper (the cut has not shown in the provider's window yet); a later one cuts again;
+* the paced rate grows with the time since the throttle
+  (:func:`~anygate._limit_values.grown_rate`): ``x PACE_GROWTH`` per window, never above
+  ``PACE_GROWTH x`` the measured rate, checked on successes and whenever an attempt
+  starts (failures and an open breaker's waiters must not freeze it);
 * pacing ends, and the gate's own rate comes back exactly, once the paced rate reaches the
   gate's own request rate or stops binding (the growth bound by the measured rate caught
   up with it: the callers, not the pacer, set the pace).
@@ -67,7 +71,16 @@ class BurstPacer:
     Not thread-safe on its own and not public (see the module docstring).
     """
 
-    __slots__ = ("_base", "_pacing", "_samples", "_set", "_start_per_s", "_started", "episodes")
+    __slots__ = (
+        "_base",
+        "_cut_at",
+        "_pacing",
+        "_samples",
+        "_set",
+        "_start_per_s",
+        "_started",
+        "episodes",
+    )
 
     def __init__(self) -> None:
         # (clock, gate admissions) pairs, oldest first, PACE_SAMPLE_S apart at least.
@@ -77,6 +90,7 @@ class BurstPacer:
         self._set: Rate | None = None  # the rate we last set on the gate
         self._start_per_s = 0.0
         self._started = 0.0
+        self._cut_at = -math.inf
         self.episodes = 0
 
     @property
@@ -126,14 +140,23 @@ class BurstPacer:
         if not rate:  # nothing admitted lately: a rate of 0 is no measurement
             return False
         self._adopt(gate)
-        start = paced_rate(rate, beta=PACE_BETA)
         current = self.paced_per_minute
-        if current is not None:
-            # Throttled again while pacing: the rate that was just too much is the bound.
-            start = min(start, PACE_BETA * current / 60.0)
+        if current is not None and now - self._cut_at < PACE_WINDOW_S:
+            # Throttled again within a window of the last cut: the cut has not shown in
+            # the provider's window (nor in our measurement) yet, so it is the same
+            # episode. Undo the growth since, cut no deeper: answering every throttle of
+            # a provider that throttles at random (a shared pool, a fault mix) would
+            # compound to the floor in a second and stall every caller.
+            start = self._start_per_s
+        else:
+            start = paced_rate(rate, beta=PACE_BETA)
+            if current is not None:
+                # Throttled again while pacing: the rate that was just too much is the bound.
+                start = min(start, PACE_BETA * current / 60.0)
+            self._cut_at = now
+            self.episodes += 1
         self._start_per_s = start
         self._started = now
-        self.episodes += 1
         self._pacing = True
         self._apply(gate, start * 60.0)
         with _pacing_lock:
@@ -180,6 +203,7 @@ class BurstPacer:
                 _pacing.pop(gate, None)
         self._pacing = False
         self._set = self._base = None
+        self._cut_at = -math.inf
 
     # ------------------------------------------------------------------ internals
 
