@@ -8,7 +8,6 @@ MockClock. The pause and the concurrency cut without pacing are in ``test_adapti
 from __future__ import annotations
 
 import contextlib
-
 import math
 from typing import Any
 
