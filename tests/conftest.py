@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from anygate import _registry
+from anygate._gate import registry as _registry
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

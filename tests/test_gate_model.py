@@ -17,8 +17,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from anygate import Gate, Rate, Token, _waiters
-from anygate._token import make_token
+from anygate import Gate, Rate, Token
+from anygate._gate import waiters as _waiters
+from anygate._gate.token import make_token
 
 
 class RecordingWaiter(_waiters.Waiter):

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ._registry import breakers, gates
-from ._testing import is_testing, set_testing
+from ._gate.registry import breakers, gates
+from ._policy.testing_switch import is_testing, set_testing
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

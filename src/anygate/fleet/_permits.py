@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .._rate import RateStatistics
+from .._gate.rate import RateStatistics
 
 if TYPE_CHECKING:
-    from .._rate import Budgets, Rate
+    from .._gate.rate import Budgets, Rate
 
 __all__ = ["FleetBudgets"]
 
