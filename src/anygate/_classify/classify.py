@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Union
 
 from .._errors import ResponseError
-from .._policy.backoff import parse_retry_after
 from .._redact import redact
 from .._verdict import Reason, Verdict
 from . import patterns as P
 from .facts import Facts, decode_body, detect_provider, gather
+from .retry_after import header, parse_retry_after
 
 __all__ = [
     "Reason",
@@ -223,9 +223,7 @@ def _apply_rule(
 
 
 def _should_retry_header(headers: object) -> bool | None:
-    from .._policy.backoff import _header
-
-    raw = _header(headers, "x-should-retry")
+    raw = header(headers, "x-should-retry")
     if raw is None:
         return None
     raw = raw.strip().lower()

@@ -1,18 +1,15 @@
-"""Pure arithmetic for retries: decorrelated jitter and ``Retry-After`` parsing.
+"""Pure arithmetic for retries: decorrelated jitter.
 
 Nothing here sleeps, reads a clock or touches global state; callers pass the random source
-and "now" in, so every result is reproducible in tests and in the simulator.
+in, so every result is reproducible in tests and in the simulator. What the provider asks
+for (``Retry-After``) is read by :mod:`anygate._classify.retry_after`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from datetime import timezone
-from email.utils import parsedate_to_datetime
 from typing import Protocol
 
-__all__ = ["Uniform", "decorrelated_jitter", "jitter_window", "parse_retry_after"]
+__all__ = ["Uniform", "decorrelated_jitter", "jitter_window"]
 
 
 class Uniform(Protocol):
@@ -70,89 +67,3 @@ def decorrelated_jitter(
         return lo
     # Some generators can return b itself; clamp so the contract lo <= d <= hi holds.
     return min(hi, max(lo, rng.uniform(lo, hi)))
-
-
-def _header(headers: object, name: str) -> str | None:
-    """Case-insensitive header lookup on httpx ``Headers``, dicts or lists of pairs."""
-    if headers is None:
-        return None
-    getter = getattr(headers, "get", None)
-    if getter is not None:
-        try:
-            value = getter(name)
-        except Exception:
-            value = None
-        if value is not None:
-            return str(value)
-    items: object
-    if isinstance(headers, Mapping):
-        items = headers.items()
-    elif isinstance(headers, (list, tuple)):
-        items = headers
-    else:
-        return None
-    try:
-        for pair in items:
-            key, value = pair
-            if isinstance(key, bytes):
-                key = key.decode("latin-1")
-            if isinstance(key, str) and key.lower() == name:
-                return value.decode("latin-1") if isinstance(value, bytes) else str(value)
-    except (TypeError, ValueError):
-        return None
-    return None
-
-
-def _finite_non_negative(text: str) -> float | None:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        return None
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        return None
-    return value
-
-
-def parse_retry_after(headers: object, *, now: float) -> float | None:
-    """How long the server asked us to wait, in seconds, or ``None`` if it did not say.
-
-    Sources, first usable one wins (the order the OpenAI and Anthropic SDKs use)::
-
-        retry-after-ms: <float milliseconds>     -> value / 1000
-        retry-after:    <float seconds>          -> value
-        retry-after:    <HTTP-date>              -> max(0, date - now)
-
-    Garbage, negative, NaN and infinite values are ignored (the next source is tried), so
-    a broken header falls back to ordinary backoff instead of a wild sleep. A date in the
-    past means "now" (0.0).
-
-    Args:
-        headers: httpx/httpx2 ``Headers``, a mapping, or a sequence of ``(name, value)``
-            pairs; names match case-insensitively. ``None`` gives ``None``.
-        now: the current wall-clock time as a POSIX timestamp (``time.time()``), used only
-            for the HTTP-date form.
-    """
-    raw_ms = _header(headers, "retry-after-ms")
-    if raw_ms is not None:
-        ms = _finite_non_negative(raw_ms)
-        if ms is not None:
-            return ms / 1000.0
-    raw = _header(headers, "retry-after")
-    if raw is None:
-        return None
-    seconds = _finite_non_negative(raw)
-    if seconds is not None:
-        return seconds
-    try:
-        when = parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # "-0000" parses naive; RFC 9110 dates are GMT anyway
-        when = when.replace(tzinfo=timezone.utc)
-    try:
-        delta = when.timestamp() - now
-    except (OverflowError, OSError, ValueError):
-        return None
-    if math.isnan(delta):
-        return None
-    return max(0.0, delta)
