@@ -59,12 +59,12 @@ from ._policy.breaker import BreakerState as BreakerState
 from ._policy.breaker import BreakerStatistics as BreakerStatistics
 from ._policy.breaker import CircuitBreaker as CircuitBreaker
 from ._policy.breaker import Permit as Permit
-from ._policy.breaker import shared_breaker as shared_breaker
 from ._policy.learn import LearnedLimits as LearnedLimits
 from ._policy.learn import RateLearner as RateLearner
 from ._policy.learn import headers_of as headers_of
 from ._policy.learn import learn_from_headers as learn_from_headers
 from ._policy.policy import Policy as Policy
+from ._policy.sharing import shared_breaker as shared_breaker
 from ._policy.testing_switch import is_testing as is_testing
 from ._policy.testing_switch import set_testing as set_testing
 from ._redact import redact as redact

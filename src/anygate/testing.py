@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ._gate.registry import breakers, gates
+from ._gate.registry import gates
+from ._policy.sharing import breakers
 from ._policy.testing_switch import is_testing, set_testing
 
 if TYPE_CHECKING:

@@ -1,4 +1,8 @@
-"""Process-wide named objects (gates, breakers), each created once under a lock."""
+"""Process-wide named objects, each created once under a lock: the named gates here.
+
+:class:`Registry` also holds the policy room's named breakers (``_policy.sharing``), which
+stay there so that the gate room imports nothing of the policy's.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +18,7 @@ from .gate_args import check_fast_acquire as _check_fast_acquire
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from .._policy.breaker import CircuitBreaker
-
-__all__ = ["Registry", "breakers", "shared_gate"]
+__all__ = ["Registry", "gates", "shared_gate"]
 
 T = TypeVar("T")
 
@@ -65,7 +67,6 @@ class Registry(Generic[T]):
 
 
 gates: Registry[Gate] = Registry("gate")
-breakers: Registry[CircuitBreaker] = Registry("breaker")
 
 
 def shared_gate(

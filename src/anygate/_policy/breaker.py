@@ -57,7 +57,14 @@ from .._validation import check_int, check_number
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["BreakerState", "BreakerStatistics", "CircuitBreaker", "Permit", "shared_breaker"]
+__all__ = [
+    "BreakerState",
+    "BreakerStatistics",
+    "CircuitBreaker",
+    "Permit",
+    "check_recovery",
+    "check_threshold",
+]
 
 # State changes of a breaker used directly are logged here; a policy's permits are quiet,
 # because the policy delivers their changes to its hooks and its LoggingHook logs them.
@@ -99,13 +106,13 @@ class BreakerStatistics:
     retry_after: float
 
 
-def _check_threshold(value: object) -> int:
+def check_threshold(value: object) -> int:
     checked = check_int("failure_threshold", value, minimum=1)
     assert checked is not None
     return checked
 
 
-def _check_recovery(value: object) -> float:
+def check_recovery(value: object) -> float:
     checked = check_number("recovery_timeout", value, allowed="a finite number of seconds >= 0")
     assert checked is not None
     return checked
@@ -174,8 +181,8 @@ class CircuitBreaker:
             msg = f"clock must be a callable returning seconds (got {clock!r})"
             raise TypeError(msg)
         self._name = name
-        self._threshold = _check_threshold(failure_threshold)
-        self._recovery = _check_recovery(recovery_timeout)
+        self._threshold = check_threshold(failure_threshold)
+        self._recovery = check_recovery(recovery_timeout)
         self._clock = clock
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
@@ -225,8 +232,8 @@ class CircuitBreaker:
         Lowering the threshold to or below the current failure count does not open the
         breaker by itself; the next counted failure does.
         """
-        threshold = None if failure_threshold is None else _check_threshold(failure_threshold)
-        recovery = None if recovery_timeout is None else _check_recovery(recovery_timeout)
+        threshold = None if failure_threshold is None else check_threshold(failure_threshold)
+        recovery = None if recovery_timeout is None else check_recovery(recovery_timeout)
         with self._lock:
             if threshold is not None:
                 self._threshold = threshold
@@ -508,60 +515,3 @@ class Permit:
         kind = "probe" if self._probe else "call"
         state = "done" if self._done else "pending"
         return f"<anygate.Permit {kind} of {self._breaker.name!r}, {state}>"
-
-
-def shared_breaker(
-    name: str,
-    *,
-    failure_threshold: int | None = None,
-    recovery_timeout: float | None = None,
-    clock: Callable[[], float] | None = None,
-) -> CircuitBreaker:
-    """The one process-wide :class:`CircuitBreaker` called ``name``, created on first use.
-
-    Settings given here apply only when this call creates the breaker (unset ones take
-    the defaults: 5 failures, 60 s, :func:`time.monotonic`). Asking again with *different*
-    settings raises ``ValueError`` rather than silently changing a breaker other code
-    relies on; change it on purpose with :meth:`CircuitBreaker.configure`.
-
-    Raises:
-        TypeError, ValueError: bad arguments, or settings that conflict with the existing
-            breaker.
-    """
-    from .._gate.registry import breakers
-
-    # Validated before any comparison with an existing breaker (10**400 must not reach
-    # float() there).
-    if failure_threshold is not None:
-        failure_threshold = _check_threshold(failure_threshold)
-    if recovery_timeout is not None:
-        recovery_timeout = _check_recovery(recovery_timeout)
-    threshold = 5 if failure_threshold is None else failure_threshold
-    recovery = 60.0 if recovery_timeout is None else recovery_timeout
-    breaker, created = breakers.get_or_create(
-        name,
-        lambda: CircuitBreaker(
-            name,
-            failure_threshold=threshold,
-            recovery_timeout=recovery,
-            clock=time.monotonic if clock is None else clock,
-        ),
-    )
-    if created:
-        return breaker
-    conflicts = []
-    if failure_threshold is not None and breaker.failure_threshold != failure_threshold:
-        conflicts.append(f"failure_threshold {breaker.failure_threshold} (got {failure_threshold})")
-    if recovery_timeout is not None and breaker.recovery_timeout != float(recovery_timeout):
-        conflicts.append(
-            f"recovery_timeout {breaker.recovery_timeout:g} (got {recovery_timeout!r})"
-        )
-    if clock is not None and breaker.clock is not clock:
-        conflicts.append(f"clock {breaker.clock!r} (got {clock!r})")
-    if conflicts:
-        msg = (
-            f"shared_breaker({name!r}) already exists with " + "; ".join(conflicts) + ". "
-            f"Use another name, or change it on purpose with shared_breaker({name!r}).configure()"
-        )
-        raise ValueError(msg)
-    return breaker

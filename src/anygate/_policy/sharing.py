@@ -6,6 +6,10 @@ Building a policy never reconfigures them *silently*: a setting the policy state
 differs from the shared object's raises ConfigError unless ``reconfigure=True``. Otherwise a
 stale config object built late could undo a fresh one (the race that made deer-flow freeze
 its cap at startup). Settings a policy leaves unset inherit what the shared object has.
+
+:func:`anygate.shared_breaker` is the same lookup for code that wants a named breaker
+without a policy; it keeps its own rules (``ValueError`` on a conflicting setting, no
+``reconfigure``), which are public behaviour.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from .._errors import ConfigError
 from .._gate.gate import Gate
-from .._gate.registry import breakers, gates
+from .._gate.registry import Registry, gates
 from .adaptive import AdaptiveLimit, adaptive_limit_for
-from .breaker import CircuitBreaker
+from .breaker import CircuitBreaker, check_recovery, check_threshold
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,14 +31,20 @@ if TYPE_CHECKING:
     from .._config.config import PolicyConfig
 
 __all__ = [
+    "breakers",
     "reconcile_capacity",
     "reconcile_rate",
     "resolve_adaptive",
     "resolve_breaker",
     "resolve_gate",
+    "shared_breaker",
 ]
 
 logger = logging.getLogger("anygate")
+
+# Here rather than next to ``gates`` in the gate room's registry: breakers are the
+# policy's, and the gate room imports nothing of the policy's.
+breakers: Registry[CircuitBreaker] = Registry("breaker")
 
 
 def resolve_gate(cfg: PolicyConfig, gate: Gate | None) -> tuple[Gate, bool]:
@@ -223,3 +233,58 @@ def resolve_adaptive(
         pace_burst_rate=acfg.pace_burst_rate,
     )
     return limit
+
+
+def shared_breaker(
+    name: str,
+    *,
+    failure_threshold: int | None = None,
+    recovery_timeout: float | None = None,
+    clock: Callable[[], float] | None = None,
+) -> CircuitBreaker:
+    """The one process-wide :class:`CircuitBreaker` called ``name``, created on first use.
+
+    Settings given here apply only when this call creates the breaker (unset ones take
+    the defaults: 5 failures, 60 s, :func:`time.monotonic`). Asking again with *different*
+    settings raises ``ValueError`` rather than silently changing a breaker other code
+    relies on; change it on purpose with :meth:`CircuitBreaker.configure`.
+
+    Raises:
+        TypeError, ValueError: bad arguments, or settings that conflict with the existing
+            breaker.
+    """
+    # Validated before any comparison with an existing breaker (10**400 must not reach
+    # float() there).
+    if failure_threshold is not None:
+        failure_threshold = check_threshold(failure_threshold)
+    if recovery_timeout is not None:
+        recovery_timeout = check_recovery(recovery_timeout)
+    threshold = 5 if failure_threshold is None else failure_threshold
+    recovery = 60.0 if recovery_timeout is None else recovery_timeout
+    breaker, created = breakers.get_or_create(
+        name,
+        lambda: CircuitBreaker(
+            name,
+            failure_threshold=threshold,
+            recovery_timeout=recovery,
+            clock=time.monotonic if clock is None else clock,
+        ),
+    )
+    if created:
+        return breaker
+    conflicts = []
+    if failure_threshold is not None and breaker.failure_threshold != failure_threshold:
+        conflicts.append(f"failure_threshold {breaker.failure_threshold} (got {failure_threshold})")
+    if recovery_timeout is not None and breaker.recovery_timeout != float(recovery_timeout):
+        conflicts.append(
+            f"recovery_timeout {breaker.recovery_timeout:g} (got {recovery_timeout!r})"
+        )
+    if clock is not None and breaker.clock is not clock:
+        conflicts.append(f"clock {breaker.clock!r} (got {clock!r})")
+    if conflicts:
+        msg = (
+            f"shared_breaker({name!r}) already exists with " + "; ".join(conflicts) + ". "
+            f"Use another name, or change it on purpose with shared_breaker({name!r}).configure()"
+        )
+        raise ValueError(msg)
+    return breaker
