@@ -1,6 +1,6 @@
 """The policy room: the guarded call, its one attempt loop and what steers it.
 
-:class:`anygate.Policy` (``policy``) and its forms (``decorate``, ``attempt``, ``blocks``),
+:class:`anygate.Policy` (``policy``, its argument checks in ``policy_args``) and its forms (``decorate``, ``attempt``, ``blocks``),
 the attempt loop (``attempts``) with one call's state (``run``) and the decisions after a
 failure (``retrying``, ``backoff``), the circuit breaker (``breaker``), the gate's limits
 following the provider (``adaptive``, ``pacer``, ``learn``), the process-wide gate, breaker

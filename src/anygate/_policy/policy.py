@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, cast, final, overload
+from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 import anyio
 
-from .._classify.classify import Rule, RuleLike
 from .._config.config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
 from .._config.loader import load_config
 from .._events.logging_hook import LoggingHook
-from .._validation import check_int, show
+from .._validation import check_int
 from . import decorate as _decorate
 from .attempt import make_attempt
 from .attempts import Attempts
 from .blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_loop
+from .policy_args import check_flag, check_policy_args, policy_kwargs
 from .retrying import Retrier, Run, check_deadline
 from .sharing import (
     reconcile_capacity,
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import ParamSpec
 
+    from .._classify.classify import RuleLike
     from .._events.events import Hook
     from .._gate.gate import Gate
     from .._gate.rate import Rate
@@ -74,44 +74,6 @@ if TYPE_CHECKING:
     # so a call with deadline= matches a second, unchecked overload (its result type is
     # still checked); @policy.retry is checked always. Runtime is the same either way.
     P = ParamSpec("P")
-
-
-def _breaker_config(value: object) -> BreakerConfig:
-    """``circuit_breaker=``: a BreakerConfig, or True/False/None (like adaptive_concurrency)."""
-    if value is None or value is False:
-        return BreakerConfig(enabled=False)
-    if value is True:
-        return BreakerConfig()
-    if not isinstance(value, BreakerConfig):
-        msg = (
-            "circuit_breaker must be an anygate.BreakerConfig, True, False or None "
-            f"(got {show(value)} of type {type(value).__name__})"
-        )
-        raise TypeError(msg)
-    return value
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        msg = f"{name} must be a bool (got {show(value)} of type {type(value).__name__})"
-        raise TypeError(msg)
-    return value
-
-
-def _sequence(name: str, value: object, items: str) -> tuple[object, ...]:
-    """``value`` as a tuple, refusing a lone string or callable where a list is expected.
-
-    ``hooks=print`` or ``control_flow="KeyError"`` are easy slips: a string iterates as its
-    letters and a function is not iterable, and neither error would name the argument.
-
-    Raises:
-        TypeError: naming ``name`` and what it must hold.
-    """
-    if isinstance(value, (str, bytes)) or callable(value) or not isinstance(value, Iterable):
-        hint = f"; for one item write {name}=[{show(value)}]"
-        msg = f"{name} must be a list (or other sequence) of {items} (got {show(value)}{hint})"
-        raise TypeError(msg)
-    return tuple(value)
 
 
 @final
@@ -216,68 +178,31 @@ class Policy:
         breaker: CircuitBreaker | None = None,
         reconfigure: bool = False,
     ) -> None:
-        control_types: list[type[BaseException]] = []
-        control_names: list[str] = []
-        items = _sequence("control_flow", control_flow, "exception classes or class names")
-        for item in items:
-            if isinstance(item, type) and issubclass(item, BaseException):
-                control_types.append(item)
-            elif isinstance(item, str):
-                control_names.append(item)
-            else:
-                msg = f"control_flow entries must be exception classes or names (got {item!r})"
-                raise TypeError(msg)
-        given = _sequence("rules", rules, "anygate.Rule objects or callables")
-        for rule in given:
-            if not isinstance(rule, Rule) and not callable(rule):
-                msg = f"rules entries must be anygate.Rule objects or callables (got {rule!r})"
-                raise TypeError(msg)
-        all_rules = cast("tuple[RuleLike, ...]", given)
-        declarative = tuple(r for r in all_rules if isinstance(r, Rule))
-        adaptive: object = adaptive_concurrency
-        if adaptive is None or isinstance(adaptive, bool):
-            adaptive = AdaptiveConfig(enabled=adaptive)
-        elif not isinstance(adaptive, AdaptiveConfig):
-            msg = (
-                "adaptive_concurrency must be an anygate.AdaptiveConfig, True, False or None "
-                f"(got {adaptive!r})"
-            )
-            raise TypeError(msg)
-        self._config = PolicyConfig(
+        args = check_policy_args(
             name=name,
-            gate_name=gate_name,
             max_concurrent_calls=max_concurrent_calls,
             busy_wait_s=busy_wait_s,
             attempt_timeout_s=attempt_timeout_s,
+            gate_name=gate_name,
             provider=provider,
-            retry=RetryConfig() if retry is None else retry,
-            circuit_breaker=_breaker_config(circuit_breaker),
-            adaptive_concurrency=adaptive,
-            rules=declarative,
-            control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
+            retry=retry,
+            circuit_breaker=circuit_breaker,
+            adaptive_concurrency=adaptive_concurrency,
+            rules=rules,
+            control_flow=control_flow,
+            hooks=hooks,
+            logging_hook=logging_hook,
             rate=rate,
+            rng=rng,
         )
-        hook_list = _sequence("hooks", hooks, "callables taking one event")
-        for hook in hook_list:
-            if not callable(hook):
-                msg = f"hooks must be callables (got {hook!r})"
-                raise TypeError(msg)
-        self._hooks = cast("tuple[Hook, ...]", hook_list)
-        given_log: object = logging_hook  # checked at runtime: callers may not type-check
-        if given_log is not None and not callable(given_log):
-            msg = (
-                f"logging_hook must be a callable taking one event, or None (got {logging_hook!r})"
-            )
-            raise TypeError(msg)
+        self._config = args.config
+        self._hooks = args.hooks
         self._logging_hook = logging_hook
         # The retrier's events (retries, give-ups, breaker and limit moves: the rare path)
         # go to the logging hook too; the slot events, two per call on the happy path, go
         # only to the user's hooks: the logging hook writes nothing for them, and with no
         # user hooks the loop then skips the clock reads that time the slot wait.
         retrier_hooks = self._hooks if logging_hook is None else (logging_hook, *self._hooks)
-        if rng is not None and not callable(getattr(rng, "uniform", None)):
-            msg = f"rng must have a uniform(a, b) method, like random.Random (got {rng!r})"
-            raise TypeError(msg)
         self._gate, existing = resolve_gate(self._config, gate)
         self._adaptive = resolve_adaptive(self._config, self._gate, clock, reconfigure)
         if existing:
@@ -287,11 +212,11 @@ class Policy:
         self._retrier = Retrier(
             self._config,
             gate=self._gate,
-            rules=all_rules,  # callables included; PolicyConfig keeps only Rule objects
+            rules=args.rules,  # callables included; PolicyConfig keeps only Rule objects
             rng=random.Random() if rng is None else rng,
             hooks=retrier_hooks,
-            control_types=tuple(control_types),
-            control_names=frozenset(control_names),
+            control_types=args.control_types,
+            control_names=args.control_names,
             adaptive=self._adaptive,
         )
         self._loop = Attempts(
@@ -320,20 +245,7 @@ class Policy:
             ConfigError: the configuration is invalid (the message names the key path).
         """
         config = source if isinstance(source, PolicyConfig) else load_config(source)
-        kwargs: dict[str, Any] = {
-            "name": config.name,
-            "gate_name": config.gate_name,
-            "max_concurrent_calls": config.max_concurrent_calls,
-            "busy_wait_s": config.busy_wait_s,
-            "attempt_timeout_s": config.attempt_timeout_s,
-            "provider": config.provider,
-            "retry": config.retry,
-            "circuit_breaker": config.circuit_breaker if config.circuit_breaker.enabled else None,
-            "adaptive_concurrency": config.adaptive_concurrency,
-            "rules": config.rules,
-            "rate": config.rate,
-            "control_flow": config.control_flow,
-        }
+        kwargs = policy_kwargs(config)
         kwargs.update(overrides)
         return cls(**kwargs)
 
@@ -575,7 +487,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = _flag("reraise", reraise)
+        run.reraise = check_flag("reraise", reraise)
         try:
             if seconds is None:
                 return await self._loop.run(run, testing, step, timed=False)
@@ -611,7 +523,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = _flag("reraise", reraise)
+        run.reraise = check_flag("reraise", reraise)
         try:
             return self._loop.run_sync(run, testing, monotonic_deadline(seconds), step)
         finally:
@@ -646,7 +558,7 @@ class Policy:
         Raises:
             CallFailed, CircuitOpen, Busy: as for :meth:`call`, from ``async with``.
         """
-        return AsyncBlocks(self._loop, check_deadline(deadline), _flag("reraise", reraise))
+        return AsyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
 
     def attempts_sync(
         self, *, deadline: float | None = None, reraise: bool = False
@@ -660,7 +572,7 @@ class Policy:
             CallFailed, CircuitOpen, Busy: as for :meth:`call_sync`, from ``with``.
             RuntimeError: entered on a thread running an event loop.
         """
-        return SyncBlocks(self._loop, check_deadline(deadline), _flag("reraise", reraise))
+        return SyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
 
     async def acquire(
         self,
