@@ -4,7 +4,7 @@ The machine drives the same internal steps the public methods use (``_admit``,
 ``_enqueue``, ``_withdraw``, ``_abandon``, token release, the capacity setter) with waiters
 whose wake-up is recorded instead of resuming a task, so every interleaving of grants,
 cancellations, dead loops, leaks and resizes can be explored deterministically. The
-invariants are the ones in ``anygate._gate``'s module docstring.
+invariants are the ones in ``anygate._gate.ledger``'s module docstring.
 """
 
 from __future__ import annotations

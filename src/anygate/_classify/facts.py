@@ -1,6 +1,6 @@
 """Reading a provider's exception by duck typing: status, codes, text, headers, host.
 
-Classification (``_classify``) decides; this module only *looks*. It reads
+Classification (``classify``) decides; this module only *looks*. It reads
 ``status_code``, ``code``, ``type``, ``body`` (JSON or text, ``body["error"]`` included),
 ``response.headers`` and the message from the exceptions of ``openai``, ``anthropic``,
 ``httpx``/``httpx2`` and friends without importing any of them, and survives attributes

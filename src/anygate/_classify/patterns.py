@@ -1,6 +1,6 @@
 """The words, codes, statuses and class names classification looks for.
 
-Kept apart from the logic in ``_classify`` so the tables read as one list per reason and
+Kept apart from the logic in ``classify`` so the tables read as one list per reason and
 can grow (a new provider's phrasing) without touching the decision order.
 """
 

@@ -2,7 +2,7 @@
 
 The same objects (:class:`RetryConfig`, :class:`BreakerConfig`, :class:`AdaptiveConfig`,
 :class:`PolicyConfig`) come out of :func:`anygate.load_config` (YAML or a mapping, see
-``_loader``) and are what the Python API takes. Each validates itself on construction: a
+``loader``) and are what the Python API takes. Each validates itself on construction: a
 value of the wrong *type* raises ``TypeError`` (house rule for Python arguments) and a bad
 value :class:`anygate.ConfigError`, each naming the setting, the value and what is allowed.
 """

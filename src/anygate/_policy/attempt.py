@@ -1,5 +1,5 @@
 """The step's handle on its attempt (:meth:`anygate.Policy.run`): take the slot, read the
-number and the previous verdict. The loop it belongs to is :mod:`anygate._attempts`."""
+number and the previous verdict. The loop it belongs to is :mod:`anygate._policy.attempts`."""
 
 from __future__ import annotations
 

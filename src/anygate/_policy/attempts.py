@@ -11,7 +11,7 @@ over the same steps:
   written out (take the slot, call ``fn``, release), so ``Policy.call`` allocates no step
   per attempt.
 
-The block form (:mod:`anygate._blocks`) drives the same steps from an iterator. Each
+The block form (:mod:`anygate._policy.blocks`) drives the same steps from an iterator. Each
 attempt's slot is released before its failure is classified or the backoff sleep starts,
 so other callers use the slot meanwhile. What is shared by all of them is written once
 here (:meth:`Attempts.failed`, :meth:`~Attempts.admit`, :meth:`~Attempts.pass_breaker`),

@@ -3,7 +3,7 @@
 For code that must be retried as a whole and is not one function call (consuming a
 streamed answer, a few calls that belong together). stamina's ``retry_context`` is the
 model of the shape; the behaviour is :meth:`anygate.Policy.call`'s, from the same steps
-of :class:`~anygate._attempts.Attempts` (breaker permit, slot admission, classification
+of :class:`~anygate._policy.attempts.Attempts` (breaker permit, slot admission, classification
 and budgets, events), spread over the iterator protocol:
 
 * ``__anext__`` sleeps the backoff of the previous failure (holding no slot) and hands out

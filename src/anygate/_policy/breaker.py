@@ -33,9 +33,9 @@ drive recovery with virtual time.
 This is not a retry mechanism and not a rate limiter: it only decides whether a call may
 start.
 
-One concern (the breaker and the permit that is its only interface), a little over ~500
-lines with the statistics record and :func:`shared_breaker`; waiting for it to close uses
-:class:`anygate._latch.Latch`.
+One concern: the breaker and the permit that is its only interface, with the statistics
+record (:func:`anygate.shared_breaker` lives in ``sharing``, with the other lookups).
+Waiting for it to close uses :class:`anygate._gate.latch.Latch`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One call's state across its attempts, and the breaker outcomes it reports.
 
-The attempt loop (:mod:`anygate._attempts`, :mod:`anygate._blocks`) owns a :class:`Run` per call and
-the :class:`~anygate._retrying.Retrier` writes its decisions into it; :class:`Stop` is the
+The attempt loop (:mod:`anygate._policy.attempts`, :mod:`anygate._policy.blocks`) owns a :class:`Run` per call and
+the :class:`~anygate._policy.retrying.Retrier` writes its decisions into it; :class:`Stop` is the
 decision to give up. Kept apart from the decisions themselves so that the state a call
 carries is readable in one place.
 """
