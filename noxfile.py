@@ -63,7 +63,7 @@ def oldest(session: nox.Session) -> None:
     """The gate's tests on the oldest anyio and trio that pyproject.toml allows.
 
     The uncontended acquire reads anyio's and trio's private cancellation state behind a
-    guard (``anygate._cancel_state``, ``docs/performance.md``); ``tests`` runs both the
+    guard (``anygate._gate.cancel_state``, ``docs/performance.md``); ``tests`` runs both the
     private path and its public fallback on the newest versions, this session on the
     floors. The versions come from the declared minimums, so raising one moves this too.
     """

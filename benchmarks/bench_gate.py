@@ -46,7 +46,9 @@ import anyio
 import trio
 import trio.lowlevel
 
-from anygate import Gate, Rate, _cancel_state, _waiters
+from anygate import Gate, Rate
+from anygate._gate import cancel_state as _cancel_state
+from anygate._gate import waiters as _waiters
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 import anygate
-from anygate._usage import StreamUsage
+from anygate._classify.usage import StreamUsage
 
 if TYPE_CHECKING:
     from collections.abc import Callable

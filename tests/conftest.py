@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from anygate import _registry
+from anygate._gate import registry as _registry
+from anygate._policy import sharing as _sharing
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -46,5 +47,5 @@ def mock_clock() -> Any:
 @pytest.fixture(autouse=True)
 def _isolated_registries() -> Iterator[None]:
     """Each test sees fresh process-wide registries; the real ones are restored afterwards."""
-    with _registry.gates.isolated(), _registry.breakers.isolated():
+    with _registry.gates.isolated(), _sharing.breakers.isolated():
         yield

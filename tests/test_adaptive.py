@@ -15,8 +15,8 @@ import weakref
 import pytest
 
 from anygate import AdaptiveLimit, Gate
-from anygate._adaptive import adaptive_limit_for
-from anygate._limit_values import capacity_for, lowered_limit, raised_limit
+from anygate._config.limit_values import capacity_for, lowered_limit, raised_limit
+from anygate._policy.adaptive import adaptive_limit_for
 from tests.policy_helpers import FakeClock
 
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from anygate._backoff import decorrelated_jitter, jitter_window, parse_retry_after
+from anygate._classify.retry_after import parse_retry_after
+from anygate._policy.backoff import decorrelated_jitter, jitter_window
 
 NOW = 1_900_000_000.0  # a fixed "wall clock" for HTTP-date tests
 

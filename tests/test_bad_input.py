@@ -53,7 +53,7 @@ def _acquire_sync_timeout(value: Any) -> None:
 
 
 def _check_deadline(value: Any) -> None:
-    from anygate._retrying import check_deadline
+    from anygate._policy.retrying import check_deadline
 
     check_deadline(value)
 

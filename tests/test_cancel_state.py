@@ -18,7 +18,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from anygate import Gate, _cancel_state, _waiters
+from anygate import Gate
+from anygate._gate import cancel_state as _cancel_state
+from anygate._gate import waiters as _waiters
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -10,7 +10,10 @@ import anyio
 import pytest
 
 import anygate
-from anygate import Gate, QueuedCaller, SlotHolder, _inspect, _token, _waiters
+from anygate import Gate, QueuedCaller, SlotHolder
+from anygate._gate import inspect as _inspect
+from anygate._gate import token as _token
+from anygate._gate import waiters as _waiters
 
 pytestmark = pytest.mark.anyio
 

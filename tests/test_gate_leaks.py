@@ -11,7 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from anygate import Busy, Gate, Token, _waiters
+from anygate import Busy, Gate, Token
+from anygate._gate import waiters as _waiters
 
 pytestmark = pytest.mark.anyio
 

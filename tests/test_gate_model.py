@@ -4,7 +4,7 @@ The machine drives the same internal steps the public methods use (``_admit``,
 ``_enqueue``, ``_withdraw``, ``_abandon``, token release, the capacity setter) with waiters
 whose wake-up is recorded instead of resuming a task, so every interleaving of grants,
 cancellations, dead loops, leaks and resizes can be explored deterministically. The
-invariants are the ones in ``anygate._gate``'s module docstring.
+invariants are the ones in ``anygate._gate.ledger``'s module docstring.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from anygate import Gate, Rate, Token, _waiters
-from anygate._token import make_token
+from anygate import Gate, Rate, Token
+from anygate._gate import waiters as _waiters
+from anygate._gate.token import make_token
 
 
 class RecordingWaiter(_waiters.Waiter):

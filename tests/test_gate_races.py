@@ -27,7 +27,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from anygate import Busy, Gate, Token, _ledger, _token, _waiters
+from anygate import Busy, Gate, Token
+from anygate._gate import ledger as _ledger
+from anygate._gate import token as _token
+from anygate._gate import waiters as _waiters
 
 from .conftest import mock_clock
 

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from anygate import Busy, Gate, Rate, RateStatistics, Token
-from anygate._ledger import OVERTAKES
+from anygate._gate.ledger import OVERTAKES
 
 from .conftest import mock_clock
 

@@ -19,7 +19,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from anygate import Busy, Gate, Token, _gate, _token, _waiters
+from anygate import Busy, Gate, Token
+from anygate._gate import gate as _gate
+from anygate._gate import token as _token
+from anygate._gate import waiters as _waiters
 
 from .conftest import mock_clock
 from .test_gate_races import CheckedLock, _Recorder, in_thread

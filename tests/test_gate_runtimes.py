@@ -15,7 +15,8 @@ import anyio.from_thread
 import anyio.to_thread
 import pytest
 
-from anygate import Busy, Gate, Token, _waiters
+from anygate import Busy, Gate, Token
+from anygate._gate import waiters as _waiters
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

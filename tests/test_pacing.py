@@ -16,7 +16,7 @@ import pytest
 
 import anygate
 from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy, Rate, RetryConfig
-from anygate._limit_values import grown_rate, paced_rate, probe_grace
+from anygate._config.limit_values import grown_rate, paced_rate, probe_grace
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst
 

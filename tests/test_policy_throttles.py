@@ -24,10 +24,10 @@ from anygate import (
     ResponseError,
     RetryConfig,
 )
-from anygate._adaptive import AdaptiveLimit
-from anygate._classify import classify
-from anygate._limit_values import DEFAULT_HOLD_S
-from anygate._throttle import throttle_kind
+from anygate._classify.classify import classify
+from anygate._classify.throttle import throttle_kind
+from anygate._config.limit_values import DEFAULT_HOLD_S
+from anygate._policy.adaptive import AdaptiveLimit
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst, transient
 

@@ -266,8 +266,8 @@ def _run_with_progress(
 def _check_config(args: argparse.Namespace) -> int:
     import inspect
 
-    from ._breaker import CircuitBreaker
-    from ._checkconfig import check_file
+    from ._config.checkconfig import check_file
+    from ._policy.breaker import CircuitBreaker
 
     checked, errors = check_file(args.file)
     if errors:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ._registry import breakers, gates
-from ._testing import is_testing, set_testing
+from ._gate.registry import gates
+from ._policy.sharing import breakers
+from ._policy.testing_switch import is_testing, set_testing
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import anygate
-from anygate._usage import estimate_tokens
+from anygate._classify.usage import estimate_tokens
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -8,8 +8,8 @@ if TYPE_CHECKING:
     from collections.abc import Generator
     from types import TracebackType
 
-    from .._acquisition import Acquisition
-    from .._token import Token
+    from .._gate.acquisition import Acquisition
+    from .._gate.token import Token
     from ._fleet import FleetGate
 
 __all__ = ["_FleetAcquire"]

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._rate import Budgets
+from .._gate.rate import Budgets
 from ._redis import RATELESS, Link, LinkDown
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Future
 
-    from .._rate import Rate
+    from .._gate.rate import Rate
     from ._local import FleetLocalGate
     from ._permits import FleetBudgets
     from ._redis import Session, SyncReply

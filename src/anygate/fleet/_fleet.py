@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 
-from .._gate_args import check_rate
+from .._gate.gate_args import check_rate
 from .._validation import check_number, show
 from ._acquire import _FleetAcquire
 from ._agent import Agent, Settings
@@ -35,10 +35,10 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from .._acquisition import Acquisition
-    from .._gate import Gate
-    from .._rate import Rate
-    from .._token import Token
+    from .._gate.acquisition import Acquisition
+    from .._gate.gate import Gate
+    from .._gate.rate import Rate
+    from .._gate.token import Token
 
 __all__ = ["FleetGate", "FleetStatistics"]
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from .._gate import Gate
-from .._waiters import GONE, WAITING
+from .._gate.gate import Gate
+from .._gate.waiters import GONE, WAITING
 
 if TYPE_CHECKING:
     from .._errors import Busy
-    from .._rate import Rate
-    from .._waiters import Waiter
+    from .._gate.rate import Rate
+    from .._gate.waiters import Waiter
     from ._permits import FleetBudgets
 
 __all__ = ["FleetLocalGate", "Owner"]

@@ -4,7 +4,7 @@ With a fleet :class:`anygate.Rate`, the budget that decides whether the local ga
 admit is not a local GCRA but a pool of *permits* the agent obtained from Redis: each
 permit is one admission the fleet's GCRA (in the Lua script, on Redis ``TIME``) already
 charged, with the tokens it covers. The local gate's ledger calls this object exactly as it
-calls :class:`anygate._rate.Budgets` (``try_take``, ``when``, ``take``, ``refund``,
+calls :class:`anygate._gate.rate.Budgets` (``try_take``, ``when``, ``take``, ``refund``,
 ``statistics``), under the gate's lock; the agent refills it under the same lock.
 
 Why a pool and not a share of the rate per process: a per-process share must be re-divided
@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .._rate import RateStatistics
+from .._gate.rate import RateStatistics
 
 if TYPE_CHECKING:
-    from .._rate import Budgets, Rate
+    from .._gate.rate import Budgets, Rate
 
 __all__ = ["FleetBudgets"]
 

@@ -7,7 +7,7 @@ acquire gets its lease and its permit in the same call). It sees the lease part'
 State, beside the leases (times in ms of Redis ``TIME``):
 
 ``meta``  fields ``rtat`` / ``ttat``: the theoretical arrival times of the fleet's request
-          and token budgets (GCRA, virtual scheduling, as ``anygate._rate``: allow a cost
+          and token budgets (GCRA, virtual scheduling, as ``anygate._gate.rate``: allow a cost
           ``c`` at ``now >= tat - tau + min(c * T, tau)``, then ``tat = max(tat, now) +
           c * T``). Missing (first use, or Redis lost its data): the budget starts empty,
           ``tat = now + tau``, as the local gate's does, so a restart never grants a burst.

@@ -1,0 +1,429 @@
+"""Frozen configuration objects: what a policy is built from.
+
+The same objects (:class:`RetryConfig`, :class:`BreakerConfig`, :class:`AdaptiveConfig`,
+:class:`PolicyConfig`) come out of :func:`anygate.load_config` (YAML or a mapping, see
+``loader``) and are what the Python API takes. Each validates itself on construction: a
+value of the wrong *type* raises ``TypeError`` (house rule for Python arguments) and a bad
+value :class:`anygate.ConfigError`, each naming the setting, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._classify.classify import Rule
+from .._errors import ConfigError
+from .._gate.rate import Rate
+from .._validation import PY as _PY
+from .._validation import show
+from .limit_values import (
+    DEFAULT_DECREASE_FACTOR,
+    DEFAULT_ENABLED,
+    DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PACE_BURST_RATE,
+    DEFAULT_PAUSE_MS,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "AdaptiveConfig",
+    "BreakerConfig",
+    "PolicyConfig",
+    "RetryConfig",
+    "default_recovery_s",
+]
+
+#: The recovery interval a policy's breaker gets when none is stated, by ``when_open``.
+#: Failing fast, a probe a minute is the classic choice (pybreaker's default); waiting
+#: callers pay every second the breaker stays open after the provider is back, and a probe
+#: is one request, so it asks every few seconds.
+_DEFAULT_RECOVERY_S = {"fail": 60.0, "wait": 5.0}
+
+
+def default_recovery_s(when_open: str) -> float:
+    """The breaker's recovery interval when the config states none."""
+    return _DEFAULT_RECOVERY_S[when_open]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryConfig:
+    """How failed attempts are retried. Immutable; compare and hash by value.
+
+    Args:
+        max_attempts: attempts in total, the first included (``1`` = never retry). YAML
+            ``llm_call.retry_max_attempts``. Default 3.
+        base_delay_ms: the smallest jittered delay. YAML ``retry_base_delay_ms``. 1000.
+        cap_delay_ms: the largest jittered delay; a base above it counts as the cap. YAML
+            ``retry_cap_delay_ms``. 8000.
+        burst_base_delay_ms: the base for ``burst_rate`` failures (a slope throttle needs
+            a longer pause). YAML ``burst_retry_base_delay_ms``. 5000.
+        retry_after_max_s: the longest ``Retry-After`` obeyed; a longer one gives up at
+            once instead of retrying early or oversleeping. YAML ``retry_after_max_s``. 120.
+        reason_budgets: per-reason attempt budgets; they only tighten ``max_attempts``.
+            YAML ``reason_budgets``. Empty: throttles, burst-rate ones included, use
+            ``throttle_attempts``.
+        exception_budgets: per-exception-class-name budgets, matched anywhere in the MRO;
+            they only tighten. YAML ``exception_budgets``. ``{"StreamChunkTimeoutError": 2}``.
+        throttle_attempts: the budget for attempts answered with a *throttle* (a 429, an
+            overload answer: the provider is up and asks for less), counted apart from
+            ``max_attempts``, which bounds the other failures. A throttled call is not
+            failing, it is early; it waits its turn (the gate learns the provider's
+            limits from the throttles meanwhile). YAML ``retry_throttle_attempts``. 12.
+
+    Raises:
+        TypeError: a value of the wrong type.
+        ConfigError: a value out of range.
+    """
+
+    max_attempts: int = 3
+    base_delay_ms: float = 1000.0
+    cap_delay_ms: float = 8000.0
+    burst_base_delay_ms: float = 5000.0
+    retry_after_max_s: float = 120.0
+    reason_budgets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    exception_budgets: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({"StreamChunkTimeoutError": 2})
+    )
+    throttle_attempts: int = 12
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "max_attempts", _PY.integer("max_attempts", self.max_attempts, minimum=1))
+        set_(
+            self,
+            "throttle_attempts",
+            _PY.integer("throttle_attempts", self.throttle_attempts, minimum=1),
+        )
+        for name in ("base_delay_ms", "cap_delay_ms", "burst_base_delay_ms", "retry_after_max_s"):
+            set_(self, name, _PY.number(name, getattr(self, name)))
+        set_(
+            self,
+            "reason_budgets",
+            _PY.budgets("reason_budgets", self.reason_budgets, key_check=_PY.reason_key),
+        )
+        set_(
+            self,
+            "exception_budgets",
+            _PY.budgets("exception_budgets", self.exception_budgets, key_check=_PY.class_name),
+        )
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.max_attempts,
+                self.base_delay_ms,
+                self.cap_delay_ms,
+                self.burst_base_delay_ms,
+                self.retry_after_max_s,
+                tuple(sorted(self.reason_budgets.items())),
+                tuple(sorted(self.exception_budgets.items())),
+                self.throttle_attempts,
+            )
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RetryConfig):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def _key(self) -> tuple[object, ...]:
+        return (
+            self.max_attempts,
+            self.base_delay_ms,
+            self.cap_delay_ms,
+            self.burst_base_delay_ms,
+            self.retry_after_max_s,
+            dict(self.reason_budgets),
+            dict(self.exception_budgets),
+            self.throttle_attempts,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryConfig(max_attempts={self.max_attempts}, base_delay_ms={self.base_delay_ms:g}, "
+            f"cap_delay_ms={self.cap_delay_ms:g}, burst_base_delay_ms={self.burst_base_delay_ms:g}, "
+            f"retry_after_max_s={self.retry_after_max_s:g}, "
+            f"reason_budgets={dict(self.reason_budgets)!r}, "
+            f"exception_budgets={dict(self.exception_budgets)!r}, "
+            f"throttle_attempts={self.throttle_attempts})"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakerConfig:
+    """Circuit breaker settings. Immutable; compare and hash by value.
+
+    Args:
+        failure_threshold: consecutive counted failures that open the breaker (>= 1).
+            YAML ``circuit_breaker.failure_threshold``. ``None`` (the default, or the key
+            absent): keep the shared breaker's value, 5 when this policy creates it.
+        recovery_timeout_sec: seconds it stays open before one probe (>= 0). YAML
+            ``circuit_breaker.recovery_timeout_sec``. ``None``: keep the shared breaker's
+            value; when this policy creates it, 5 with ``when_open: wait`` and 60 with
+            ``when_open: fail``.
+        enabled: ``False`` turns the breaker off. YAML ``circuit_breaker.enabled``.
+        name: the process-wide breaker's name; ``None`` uses the policy's name. YAML
+            ``circuit_breaker.name``.
+        when_open: what a call does while the breaker is open. ``"wait"`` (the default):
+            it waits, within its deadline, for the single probe's outcome and goes on when
+            the breaker closes, so an overload or a short outage delays work instead of
+            failing it; ``"fail"``: it fails fast with :class:`anygate.CircuitOpen` (or
+            :class:`anygate.CallFailed` after a first attempt). YAML
+            ``circuit_breaker.when_open``.
+
+    Raises:
+        TypeError: a value of the wrong type.
+        ConfigError: a value out of range.
+    """
+
+    failure_threshold: int | None = None
+    recovery_timeout_sec: float | None = None
+    enabled: bool = True
+    name: str | None = None
+    when_open: Literal["wait", "fail"] = "wait"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(
+            self,
+            "failure_threshold",
+            _PY.integer("failure_threshold", self.failure_threshold, minimum=1, none=True),
+        )
+        set_(
+            self,
+            "recovery_timeout_sec",
+            _PY.number("recovery_timeout_sec", self.recovery_timeout_sec, none=True),
+        )
+        _PY.boolean("enabled", self.enabled)
+        _PY.name("name", self.name, none=True)
+        if self.when_open not in ("wait", "fail"):
+            msg = f"when_open must be 'wait' or 'fail' (got {show(self.when_open)})"
+            raise ConfigError(msg, path="when_open", value=self.when_open)
+
+    @property
+    def effective_recovery_timeout_sec(self) -> float:
+        """The recovery interval a breaker created from this config gets, in seconds:
+        ``recovery_timeout_sec``, else 5 with ``when_open: wait`` and 60 with ``fail``."""
+        if self.recovery_timeout_sec is not None:
+            return self.recovery_timeout_sec
+        return default_recovery_s(self.when_open)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptiveConfig:
+    """Adaptive concurrency for burst-rate throttling. Immutable; compare and hash by value.
+
+    After a provider answers ``limit_burst_rate``, the gate pauses new provider calls for
+    ``pause_ms`` (or the provider's ``Retry-After``), lowers its capacity to
+    ``decrease_factor`` times the current limit (never below ``min_concurrent_calls``), and
+    grows it back by about one slot per limit's worth of successful calls, up to
+    ``max_concurrent_calls`` (see :class:`anygate.AdaptiveLimit`). Inactive without a cap.
+
+    The limit belongs to the *gate*: every policy on one gate follows it. ``None`` (the
+    default for each field) keeps the value of the gate's existing adaptive limit, or the
+    default shown when this policy creates it.
+
+    Args:
+        enabled: ``False`` turns it off. YAML ``llm_call.adaptive_concurrency.enabled``
+            (or ``adaptive_concurrency: false``). Default on.
+        min_concurrent_calls: the floor, >= 1. YAML ``...min_concurrent_calls``. Default 1.
+        decrease_factor: the multiplier on a throttle, > 0 and < 1. YAML
+            ``...decrease_factor``. Default 0.8.
+        pause_ms: how long admitted attempts wait after a throttle without
+            ``Retry-After``, >= 0. YAML ``...pause_ms``. Default 5000.
+        pace_burst_rate: answer a burst-rate throttle by pacing the gate's request
+            *rate* (down to 0.7x the measured admission rate, then growing back at most
+            2x per 10 s window) instead of cutting the concurrency limit; a pause's probe
+            not turned away within a second lets the others go. Never raises a rate the
+            gate had; an RPM/TPM 429 is paced the same way (no pause, no cut). YAML
+            ``...pace_burst_rate``. Default off (see ``docs/policy.md``: the paced rate
+            grows back only on successes, which a run of failures can stall).
+
+    Raises:
+        TypeError: a value of the wrong type.
+        ConfigError: a value out of range.
+    """
+
+    enabled: bool | None = None
+    min_concurrent_calls: int | None = None
+    decrease_factor: float | None = None
+    pause_ms: float | None = None
+    pace_burst_rate: bool | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.enabled is not None:
+            _PY.boolean("enabled", self.enabled)
+        if self.pace_burst_rate is not None:
+            _PY.boolean("pace_burst_rate", self.pace_burst_rate)
+        set_(
+            self,
+            "min_concurrent_calls",
+            _PY.integer("min_concurrent_calls", self.min_concurrent_calls, minimum=1, none=True),
+        )
+        set_(
+            self,
+            "decrease_factor",
+            _PY.fraction("decrease_factor", self.decrease_factor, none=True),
+        )
+        set_(self, "pause_ms", _PY.number("pause_ms", self.pause_ms, none=True))
+
+    def effective(self) -> dict[str, Any]:
+        """Every setting, with the defaults filled in where this config leaves one unset."""
+        return {
+            "enabled": DEFAULT_ENABLED if self.enabled is None else self.enabled,
+            "min_concurrent_calls": (
+                DEFAULT_MIN_CONCURRENT_CALLS
+                if self.min_concurrent_calls is None
+                else self.min_concurrent_calls
+            ),
+            "decrease_factor": (
+                DEFAULT_DECREASE_FACTOR if self.decrease_factor is None else self.decrease_factor
+            ),
+            "pause_ms": DEFAULT_PAUSE_MS if self.pause_ms is None else self.pause_ms,
+            "pace_burst_rate": (
+                DEFAULT_PACE_BURST_RATE if self.pace_burst_rate is None else self.pace_burst_rate
+            ),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """A whole policy's settings, as loaded from YAML or a mapping by :func:`load_config`.
+
+    Use :meth:`anygate.Policy.from_config` to build a policy from it, and
+    :meth:`to_mapping` to print the effective values (every default filled in).
+
+    Attributes:
+        name: the policy's name (events, logs; the default gate and breaker name).
+        gate_name: the process-wide gate's name; ``None`` uses ``name``.
+        max_concurrent_calls: the gate's capacity; ``0`` = no cap; ``None`` (key absent)
+            = use the shared gate as it is.
+        busy_wait_s: how long one attempt may wait for a slot before ``Busy``; ``None`` (the
+            default) = as long as the call's deadline and enclosing cancel scopes allow.
+        attempt_timeout_s: per-attempt timeout (async calls only); ``None`` = none.
+        provider: provider hint for classification (``"dashscope"``...), or ``None``.
+        retry: the :class:`RetryConfig`.
+        circuit_breaker: the :class:`BreakerConfig`.
+        adaptive_concurrency: the :class:`AdaptiveConfig`.
+        rules: classification rules tried before the built-in ones.
+        control_flow: exception class names that are control flow, not failures: they
+            propagate unchanged and leave the breaker alone.
+        rate: the gate's :class:`anygate.Rate` (YAML ``requests_per_minute``,
+            ``tokens_per_minute``, ``ramp``, ``ramp_window_s``); ``None`` = no rate limit
+            (a shared gate keeps whatever rate it has).
+    """
+
+    name: str = "llm"
+    gate_name: str | None = None
+    max_concurrent_calls: int | None = None
+    busy_wait_s: float | None = None
+    attempt_timeout_s: float | None = None
+    provider: str | None = None
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    adaptive_concurrency: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    rules: tuple[Rule, ...] = ()
+    control_flow: tuple[str, ...] = ()
+    rate: Rate | None = None
+
+    def __post_init__(self) -> None:
+        _PY.name("name", self.name)
+        if self.rate is not None and not isinstance(self.rate, Rate):
+            raise _PY.bad_type("rate", self.rate, "an anygate.Rate or None")
+        _PY.name("gate_name", self.gate_name, none=True)
+        _PY.name("provider", self.provider, none=True)
+        _PY.integer("max_concurrent_calls", self.max_concurrent_calls, minimum=0, none=True)
+        _PY.number("busy_wait_s", self.busy_wait_s, none=True)
+        _PY.number("attempt_timeout_s", self.attempt_timeout_s, strict=True, none=True)
+        if not isinstance(self.retry, RetryConfig):
+            raise _PY.bad_type("retry", self.retry, "a RetryConfig")
+        if not isinstance(self.circuit_breaker, BreakerConfig):
+            raise _PY.bad_type("circuit_breaker", self.circuit_breaker, "a BreakerConfig")
+        adaptive = self.adaptive_concurrency
+        if not isinstance(adaptive, AdaptiveConfig):
+            raise _PY.bad_type("adaptive_concurrency", adaptive, "an AdaptiveConfig")
+        check_floor(
+            "adaptive_concurrency.min_concurrent_calls",
+            adaptive.min_concurrent_calls,
+            "max_concurrent_calls",
+            self.max_concurrent_calls,
+        )
+        object.__setattr__(self, "rules", tuple(self.rules))
+        for i, rule in enumerate(self.rules):
+            if not isinstance(rule, Rule):
+                raise _PY.bad_type(f"rules[{i}]", rule, "an anygate.Rule")
+        object.__setattr__(self, "control_flow", _PY.names("control_flow", self.control_flow))
+
+    def to_mapping(self) -> dict[str, dict[str, Any]]:
+        """The effective settings in the YAML shape, every default filled in."""
+        r, b, a = self.retry, self.circuit_breaker, self.adaptive_concurrency
+        return {
+            "llm_call": {
+                "name": self.name,
+                "gate_name": self.gate_name or self.name,
+                "provider": self.provider,
+                "max_concurrent_calls": self.max_concurrent_calls,
+                "busy_wait_s": self.busy_wait_s,
+                "attempt_timeout_s": self.attempt_timeout_s,
+                "retry_max_attempts": r.max_attempts,
+                "retry_base_delay_ms": r.base_delay_ms,
+                "retry_cap_delay_ms": r.cap_delay_ms,
+                "burst_retry_base_delay_ms": r.burst_base_delay_ms,
+                "retry_after_max_s": r.retry_after_max_s,
+                "reason_budgets": dict(r.reason_budgets),
+                "exception_budgets": dict(r.exception_budgets),
+                "retry_throttle_attempts": r.throttle_attempts,
+                "control_flow_exceptions": list(self.control_flow),
+                "rules": [_rule_to_mapping(rule) for rule in self.rules],
+                "requests_per_minute": None if self.rate is None else self.rate.requests_per_minute,
+                "tokens_per_minute": None if self.rate is None else self.rate.tokens_per_minute,
+                "ramp": None if self.rate is None else self.rate.ramp,
+                "ramp_window_s": None if self.rate is None else self.rate.window_s,
+                # None below means "the gate's existing adaptive limit's value" (defaults
+                # when this policy creates it).
+                "adaptive_concurrency": {
+                    "enabled": a.enabled,
+                    "min_concurrent_calls": a.min_concurrent_calls,
+                    "decrease_factor": a.decrease_factor,
+                    "pause_ms": a.pause_ms,
+                    "pace_burst_rate": a.pace_burst_rate,
+                },
+            },
+            "circuit_breaker": {
+                "enabled": b.enabled,
+                "name": b.name or self.name,
+                "failure_threshold": b.failure_threshold,
+                "recovery_timeout_sec": b.recovery_timeout_sec,
+                "when_open": b.when_open,
+                # None above means "the shared breaker's value" (5 and 60 when created).
+            },
+        }
+
+
+def _rule_to_mapping(rule: Rule) -> dict[str, Any]:
+    out: dict[str, Any] = {"reason": rule.reason.value}
+    if rule.retriable is not None:
+        out["retriable"] = rule.retriable
+    for key in ("contains", "status", "code"):
+        value = getattr(rule, key)
+        if value:
+            out[key] = list(value)
+    if rule.exception:
+        out["exception"] = [e if isinstance(e, str) else e.__name__ for e in rule.exception]
+    return out
+
+
+def check_floor(path: str, floor: int | None, cap_path: str, cap: int | None) -> None:
+    """The adaptive floor may not exceed a stated cap (``0``, no cap, has no ceiling).
+
+    Raises:
+        ConfigError: naming ``path``, the floor and the cap.
+    """
+    if floor is not None and cap and floor > cap:
+        msg = f"{path} must be <= {cap_path} ({cap}) (got {floor})"
+        raise ConfigError(msg, path=path, value=floor)

@@ -1,0 +1,13 @@
+"""The gate room: admission of one call at a time, and nothing about why a call is made.
+
+The :class:`anygate.Gate` and what it is built from: argument checks (``gate_args``), the
+slot ledger under one lock (``ledger``), the rate budgets it charges (``rate``), how a parked
+caller is woken on asyncio, trio or a thread (``waiters``, the only module that knows which
+runtime runs, with ``cancel_state`` for the uncontended cancel point), the token a slot is
+proved by (``token``, ``acquisition``), the debugging view (``inspect``), the latch built on
+a gate (``latch``) and the process-wide registry of named gates (``registry``).
+
+May import: the foundations (``anygate._errors``, ``anygate._validation``). Nothing from
+the classification, events, config or policy rooms: the gate knows nothing of retries
+(import-linter checks it). Importing this package runs nothing; import its modules.
+"""

@@ -1,0 +1,711 @@
+"""The slot ledger: capacity, in-flight count, the queues, the rate budgets and the handoff.
+
+Every state change of a gate happens here, under one ``threading.Lock``, in a short
+synchronous step that returns the waiters to wake; waking happens after the lock is released
+(a wake may call into another event loop, and nothing foreign runs under our lock). Nothing
+here knows which runtime is running (``_waiters`` does) or what the public API looks like
+(``_gate`` does); the rate arithmetic lives in ``_rate``.
+
+One concern, over the usual ~500 lines on purpose: these steps share the queue, the
+counters and the budgets under one lock, and the hot ones (``_admit``, ``_release``) spell
+their bookkeeping out inline rather than calling helpers (benchmarks a and b). Splitting
+the queue into its own object would put a call on those paths.
+
+The invariants, each kept by the step named:
+
+I1  ``in_flight`` counts tokens that exist and are unreleased, including slots reserved for a
+    woken waiter that has not resumed yet; it never goes below 0.  (``_advance_locked``)
+I2  Admission only when the caller would be *next* (nobody queued ahead of it), a slot is
+    free and every rate budget allows it now. Whenever a slot frees up, capacity rises, the
+    budget refills (a waiter's timer), a settle refunds or the rate changes, the next
+    waiters are admitted in the same locked step while all three hold. (``_admit``,
+    ``_enqueue``, ``_advance_locked``)
+I3  Lowering capacity revokes nothing; nobody is admitted until ``in_flight`` drops below
+    the new capacity; lower-then-raise never admits more than the final capacity.
+    (``_advance_locked`` admits only while ``in_flight < capacity``)
+I4  A waiter that leaves after a grant passes the slot on or frees it, and its rate cost is
+    refunded, once; one that leaves before a grant unregisters in O(1) amortised (lazy
+    deletion, ``_withdraw_locked``). (``_abandon`` via ``_drain``, ``_fire``)
+I5  Releasing is synchronous, idempotent and never awaits. (``_release``)
+I6  No event loop is bound: waiters carry their own wake-up route (``_waiters``).
+I7  Work found where the lock cannot be waited for (a finalizer running on a thread that
+    already holds it) is deferred, never dropped: every locked step drains ``_deferred``
+    right after unlocking. (``_drain``; a user finalizer's ``release()``: ``_release``)
+I8  Order: strictly FIFO within a priority class, for slots and budget together (the next
+    waiter blocks everyone behind it, however cheap). Higher classes go first, but the
+    longest-waiting caller is overtaken at most ``OVERTAKES`` times in a row: then it goes
+    next. (``_pick_locked``)
+I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudge* (the
+    next waiter must set its budget timer, earlier than it knew) disarms it under the lock,
+    and only the waiter itself re-arms, under the lock, just before it parks again, and
+    looks at its state under the lock before every park. A wake-up from another thread
+    can still arrive after the park it was meant for (the waiter polled instead of
+    parking, then re-armed): it must wake nothing but that waiter's current park, so the
+    routes drop it (trio: ``TrioWaiter.parked``) or make it idempotent (asyncio: one
+    future resolved at most once; threads: a lock released at most once).
+
+Header learning (``_learn``) enters through one step, ``_hold_until``: a provider that
+reports its budget drained has ours spent until its reset, so I2 and the hot paths are
+unchanged (a hold is a debt like any other).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .rate import EPSILON, Budgets
+from .waiters import DEAD, GONE, GRANTED, WAITING, Waiter, inside_locked_step, ki_protected
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .rate import Rate
+    from .token import Token
+
+__all__ = ["OVERTAKES", "UNLIMITED", "Ledger"]
+
+UNLIMITED = sys.maxsize
+# Rebuild a class queue once dead entries outnumber live ones (plus slack), so withdrawal
+# stays O(1) amortised without deque.remove() scans.
+_COMPACT_SLACK = 64
+#: The longest-waiting caller is overtaken by higher classes at most this many times in a
+#: row; the next admission is then its own. A lower class therefore gets at least one in
+#: every ``OVERTAKES + 1`` admissions while it waits.
+OVERTAKES = 3
+_INF = math.inf
+
+
+class Ledger:
+    """The locked state of one gate; :class:`anygate.Gate` is its public face."""
+
+    __slots__ = (
+        "__weakref__",
+        "_admitted",
+        "_budgets",
+        "_cancelled",
+        "_capacity",
+        "_clock",
+        "_costs",
+        "_counts",
+        "_deferred",
+        "_in_flight",
+        "_leaked",
+        "_limit",
+        "_live",
+        "_lock",
+        "_passed",
+        "_queues",
+        "_rejected",
+        "_seq",
+        "_timed_out",
+    )
+
+    def __init__(
+        self, capacity: float, rate: Rate | None = None, clock: Callable[[], float] | None = None
+    ) -> None:
+        self._capacity: float = capacity
+        # int mirror of capacity so the hot path compares int to int.
+        self._limit = UNLIMITED if capacity == math.inf else int(capacity)
+        self._in_flight = 0
+        # One FIFO per priority class that has live waiters; an emptied class is dropped.
+        self._queues: dict[int, deque[Waiter]] = {}
+        self._counts: dict[int, int] = {}  # live waiters per class
+        self._costs: dict[int, int] = {}  # tokens stated by the live waiters per class
+        self._live = 0  # queued waiters still WAITING; the rest of the queues are GONE
+        self._seq = 0  # arrival order across classes (for the overtaking bound)
+        self._passed = 0  # admissions in a row that overtook the longest-waiting caller
+        self._lock = threading.Lock()
+        self._clock: Callable[[], float] = time.monotonic if clock is None else clock
+        self._budgets = None if rate is None else Budgets(rate, self._read_clock())
+        # Work that must not wait for the lock: leaked slots (None) found by Token.__del__,
+        # waiters abandoned by an exception, and tokens released by a user finalizer,
+        # possibly running while this thread holds _lock. Appending is atomic; see _drain
+        # for who processes it.
+        self._deferred: list[Waiter | Token | None] = []
+        self._admitted = 0
+        self._rejected = 0
+        self._timed_out = 0
+        self._cancelled = 0
+        self._leaked = 0
+
+    @property
+    def _queue(self) -> list[Waiter]:
+        """Every queued entry, live or withdrawn, class by class (tests check compaction)."""
+        return [waiter for queue in self._queues.values() for waiter in queue]
+
+    # ------------------------------------------------------------------ admission
+
+    @ki_protected
+    def _admit(self, tokens: int = 0, priority: int = 0) -> bool:
+        """Take a slot now if the caller would be next and slot and budget allow (I2).
+
+        The uncontended path. An explicit acquire/release pair rather than ``with``: half
+        the cost on CPython 3.11, and this is the budget the benchmark measures.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            admitted = self._in_flight < self._limit
+            if admitted:
+                if self._live:
+                    admitted = self._overtakes_locked(priority)
+                budgets = self._budgets
+                if budgets is not None and admitted:
+                    admitted = budgets.try_take(self._clock(), tokens)
+                if admitted:
+                    if self._live:
+                        self._passed += 1
+                    self._in_flight += 1
+                    self._admitted += 1
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return admitted
+
+    def _overtakes_locked(self, priority: int) -> bool:
+        """Would a newcomer of ``priority`` be next although others are queued? (I8)"""
+        return priority > max(self._counts) and self._passed < OVERTAKES
+
+    @ki_protected
+    def _enqueue(self, waiter: Waiter, limit_s: float | None = None) -> bool:
+        """Queue ``waiter``, or admit it at once (``True``) if it is next and can go.
+
+        With a rate and a wait limit, a waiter whose earliest possible admission lies
+        beyond ``limit_s`` seconds is refused instead: it is not queued, its state is
+        ``GONE`` and ``waiter.due`` holds the estimate (the caller raises ``Busy``).
+        """
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            tokens, priority = waiter.tokens, waiter.priority
+            budgets = self._budgets
+            if budgets is None:
+                admitted = not self._live and self._in_flight < self._limit
+                if admitted:
+                    self._in_flight += 1
+                    self._admitted += 1
+                else:
+                    queue = self._queues.get(priority)
+                    if queue is not None and len(self._queues) == 1 and not tokens:
+                        # Joining the only class: _push_locked's common case inline.
+                        queue.append(waiter)
+                        self._counts[priority] += 1
+                        self._live += 1
+                    else:
+                        self._push_locked(waiter)
+            else:
+                now = self._clock()
+                if limit_s is not None:
+                    due = self._estimate_locked(now, tokens, priority)
+                    if due > now + limit_s + EPSILON:
+                        waiter.state = GONE
+                        waiter.due = due
+                        return False
+                self._push_locked(waiter)
+                waiter.armed = False  # we are not parked: never wake ourselves
+                self._advance_locked(now, wakes)
+                admitted = waiter.state == GRANTED
+                waiter.armed = True
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+        return admitted
+
+    def _push_locked(self, waiter: Waiter) -> None:
+        priority = waiter.priority
+        queues = self._queues
+        if queues and (len(queues) > 1 or priority not in queues):
+            # Arrival order matters only across classes (I8). A waiter queued while its
+            # class is the only one keeps seq 0: it is older than any waiter of another
+            # class, all of which arrive (and are stamped) later. Skipping the stamp
+            # saves an int object per queued waiter in the common one-class case.
+            self._seq += 1
+            waiter.seq = self._seq
+        queue = queues.get(priority)
+        if queue is None:
+            queues[priority] = queue = deque()
+            self._counts[priority] = 0
+            self._costs[priority] = 0
+        queue.append(waiter)
+        self._counts[priority] += 1
+        if waiter.tokens:
+            self._costs[priority] += waiter.tokens
+        self._live += 1
+
+    def _estimate_locked(self, now: float, tokens: int, priority: int) -> float:
+        """A lower bound of a newcomer's admission time: the budgets those ahead must pay."""
+        budgets = self._budgets
+        assert budgets is not None
+        ahead = ahead_tokens = 0
+        for p, count in self._counts.items():
+            if p >= priority:
+                ahead += count
+                ahead_tokens += self._costs[p]
+        return budgets.when(now, tokens, ahead, ahead_tokens)
+
+    @ki_protected
+    def _poll(self, waiter: Waiter, limit_at: float | None) -> int:
+        """A rate waiter woke up (timer, nudge or spurious): admit it or re-arm it.
+
+        Returns ``GRANTED``, ``WAITING`` (``waiter.due`` is when to look again; ``inf``
+        until nudged) or ``GONE`` when its admission time lies beyond ``limit_at`` (on
+        the gate's clock): it has been withdrawn and ``waiter.due`` holds the estimate.
+        """
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            state = waiter.state
+            if state == WAITING:
+                waiter.armed = False
+                waiter.due = _INF  # set again below if it is the next one
+                now = self._clock()
+                self._advance_locked(now, wakes)
+                state = waiter.state
+                if state == WAITING:
+                    # A finite due is a budget time; inf (waiting for a slot or its turn)
+                    # is not an estimate and never refuses.
+                    due = waiter.due
+                    if limit_at is not None and limit_at + EPSILON < due < _INF:
+                        self._withdraw_locked(waiter)
+                        self._advance_locked(now, wakes)
+                        waiter.due = due
+                        state = GONE
+                    else:
+                        waiter.armed = True
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+        return state
+
+    @ki_protected
+    def _interrupt(self, waiter: Waiter) -> bool:
+        """A parked waiter is being interrupted (trio's abort); ``False``: a wake is coming.
+
+        It stays queued: the caller's own exception handler or timeout path withdraws it,
+        and a budget timer just polls again.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            armed = waiter.armed
+            waiter.armed = False
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return armed
+
+    @ki_protected
+    def _withdraw(self, waiter: Waiter) -> bool:
+        """Take ``waiter`` out of the queue unless granted; ``True`` if it holds no slot."""
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            granted = self._withdraw_locked(waiter)
+            if self._budgets is not None and self._live:
+                self._advance_locked(self._clock(), wakes)  # the next one may set its timer
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+        return not granted
+
+    def _withdraw_locked(self, waiter: Waiter) -> bool:
+        state = waiter.state
+        if state == WAITING:
+            # I4: lazy deletion. The entry stays in its deque as GONE and is skipped when
+            # it reaches the head; compaction bounds the dead weight.
+            waiter.state = GONE
+            self._live -= 1
+            priority = waiter.priority
+            left = self._counts[priority] - 1
+            if left:
+                self._counts[priority] = left
+                if waiter.tokens:
+                    self._costs[priority] -= waiter.tokens
+                queue = self._queues[priority]
+                if len(queue) > 2 * left + _COMPACT_SLACK:
+                    self._queues[priority] = deque(w for w in queue if w.state == WAITING)
+            else:
+                del self._counts[priority], self._costs[priority], self._queues[priority]
+        return state == GRANTED
+
+    # ------------------------------------------------------------------ the handoff
+
+    def _pick_locked(self) -> Waiter:
+        """The next waiter (I8); ``_live`` must be non-zero. Drops withdrawn heads."""
+        queues = self._queues
+        if len(queues) == 1:
+            for queue in queues.values():
+                waiter = queue[0]
+                while waiter.state != WAITING:  # skip entries withdrawn earlier
+                    queue.popleft()
+                    waiter = queue[0]
+                return waiter
+        best: Waiter | None = None
+        oldest: Waiter | None = None
+        for queue in queues.values():
+            waiter = queue[0]
+            while waiter.state != WAITING:
+                queue.popleft()
+                waiter = queue[0]
+            if best is None or waiter.priority > best.priority:
+                best = waiter
+            if oldest is None or waiter.seq < oldest.seq:
+                oldest = waiter
+        assert best is not None
+        assert oldest is not None
+        return oldest if self._passed >= OVERTAKES else best
+
+    def _advance_locked(self, now: float, wakes: list[Waiter]) -> None:
+        """Admit the next waiters while slot and budget allow; set the next one's timer."""
+        budgets = self._budgets
+        while self._live and self._in_flight < self._limit:
+            waiter = self._pick_locked()
+            if budgets is not None:
+                due = budgets.when(now, waiter.tokens)
+                if due > now + EPSILON:
+                    # Budget-bound: it must wake at `due`. Nudge it only if it would sleep
+                    # longer than that (a refill came earlier than it knew, I9).
+                    if due < waiter.due:
+                        waiter.due = due
+                        if waiter.armed:
+                            waiter.armed = False
+                            wakes.append(waiter)
+                    return
+                budgets.take(now, waiter.tokens)
+            self._grant_locked(waiter)
+            if waiter.armed:
+                waiter.armed = False
+                wakes.append(waiter)
+
+    def _grant_locked(self, waiter: Waiter) -> None:
+        """Move ``waiter`` (the result of ``_pick_locked``) from its queue to in-flight."""
+        priority = waiter.priority
+        queues = self._queues
+        if len(queues) > 1:
+            # I8: count how often the longest-waiting caller was overtaken.
+            overtaken = any(q[0].seq < waiter.seq for q in queues.values() if q[0] is not waiter)
+            self._passed = self._passed + 1 if overtaken else 0
+        else:
+            self._passed = 0
+        queues[priority].popleft()
+        left = self._counts[priority] - 1
+        if left:
+            self._counts[priority] = left
+            if waiter.tokens:
+                self._costs[priority] -= waiter.tokens
+        else:
+            del self._counts[priority], self._costs[priority], queues[priority]
+        self._live -= 1
+        waiter.state = GRANTED
+        self._in_flight += 1
+        self._admitted += 1
+
+    def _give_back_locked(self, waiter: Waiter, wakes: list[Waiter], now: float | None) -> None:
+        """A granted waiter will never use its slot: refund its cost once, pass the slot on."""
+        if self._budgets is not None:
+            self._budgets.refund(1, waiter.tokens)
+        self._in_flight -= 1
+        if now is not None:
+            self._advance_locked(now, wakes)
+
+    def _safe_now(self) -> float | None:
+        """The clock for paths a finalizer may run: ``None`` if it cannot be read now.
+
+        An injected virtual clock (``anyio.current_time``) raises outside its run, and a
+        leaked token may be collected after the run ended. The bookkeeping still happens;
+        only the handoff waits for the next locked step that can read the clock.
+        """
+        return 0.0 if self._budgets is None else self._read_clock()
+
+    def _read_clock(self) -> float | None:
+        try:
+            return self._clock()
+        except Exception:
+            return None
+
+    @ki_protected
+    def _release(self, token: Token) -> None:
+        """Give ``token``'s slot back (I5): hand it to the next waiter or free it."""
+        successor: Waiter | None = None
+        wakes: list[Waiter] | None = None  # no list on the uncontended path
+        lock = self._lock
+        # Try first: a user's __del__ calling release() can run from a collection inside
+        # one of our own locked sections on this thread (any allocation there, or on 3.12+
+        # any call), and blocking on our own lock would hang the thread for good. The
+        # non-blocking try costs ~20 ns; the stack check runs only when the lock is taken.
+        if not lock.acquire(False):
+            if inside_locked_step():
+                # Deferred (I7): the section we interrupted drains right after unlocking.
+                # A false positive (another thread holds the lock while we are merely in
+                # some protected frame) is harmless: that thread drains after unlocking,
+                # and our append comes before our own failed try.
+                self._deferred.append(token)
+                self._drain()
+                return
+            lock.acquire()
+        try:
+            if token._gate is not None:  # else another releaser won the race: no-op
+                token._gate = None
+                self._in_flight -= 1
+                if self._live:
+                    if self._budgets is None:
+                        # Without a rate one freed slot admits at most one waiter: the
+                        # contended path's handoff, without _advance_locked's loop.
+                        if self._in_flight < self._limit:
+                            queues = self._queues
+                            if len(queues) == 1:
+                                # One class: _pick_locked and _grant_locked spelled out.
+                                (queue,) = queues.values()
+                                successor = queue.popleft()
+                                while successor.state != WAITING:  # withdrawn earlier
+                                    successor = queue.popleft()
+                                priority = successor.priority
+                                left = self._counts[priority] - 1
+                                if left:
+                                    self._counts[priority] = left
+                                    if successor.tokens:
+                                        self._costs[priority] -= successor.tokens
+                                else:
+                                    del self._counts[priority], self._costs[priority]
+                                    del queues[priority]
+                                self._passed = 0
+                                self._live -= 1
+                                successor.state = GRANTED
+                                self._in_flight += 1
+                                self._admitted += 1
+                            else:
+                                successor = self._pick_locked()
+                                self._grant_locked(successor)
+                            if successor.armed:
+                                successor.armed = False
+                            else:
+                                successor = None
+                    else:
+                        wakes = []
+                        self._advance_locked(self._clock(), wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if successor is not None and not successor.wake():
+            wakes = []
+            self._fire_failed(successor, wakes)
+        if wakes:
+            self._fire(wakes)
+
+    @ki_protected
+    def _set_limit(self, cap: float) -> None:
+        """Apply a validated capacity; raising it admits from the head (I2), lowering drains (I3)."""
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._capacity = cap
+            self._limit = UNLIMITED if cap == math.inf else int(cap)
+            budgets = self._budgets
+            self._advance_locked(0.0 if budgets is None else self._clock(), wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+
+    @ki_protected
+    def _set_rate(self, rate: Rate | None) -> None:
+        """Apply a validated rate live: budgets keep their level, the next ones go if they can."""
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            now = 0.0 if rate is None else self._read_clock()
+            self._budgets = None if rate is None else Budgets(rate, now, self._budgets)
+            if now is not None:
+                self._advance_locked(now, wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+
+    @ki_protected
+    def _hold_until(self, at: float) -> bool:
+        """Admit nobody before ``at`` (on the gate's clock) by spending the rate budgets.
+
+        The one gate-core hook of header learning (``_learn``): a provider that says its
+        budget is drained until ``at`` gets no calls from us before then. It lives in
+        the budgets (``Budgets.hold_until``), so the hot path pays nothing and waiters
+        wait for it exactly as for any budget (I2); holding only delays, so nobody
+        needs waking: the next waiter's timer finds the later time when it fires.
+        Returns ``False`` (and holds nothing) when the gate has no rate budget to spend
+        or its clock cannot be read now.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets = self._budgets
+            now = None if budgets is None else self._read_clock()
+            held = budgets is not None and now is not None
+            if budgets is not None and now is not None:
+                if not budgets.started:
+                    budgets._start(now)
+                budgets.hold_until(at)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return held
+
+    @ki_protected
+    def _settle(self, token: Token, tokens: int) -> None:
+        """Make ``token``'s token charge ``tokens``: charge or refund the difference once."""
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            delta = tokens - token._cost
+            token._cost = tokens  # the next settle charges relative to this one
+            budgets = self._budgets
+            if budgets is not None and delta:
+                # A charge is paid now, like one at admission (see Budgets.settle).
+                budgets.settle(delta, self._read_clock() if delta > 0 else None)
+                if delta < 0 and self._live:
+                    self._advance_locked(self._clock(), wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+
+    @ki_protected
+    def _fire(self, wakes: list[Waiter]) -> None:
+        """Wake waiters outside the lock; one that can never run again gives its turn up."""
+        i = 0
+        while i < len(wakes):
+            waiter = wakes[i]
+            i += 1
+            if not waiter.wake():
+                self._fire_failed(waiter, wakes)
+
+    def _fire_failed(self, waiter: Waiter, wakes: list[Waiter]) -> None:
+        """``waiter`` can never run again: give its turn up (I4); more wakes may follow."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            # Still GRANTED unless its own cleanup already passed the slot on (a task
+            # freed on the spot by a failed wake-up runs its GeneratorExit first).
+            state = waiter.state
+            now = self._safe_now()
+            if state == GRANTED:
+                waiter.state = DEAD
+                self._cancelled += 1
+                self._give_back_locked(waiter, wakes, now)
+            elif state == WAITING:  # a nudge that cannot arrive: it is next, drop it
+                self._withdraw_locked(waiter)
+                waiter.state = DEAD
+                self._cancelled += 1
+                if now is not None:
+                    self._advance_locked(now, wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+
+    # ------------------------------------------------------------------ deferred work
+
+    def _abandon(self, waiter: Waiter) -> None:
+        """A waiter left by an exception (cancellation, loop teardown, KeyboardInterrupt).
+
+        Deferred like a leak rather than taking the lock: a parked coroutine whose loop
+        died is closed by the garbage collector (GeneratorExit), which may run inside a
+        locked section on this very thread.
+        """
+        self._deferred.append(waiter)
+        self._drain()
+
+    def _reclaim(self) -> None:
+        """One token was garbage-collected unreleased; may run inside our own locked section."""
+        self._deferred.append(None)  # None stands for one leaked slot
+        self._drain()
+
+    @ki_protected
+    def _drain(self) -> None:
+        """Process deferred leaks and abandonments, if the lock can be had without waiting.
+
+        Never blocks: this may run from a finalizer on a thread that already holds the lock
+        (gc triggered by an allocation inside a locked section). If the lock is taken, its
+        holder drains after releasing it: every locked section checks ``_deferred`` right
+        after ``release()``, and our append happened before our failed try, so it is seen.
+        """
+        deferred = self._deferred
+        lock = self._lock
+        while deferred and lock.acquire(blocking=False):
+            wakes: list[Waiter] = []
+            try:
+                now = self._safe_now()
+                while deferred:
+                    item = deferred.pop()
+                    if item is None:  # a leaked token's slot (its rate cost stays spent)
+                        self._leaked += 1
+                        self._in_flight -= 1
+                        if now is not None:
+                            self._advance_locked(now, wakes)
+                        continue
+                    if not isinstance(item, Waiter):  # a token released by a finalizer
+                        if item._gate is not None:  # idempotent, as in _release
+                            item._gate = None
+                            self._in_flight -= 1
+                            if now is not None:
+                                self._advance_locked(now, wakes)
+                        continue
+                    # an abandoned waiter
+                    if item.state != DEAD:  # a dead waiter was counted by _fire
+                        self._cancelled += 1
+                    if self._withdraw_locked(item):
+                        # I4: the slot was reserved for it; pass it on, never lose it.
+                        item.state = GONE
+                        self._give_back_locked(item, wakes, now)
+                    elif self._budgets is not None and now is not None:
+                        self._advance_locked(now, wakes)  # it may have been the next one
+            finally:
+                lock.release()
+            if wakes:
+                self._fire(wakes)
+
+    @ki_protected
+    def _count_refusal(self, *, rejected: bool = False, timed_out: bool = False) -> int:
+        """Count a refused or timed-out acquire; returns ``in_flight`` for the message."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            if rejected:
+                self._rejected += 1
+            if timed_out:
+                self._timed_out += 1
+            in_flight = self._in_flight
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return in_flight

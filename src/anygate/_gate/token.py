@@ -1,0 +1,329 @@
+"""Token: proof of one admitted slot, releasable once from any task, thread or event loop.
+
+A token is also what :meth:`Gate.acquire` returns, before it is admitted: awaiting or
+entering it is the acquisition (``__aenter__``), so the ``async with gate.acquire()`` path
+builds one object, not an acquisition object and then a token (benchmark a). Its life:
+
+* **pending** (``_since == PENDING``): made by ``acquire()``, not yet awaited or entered;
+* **acquiring** (``_since == ACQUIRING``): being awaited or entered; a second wait on
+  it (or one after its wait failed) is an error, never a second slot behind one token;
+* **held** (``_gate`` set, ``_since`` the admission time): counted in ``in_flight``;
+* **released** (``_gate`` None, ``_since >= 0``): given back, once.
+
+Awaiting or entering a held token again gives it back as is. The uncontended admission
+and release are the ledger's common cases spelled out here (``Ledger._admit`` and
+``Ledger._release``; the invariants I2 and I5 live there), and so is the contended path's
+common case, one park ended by a grant (``Gate._park`` and ``Gate._wait`` do the rest): a
+call or a coroutine fewer on each path the benchmarks measure (a and b).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, NoReturn, final
+
+from . import waiters as _waiters
+from .waiters import GONE, GRANTED, ki_protected
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+    from types import CodeType, TracebackType
+
+    from typing_extensions import Self
+
+    from .gate import Gate
+
+__all__ = ["Token"]
+
+_INF = float("inf")
+
+#: ``Token._since`` of an acquisition not yet awaited or entered.
+PENDING = -1.0
+#: ``Token._since`` of an acquisition being awaited (or one whose wait failed).
+ACQUIRING = -2.0
+
+
+@final
+class Token:
+    """One admitted slot of a :class:`Gate`.
+
+    A token is created only by a gate (``acquire``, ``acquire_nowait``, ``acquire_sync``).
+    Unlike ``anyio.CapacityLimiter``, it is not bound to the task that acquired it: hand it to
+    another task, thread or event loop and release it there. :meth:`release` is synchronous,
+    never awaits (so no cancellation can interrupt it halfway) and idempotent, so several
+    cleanup paths may all call it and the first one wins.
+
+    A token is also a context manager, sync and async; leaving the block releases it.
+
+    A token that is garbage-collected unreleased gives its slot back and emits a
+    :class:`ResourceWarning` naming the gate and the ``file:line`` that acquired it. Treat
+    that as a bug report, not a feature: collection may happen much later than the work.
+
+    This is not a lease: it has no expiry, and the gate never revokes it.
+    """
+
+    # ``_gate`` is None until admitted and once released; the gate flips it under its lock
+    # so two threads releasing at once cannot both give the slot back. ``_home`` stays
+    # set: a settle after release still corrects the rate budget.
+    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti", "_priority", "_since", "_timeout")
+
+    _gate: Gate | None
+    _home: Gate
+    # Tokens charged to the gate's token budget for this admission (``acquire(tokens=)``,
+    # then whatever the last settle said); written under the gate's lock.
+    _cost: int
+    # The acquiring frame's code object and instruction offset: two cheap reads at acquire
+    # time; the file:line they point to is worked out only when someone asks.
+    _code: CodeType
+    _lasti: int
+    # time.monotonic() at admission, for Gate.holders(); PENDING or ACQUIRING before.
+    _since: float
+    # What acquire() was asked for: the wait limit and the priority class.
+    _timeout: float | None
+    _priority: int
+
+    # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
+    # returning Never and rejects object.__new__(Token) in make_token.
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self._gate = None  # the half-built object is still finalized: keep __del__ quiet
+        msg = "Token has no public constructor; obtain one from Gate.acquire() and friends"
+        raise TypeError(msg)
+
+    @property
+    def released(self) -> bool:
+        """Whether the slot has been given back."""
+        return self._gate is None and self._since >= 0.0
+
+    @property
+    def acquired_at(self) -> str:
+        """``file:line`` of the code that acquired this token."""
+        return code_site(self._code, self._lasti)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens charged for this admission: ``acquire(tokens=)``, or the last settle."""
+        return self._cost
+
+    def release(self) -> None:
+        """Give the slot back. Safe from any task or thread; a second call does nothing.
+
+        Releasing never refunds rate budget: the request was made. Use :meth:`settle` to
+        correct the token charge.
+        """
+        gate = self._gate
+        if gate is not None:
+            gate._release(self)
+
+    def settle(self, *, tokens: int) -> None:
+        """State the call's real token cost; the gate charges or refunds the difference.
+
+        The token's charge *becomes* ``tokens``: the difference from what was charged so
+        far (``acquire(tokens=)``, or an earlier settle) is applied exactly once, so
+        settling twice with the same value changes nothing and nothing is ever refunded
+        twice. A refund wakes whoever can now go. Safe from any task or thread, and also
+        after :meth:`release` (usage often arrives with the end of a stream); it only
+        touches the token budget, never the slot. Without a token rate on the gate it only
+        records the value.
+
+        Args:
+            tokens: the call's total tokens (e.g. ``usage.total_tokens``), an int >= 0.
+
+        Raises:
+            TypeError: ``tokens`` is not an int (bools are rejected).
+            ValueError: ``tokens`` is negative or above 2**53. The gate is unchanged.
+        """
+        value: object = tokens
+        if isinstance(value, bool) or not isinstance(value, int):
+            msg = f"tokens must be an int >= 0 (got {value!r} of type {type(value).__name__})"
+            raise TypeError(msg)
+        if not 0 <= value <= 2**53:
+            msg = f"tokens must be >= 0 and <= 2**53 (got {value!r})"
+            raise ValueError(msg)
+        if self._since < 0.0:
+            msg = "settle() needs an admitted token; await or enter gate.acquire() first"
+            raise RuntimeError(msg)
+        self._home._settle(self, value)
+
+    def __copy__(self) -> NoReturn:
+        # A copy would be a second release of one slot (in_flight would go negative).
+        msg = "a Token stands for one slot and cannot be copied; pass the token itself"
+        raise TypeError(msg)
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        msg = "a Token is bound to a gate in this process and cannot be pickled"
+        raise TypeError(msg)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    if not TYPE_CHECKING:  # typed as Acquisition (Gate.acquire); a held token is not awaitable
+
+        def __await__(self) -> Generator[Any, None, Token]:
+            return self.__aenter__().__await__()
+
+    @ki_protected
+    async def __aenter__(self) -> Self:
+        """Admit a pending acquisition (``async with gate.acquire()``); a held token as is.
+
+        ``async with token:`` on a token already held (``token = await gate.acquire()``)
+        only releases it at the end of the block, as before.
+        """
+        since = self._since
+        if since >= 0.0:
+            return self
+        if since == ACQUIRING:
+            msg = (
+                "this gate.acquire() is already being awaited (or its wait failed); "
+                "each acquisition is awaited or entered once: call gate.acquire() again"
+            )
+            raise RuntimeError(msg)
+        self._since = ACQUIRING
+        gate = self._home
+        # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
+        # skips the fast path's lock round trip, and its park is the schedule point.
+        free = not gate._live and gate._in_flight < gate._limit
+        # Checked even when we are about to queue: a grant can complete the wait before
+        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
+        if free and not gate._fast_acquire:
+            await _waiters.full_checkpoint()  # let others run first
+        else:
+            check = _waiters.cancellation_check()
+            if check is not None:
+                await check  # raises the pending cancellation
+        if free:
+            # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
+            lock = gate._lock
+            lock.acquire()
+            try:
+                admitted = (
+                    not gate._live and gate._in_flight < gate._limit and gate._budgets is None
+                )
+                if admitted:
+                    gate._in_flight += 1
+                    gate._admitted += 1
+            finally:
+                lock.release()
+                if gate._deferred:
+                    gate._drain()
+            if admitted or gate._admit(self._cost, self._priority):
+                self._gate = gate
+                self._since = _monotonic()
+                return self
+        if self._timeout is not None:
+            await gate._wait(self)  # the gate's timed wait
+            return self
+        # Queue and park with no timeout: the contended path (benchmark b), inline down to
+        # the common case, one park ended by a grant; anything else (a rate budget's timer,
+        # a nudge) continues in Gate._park.
+        waiter = _waiters.async_waiter()
+        waiter.tokens = self._cost
+        waiter.priority = self._priority
+        if gate._enqueue(waiter):  # a slot freed up since we looked
+            await gate._admitted_at_once(self)
+            return self
+        if waiter.state == GONE:  # turned away without queueing (a fleet gate in an outage)
+            raise gate._busy(0.0, timed_out=True, due=waiter.due)
+        try:
+            if waiter.due == _INF:
+                await waiter.park(gate._interrupt)
+                if waiter.state != GRANTED:
+                    await gate._park(waiter, woken=True)
+            else:  # next on a rate budget: a timed park first
+                await gate._park(waiter, woken=False)
+        except BaseException:
+            # Cancelled (or the loop is going away): leave the queue, or pass on a slot
+            # that was granted meanwhile (I4).
+            if waiter.state != GONE:
+                gate._abandon(waiter)
+            raise
+        self._gate = gate
+        self._since = _monotonic()
+        return self
+
+    @ki_protected
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        gate = self._gate
+        if gate is None:
+            return
+        # Ledger._release's common case (nobody queued: the slot is only freed), inline.
+        # A waiter to hand it to (seen before locking, or under the lock), or the lock
+        # taken (maybe by a finalizer running on this very thread), takes the full path.
+        lock = gate._lock
+        if not gate._live and lock.acquire(False):
+            try:
+                freed = self._gate is not None and not gate._live
+                if freed:
+                    self._gate = None
+                    gate._in_flight -= 1
+            finally:
+                lock.release()
+                if gate._deferred:
+                    gate._drain()
+            if freed:
+                return
+        gate._release(self)
+
+    def __del__(self) -> None:
+        # __del__ rather than weakref.finalize: a finalizer per token costs 1-3 us at
+        # creation, __del__ costs nothing until collection. The gate defers the actual
+        # release because this may run while this very thread holds the gate's lock.
+        # Cleared first: in a garbage cycle this token may be finalized before the object
+        # that owns it, whose own cleanup may then still call release(); that must be a
+        # no-op, not a second give-back of the same slot.
+        gate = self._gate
+        if gate is not None:
+            self._gate = None
+            gate._reclaim_leaked(self._code, self._lasti)
+
+    def __repr__(self) -> str:
+        gate = self._gate
+        if gate is not None:
+            state = f"held on gate {gate.name!r}"
+        elif self._since >= 0.0:
+            state = "released"
+        else:
+            state = f"not admitted yet on gate {self._home.name!r}"
+        return f"<anygate.Token {state}, acquired at {self.acquired_at}>"
+
+
+_new_token = object.__new__
+_monotonic = time.monotonic
+
+
+def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
+    """Create a held token; only gates call this."""
+    token: Token = _new_token(Token)
+    token._gate = token._home = gate
+    token._code = code
+    token._lasti = lasti
+    token._cost = cost
+    token._timeout = None
+    token._priority = 0
+    token._since = _monotonic()
+    return token
+
+
+def code_site(code: CodeType, lasti: int) -> str:
+    """``file:line`` of instruction offset ``lasti`` in ``code``."""
+    line = code.co_firstlineno
+    for start, end, lineno in code.co_lines():
+        if start <= lasti < end and lineno is not None:
+            line = lineno
+            break
+    return f"{code.co_filename}:{line}"

@@ -1,0 +1,13 @@
+"""The policy room: the guarded call, its one attempt loop and what steers it.
+
+:class:`anygate.Policy` (``policy``, its argument checks in ``policy_args``) and its forms
+(``decorate``, ``attempt``, ``blocks``), the attempt loop (``attempts``) with one call's
+state (``run``) and the decisions after a failure (``retrying``, ``backoff``), the circuit
+breaker (``breaker``), the gate's limits following the provider (``adaptive``, ``pacer``,
+``learn``), the process-wide gate, breaker and limit a policy shares (``sharing``) and the
+testing switch (``testing_switch``).
+
+May import: every other room and the foundations. The top of the core: no other room
+imports it (import-linter checks it). Importing this package runs nothing; import its
+modules.
+"""

@@ -1,0 +1,669 @@
+"""Adaptive concurrency: a gate's admission limit follows what the provider says.
+
+Why. A concurrency cap bounds how many calls run at once, not how fast new ones start, and
+a cap above the provider's real slots turns into concurrency 429s. Backing off only the
+throttled call does not slow the fleet down: its slot goes straight to the next queued
+call, which is throttled too, because a 429 comes back in milliseconds.
+
+What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using the gate:
+
+1. **concurrency 429** (:meth:`~AdaptiveLimit.on_concurrency`, ``exact``): the limit
+   becomes the calls in flight minus one; an **overload answer** (529, 503 with
+   Retry-After) multiplies it by ``decrease_factor``. Then the limit *holds* (30 s,
+   doubling when a probe upward finds the same limit, up to 10 min) before it may grow.
+2. **burst-rate 429** (:meth:`~AdaptiveLimit.on_throttle`): a **pause** of ``pause_s`` (or
+   Retry-After) during which admitted attempts wait holding their slots, ended by **one
+   probe** (:meth:`~AdaptiveLimit.pass_pause`) whose success lets everyone go; the first
+   throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
+   takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
+   default) the gate's request *rate* is paced down and grows back instead of the cut
+   (:mod:`anygate._pacer`; a learned limit stays, an uncapped gate still takes its calls
+   in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`).
+3. **additive increase**: each success admitted on a full gate raises the limit by
+   ``1 / limit``, back up to the configured maximum (none without a cap).
+
+Only the first throttle of an episode counts. An attempt admitted before the latest
+change was sent under the old limit, so its 429 is old news: every attempt records the
+*generation* it was admitted in, and a throttle from an older generation is ignored (TCP
+likewise halves its window once per round trip, not once per lost packet).
+
+One concern, one lock: the three rules share the limit, the generation and the pause, so
+they stay in one state machine (its values and arithmetic live in
+:mod:`anygate._limit_values`). It never delays a call while the provider is happy.
+
+Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
+gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
+is injectable, so the simulator and tests run it on virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, final
+
+from .._config.limit_values import (
+    DEFAULT_DECREASE_FACTOR,
+    DEFAULT_ENABLED,
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_S,
+    DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PACE_BURST_RATE,
+    DEFAULT_PAUSE_MS,
+    PACE_SAMPLE_S,
+    AdaptiveStatistics,
+    LimitChange,
+    capacity_for,
+    lowered_limit,
+    probe_grace,
+    raised_limit,
+)
+from .._gate.gate_args import check_capacity
+from .._gate.latch import Latch
+from .._gate.waiters import ki_protected
+from .._validation import check_int, check_number, show
+from .pacer import BurstPacer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._gate.gate import Gate
+
+__all__ = ["AdaptiveLimit", "adaptive_limit_for"]
+
+
+@final
+class AdaptiveLimit:
+    """A gate's adaptive concurrency limit; see the module docstring for the rules.
+
+    Created by the first :class:`anygate.Policy` that uses a gate and shared by every policy
+    on that gate (read it from :attr:`anygate.Policy.adaptive_limit`). It owns the gate's
+    capacity while it is active: resize through ``policy.max_concurrent_calls`` (a direct
+    ``gate.capacity = n`` is noticed at the next throttle or success and adopted as the new
+    maximum).
+
+    Args:
+        gate: the gate whose capacity it adapts (held weakly).
+        enabled: ``False`` makes every method a no-op apart from resizing.
+        min_concurrent_calls: the floor (>= 1).
+        decrease_factor: the multiplier on a throttle (0 < factor < 1).
+        pause_s: how long attempts wait after a throttle without a ``Retry-After``.
+        pace_burst_rate: answer a burst throttle by pacing the gate's request *rate*
+            (see :mod:`anygate._pacer`) instead of cutting the concurrency limit; the
+            pause and its probe stay. Falls back to the cut when too little history was
+            seen to measure a rate. Also paces after a per-minute 429 (:meth:`on_rate`).
+        clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_applied",
+        "_ceiling",
+        "_clock",
+        "_enabled",
+        "_factor",
+        "_floor",
+        "_gate",
+        "_generation",
+        "_held_until",
+        "_hold_s",
+        "_learned",
+        "_limit",
+        "_lock",
+        "_name",
+        "_pace",
+        "_pacer",
+        "_pause_s",
+        "_paused_until",
+        "_pausing",
+        "_probe_out",
+        "_probe_sent",
+        "_reject_s",
+        "_resume",
+        "_sampled",
+        "_stale",
+        "_throttles",
+    )
+
+    def __init__(
+        self,
+        gate: Gate,
+        *,
+        enabled: bool = DEFAULT_ENABLED,
+        min_concurrent_calls: int = DEFAULT_MIN_CONCURRENT_CALLS,
+        decrease_factor: float = DEFAULT_DECREASE_FACTOR,
+        pause_s: float = DEFAULT_PAUSE_MS / 1000.0,
+        pace_burst_rate: bool = DEFAULT_PACE_BURST_RATE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        _check_flag("pace_burst_rate", pace_burst_rate)
+        min_concurrent_calls, decrease_factor, pause_s = _check_settings(
+            min_concurrent_calls, decrease_factor, pause_s
+        )
+        self._gate = weakref.ref(gate)
+        self._name = gate.name
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._enabled = enabled
+        self._floor = min_concurrent_calls
+        self._factor = decrease_factor
+        self._pause_s = pause_s
+        capacity = gate.capacity
+        self._ceiling = capacity  # the configured maximum
+        self._limit = capacity  # a float between the floor and the ceiling
+        self._applied = capacity  # what we last wrote to (or read from) the gate
+        self._generation = 0
+        self._paused_until = -math.inf
+        self._pausing = False  # read without the lock on the hot path
+        self._throttles = 0
+        self._stale = 0
+        # Concurrency learning: the last limit a concurrency throttle taught, the current
+        # hold (no growth until _held_until) and how long the next one lasts.
+        self._learned = math.inf
+        self._hold_s = DEFAULT_HOLD_S
+        self._held_until = -math.inf
+        # A burst-rate pause ends with one probe: when it is over, one attempt goes; the
+        # others wait on _resume (shut while a pause lasts) until the probe succeeds.
+        self._probe_out = False
+        self._probe_sent = -math.inf
+        self._reject_s = 0.0  # the slowest burst 429 a probe got (pacing's probe grace)
+        self._resume = Latch(f"adaptive {gate.name}")
+        # Burst pacing: its state, and when its admission counter was last sampled (read
+        # without the lock on the success path, to skip the lock between samples).
+        self._pace = pace_burst_rate
+        self._pacer = BurstPacer()
+        self._sampled = -math.inf
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock pauses are measured with."""
+        return self._clock
+
+    @property
+    def enabled(self) -> bool:
+        """Whether it reacts to throttles."""
+        return self._enabled
+
+    @property
+    def limit(self) -> float:
+        """The capacity it currently applies to the gate."""
+        return self._applied
+
+    @property
+    def max_concurrent_calls(self) -> float:
+        """The configured maximum (``inf`` = no cap)."""
+        with self._lock:
+            self._adopt_external_resize()
+            return self._ceiling
+
+    @property
+    def generation(self) -> int:
+        """Bumped at every decrease; attempts record it when admitted."""
+        return self._generation
+
+    @property
+    def pace_burst_rate(self) -> bool:
+        """Whether a burst throttle paces the gate's rate (instead of cutting the limit)."""
+        return self._pace
+
+    def settings(self) -> tuple[bool, int, float, float]:
+        """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
+        return self._enabled, self._floor, self._factor, self._pause_s
+
+    def pause_left(self) -> float:
+        """Seconds until the current burst-rate pause ends (0: none, or over)."""
+        if not self._pausing:
+            return 0.0
+        with self._lock:
+            return max(0.0, self._paused_until - self._clock())
+
+    @ki_protected
+    def pass_pause(self) -> tuple[float, bool]:
+        """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
+
+        ``(0, False)``: no pause, go. While a burst-rate pause lasts: wait until it ends.
+        When it has ended, the first attempt to ask is the probe ``(0, True)``; the others
+        wait for its outcome (at most ``pause_s`` before asking again): a success ends
+        the pause for everyone (:meth:`on_success` with ``probe=True``), another burst
+        429 starts a new pause, anything else hands the probe on (:meth:`probe_ended`).
+        """
+        if not self._pausing:
+            if self._pacer.active:
+                # The paced rate grows with time, not with successes: a run of failures
+                # (or an open breaker's waiters) must not hold it down. Not during a
+                # pause: its empty windows would read as callers who stopped calling.
+                self._pace_tick()
+            return 0.0, False
+        with self._lock:
+            if self._paused_until == -math.inf:  # ended meanwhile (the flag was read unlocked)
+                return 0.0, False
+            now = self._clock()
+            left = self._paused_until - now
+            if left > 0:
+                return left, False
+            if not self._probe_out:
+                self._probe_out = True
+                self._probe_sent = now
+                return 0.0, True
+            if self._pacer.active:
+                # Pacing: a probe that was not turned away within the grace got past the
+                # provider's rate check (a throttle comes back in a reject latency); its
+                # success may take the whole service time, which nobody needs to wait for:
+                # the paced rate decides how fast the others go.
+                grace = probe_grace(self._reject_s, pause_s=self._pause_s)
+                if now - self._probe_sent >= grace:
+                    self._end_pause_locked()
+                    return 0.0, False
+                return max(self._probe_sent + grace - now, 1e-3), False
+            return max(self._pause_s, 1e-3), False
+
+    async def wait_pause(self, seconds: float) -> None:
+        """Wait ``seconds`` or until the pause ends, whichever comes first."""
+        await self._resume.wait(seconds)
+
+    @ki_protected
+    def probe_ended(self) -> None:
+        """The probe ended without an answer about the rate (an error, a cancellation):
+        the next attempt to ask becomes the probe."""
+        with self._lock:
+            self._probe_out = False
+
+    def _end_pause_locked(self) -> None:
+        self._pausing = False
+        self._probe_out = False
+        self._paused_until = -math.inf
+        self._resume.open()
+
+    def statistics(self) -> AdaptiveStatistics:
+        """A consistent snapshot."""
+        with self._lock:
+            left = max(0.0, self._paused_until - self._clock()) if self._pausing else 0.0
+            return AdaptiveStatistics(
+                gate=self._name,
+                enabled=self._enabled,
+                limit=self._applied,
+                max_concurrent_calls=self._ceiling,
+                min_concurrent_calls=self._floor,
+                decrease_factor=self._factor,
+                pause_s=self._pause_s,
+                paused_for=left,
+                throttles=self._throttles,
+                stale_throttles=self._stale,
+                pace_burst_rate=self._pace,
+                paced_requests_per_minute=self._pacer.paced_per_minute,
+                pacing_episodes=self._pacer.episodes,
+            )
+
+    def __repr__(self) -> str:
+        if not self._enabled:
+            return f"<anygate.AdaptiveLimit gate {self._name!r} off>"
+        if math.isinf(self._ceiling) and math.isinf(self._limit):
+            return f"<anygate.AdaptiveLimit gate {self._name!r} idle (no cap)>"
+        text = f"<anygate.AdaptiveLimit gate {self._name!r} {self._applied:g}/{self._ceiling:g}"
+        left = self.pause_left()
+        if left > 0:
+            text += f", paused {left:.3g}s"
+        return text + ">"
+
+    # ------------------------------------------------------------------ reacting
+
+    @ki_protected
+    def on_throttle(
+        self,
+        generation: int | None,
+        retry_after: float | None,
+        in_flight: int | None = None,
+        *,
+        probe: bool = False,
+    ) -> LimitChange | None:
+        """A burst-rate throttle: pause and lower the limit, unless it is old news.
+
+        Args:
+            generation: :attr:`generation` when the throttled attempt was admitted;
+                ``None`` if unknown (then throttles during a pause are ignored instead).
+            retry_after: the provider's ``Retry-After`` in seconds; replaces ``pause_s``.
+
+        Returns:
+            the change, or ``None`` when the throttle was ignored or nothing is capped.
+        """
+        if not self._enabled:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            if self._ceiling < 1:
+                return None
+            now = self._clock()
+            if self._old_news(generation, self._pausing and now < self._paused_until):
+                return None
+            old = self._applied
+            # The pause's probe throttled again: the same episode, a new pause, but the
+            # limit was cut already.
+            continuing = probe and self._pausing
+            if probe:
+                # How fast the provider turns a probe away: what the grace must cover (a
+                # probe turned away after its grace ended the pause counts too).
+                self._reject_s = max(self._reject_s, now - self._probe_sent)
+            paced = False
+            gate = self._pace_gate() if not continuing else None
+            if gate is not None:
+                paced = self._pacer.throttled(gate, now, gate._admitted)
+                self._sampled = now
+            # Paced, the rate answers the throttle and a learned limit stays put.
+            if not continuing and not paced and self._active():
+                self._limit = lowered_limit(
+                    self._limit, factor=self._factor, floor=self._floor_now()
+                )
+            elif not continuing and math.isinf(self._limit) and in_flight is not None:
+                # No limit yet: what was in flight when the rate grew too steep is one;
+                # without it the end of the pause would release every queued call at once.
+                self._limit = float(max(self._floor_now(), in_flight))
+            self._generation += 1
+            self._throttles += 1
+            pause = self._pause_s if retry_after is None else max(0.0, retry_after)
+            self._probe_out = False
+            if pause > 0:
+                self._paused_until = now + pause
+                self._pausing = True
+                self._resume.shut()
+            self._apply()
+            return LimitChange(
+                old,
+                self._applied,
+                self._ceiling,
+                "burst_rate",
+                pause,
+                self._pacer.paced_per_minute,
+            )
+
+    @ki_protected
+    def on_rate(self) -> float | None:
+        """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
+        to its published rate overshoots it by the budget's burst after a lull. With
+        pacing on and not already pacing, pace the request rate as for a burst throttle
+        (no pause, no cut); returns the paced requests per minute, or ``None``."""
+        gate = self._pace_gate() if self._enabled else None
+        if gate is None:
+            return None
+        with self._lock:
+            if self._pacer.active:
+                return None
+            now = self._clock()
+            self._sampled = now
+            if not self._pacer.throttled(gate, now, gate._admitted):
+                return None
+            return self._pacer.paced_per_minute
+
+    @ki_protected
+    def on_concurrency(
+        self, generation: int | None, in_flight: int, *, exact: bool
+    ) -> LimitChange | None:
+        """The provider turned an attempt away for load: learn its concurrency.
+
+        Args:
+            generation: :attr:`generation` when the attempt was admitted (``None``: unknown,
+                then the throttle counts unless a hold is on).
+            in_flight: this gate's calls in flight when the attempt was admitted, itself
+                included (the caller may lower it with what is still in flight now).
+            exact: ``True`` for a concurrency 429 (the provider's slots were all taken by
+                the others: the limit becomes ``in_flight - 1``); ``False`` for an overload
+                answer (529, 503 with Retry-After: the limit becomes
+                ``min(limit, in_flight) * decrease_factor``, and a lone call teaches
+                nothing).
+
+        One cut per generation, as for burst-rate throttles. After a cut the limit holds
+        for a while before it grows again (each probe upward costs a throttle): 30 s,
+        doubling each time a probe finds the same limit again, up to 10 minutes. Works
+        without a configured cap: the learned limit becomes the gate's capacity.
+
+        Returns:
+            the change, or ``None`` when the throttle was ignored.
+        """
+        if not self._enabled:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            if self._ceiling < 1:
+                return None
+            now = self._clock()
+            if self._old_news(generation, now < self._held_until and self._limit < self._ceiling):
+                return None
+            floor = self._floor_now()
+            if exact:
+                target = float(max(floor, in_flight - 1))
+            else:
+                if in_flight <= 1:
+                    return None
+                target = max(float(floor), min(self._limit, in_flight) * self._factor)
+            if target >= self._limit:
+                return None
+            old = self._applied
+            # A probe that lands where the last lesson did confirms it: hold longer.
+            if target >= self._learned - 1 and now < self._held_until + 4 * self._hold_s:
+                self._hold_s = min(self._hold_s * 2, DEFAULT_MAX_HOLD_S)
+            else:
+                self._hold_s = DEFAULT_HOLD_S
+            self._learned = target
+            self._held_until = now + self._hold_s
+            self._limit = target
+            self._generation += 1
+            self._throttles += 1
+            self._apply()
+            return LimitChange(old, self._applied, self._ceiling, "concurrency", 0.0)
+
+    @ki_protected
+    def on_success(self, *, saturated: bool = True, probe: bool = False) -> LimitChange | None:
+        """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
+        a whole slot.
+
+        Args:
+            saturated: whether the gate was full when the call was admitted. A success
+                while slots stood free says nothing about a higher limit, so it does not
+                grow it; neither does any success during a hold after a concurrency cut.
+            probe: the call was a burst-rate pause's probe: its success ends the pause.
+        """
+        if probe:
+            with self._lock:
+                if self._pausing and self._probe_out:
+                    self._end_pause_locked()
+        if self._pace and self._enabled:
+            self._pace_tick()
+        # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
+        # stale read only delays one increment.
+        if not self._enabled or self._limit >= self._ceiling or not saturated:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            if not self._active() or self._limit >= self._ceiling:
+                return None
+            if self._clock() < self._held_until:
+                return None
+            old = self._applied
+            self._limit = raised_limit(self._limit, ceiling=self._ceiling)
+            self._apply()
+            if self._applied == old:
+                return None
+            return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
+
+    def _pace_gate(self) -> Gate | None:
+        """The gate, if pacing may set its rate: on, and the gate on our clock (its
+        budgets refill on its own clock; paced from another, a virtual clock in a test
+        next to a gate on real time, the rate would never refill)."""
+        if not self._pace:
+            return None
+        gate = self._gate()
+        if gate is None or gate._clock is not self._clock:
+            return None
+        return gate
+
+    def _pace_tick(self) -> None:
+        """Sample the gate's admissions and grow the paced rate (at most once a sample);
+        on successes and when an attempt starts."""
+        now = self._clock()
+        if now - self._sampled < PACE_SAMPLE_S:  # unlocked: a stale read skips one sample
+            return
+        gate = self._pace_gate()
+        if gate is None:
+            return
+        with self._lock:
+            if now - self._sampled < PACE_SAMPLE_S:
+                return
+            self._sampled = now
+            admitted = gate._admitted
+            self._pacer.sample(now, admitted)
+            self._pacer.grow(gate, now, admitted)
+
+    # ------------------------------------------------------------------ configuring
+
+    @ki_protected
+    def resize(self, maximum: float) -> None:
+        """Set the configured maximum (``inf`` = no cap) and apply it to the gate.
+
+        A limit that is down after a throttle stays down (capped at the new maximum) and
+        grows back to the new maximum; a limit at the old maximum follows to the new one.
+
+        Raises:
+            TypeError, ValueError: ``maximum`` is not an int >= 0 (at most 2**53) or inf;
+                nothing changes.
+        """
+
+        maximum = check_capacity(maximum)
+        with self._lock:
+            self._adopt_external_resize()
+            reduced = self._limit < self._ceiling
+            self._ceiling = maximum
+            self._limit = min(self._limit, maximum) if reduced else maximum
+            self._apply(force=True)
+
+    @ki_protected
+    def configure(
+        self,
+        *,
+        enabled: bool | None = None,
+        min_concurrent_calls: int | None = None,
+        decrease_factor: float | None = None,
+        pause_s: float | None = None,
+        pace_burst_rate: bool | None = None,
+    ) -> None:
+        """Change settings live; ``None`` keeps a setting. Turning it off restores the
+        maximum at once, ends any pause and gives the gate its own rate back (as does
+        turning pacing off).
+
+        Raises:
+            TypeError, ValueError: a bad setting; every one is checked before any applies.
+        """
+        checked = _check_settings(min_concurrent_calls, decrease_factor, pause_s, none=True)
+        min_concurrent_calls, decrease_factor, pause_s = checked
+        _check_flag("enabled", enabled, none=True)
+        _check_flag("pace_burst_rate", pace_burst_rate, none=True)
+        with self._lock:
+            self._adopt_external_resize()
+            if min_concurrent_calls is not None:
+                self._floor = min_concurrent_calls
+            if decrease_factor is not None:
+                self._factor = decrease_factor
+            if pause_s is not None:
+                self._pause_s = pause_s
+            if enabled is not None:
+                self._enabled = enabled
+            if pace_burst_rate is not None:
+                self._pace = pace_burst_rate
+            if not self._enabled or not self._pace:
+                self._pacer.end(self._gate())
+            if not self._enabled:
+                self._limit = self._ceiling
+                self._end_pause_locked()
+            self._apply(force=True)
+
+    # ------------------------------------------------------------------ internals (locked)
+
+    def _active(self) -> bool:
+        # Capped, or uncapped with a limit learned from concurrency throttles.
+        return self._enabled and self._ceiling >= 1 and self._limit < math.inf
+
+    def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
+        """Whether a throttle comes from an attempt admitted before the latest change (one
+        cut per episode); counted. ``unknown_is_stale``: the answer without a generation."""
+        stale = unknown_is_stale if generation is None else generation != self._generation
+        if stale:
+            self._stale += 1
+        return stale
+
+    def _floor_now(self) -> int:
+        # A maximum below the configured floor wins: the floor never raises the cap.
+        return int(min(self._floor, self._ceiling))
+
+    def _adopt_external_resize(self) -> None:
+        gate = self._gate()
+        if gate is None:
+            return
+        capacity = gate.capacity
+        if capacity != self._applied:
+            # Someone resized the gate directly; their number is the new maximum.
+            self._ceiling = self._limit = self._applied = capacity
+
+    def _apply(self, *, force: bool = False) -> None:
+        gate = self._gate()
+        if gate is None:
+            return
+        if self._active():
+            self._limit = max(min(self._limit, self._ceiling), self._floor_now())
+            capacity = capacity_for(self._limit, floor=self._floor_now())
+        else:
+            capacity = self._ceiling
+        if force or capacity != self._applied:
+            gate.capacity = capacity
+            self._applied = capacity
+
+
+def _check_flag(name: str, value: object, *, none: bool = False) -> None:
+    """A bool setting (``None`` allowed when ``none``): TypeError naming it otherwise."""
+    if value is None and none:
+        return
+    if not isinstance(value, bool):
+        allowed = "True, False or None" if none else "True or False"
+        msg = f"{name} must be {allowed} (got {show(value)})"
+        raise TypeError(msg)
+
+
+def _check_settings(
+    floor: object, factor: object, pause_s: object, *, none: bool = False
+) -> tuple[Any, Any, Any]:
+    """Validate the adaptive settings through the shared number checks."""
+    floor = check_int("min_concurrent_calls", floor, minimum=1, none=none)
+    pause_s = check_number("pause_s", pause_s, none=none)
+    if factor is not None or not none:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            msg = f"decrease_factor must be a number > 0 and < 1 (got {show(factor)})"
+            raise TypeError(msg)
+        if not 0 < factor < 1:  # exact for ints of any size; False for NaN
+            msg = f"decrease_factor must be a number > 0 and < 1 (got {show(factor)})"
+            raise ValueError(msg)
+        factor = float(factor)
+    return floor, factor, pause_s
+
+
+# --------------------------------------------------------------------------- per gate
+
+_by_gate: weakref.WeakKeyDictionary[Gate, AdaptiveLimit] = weakref.WeakKeyDictionary()
+_by_gate_lock = threading.Lock()
+
+
+def adaptive_limit_for(
+    gate: Gate, factory: Callable[[], AdaptiveLimit]
+) -> tuple[AdaptiveLimit, bool]:
+    """The gate's adaptive limit, creating it with ``factory()`` if it has none.
+
+    Returns the limit and whether this call created it. Keyed by the gate object (held
+    weakly), so a gate handed to several policies has one limit, and a gate that is gone
+    takes its limit with it.
+    """
+    with _by_gate_lock:
+        limit = _by_gate.get(gate)
+        if limit is not None:
+            return limit, False
+        limit = _by_gate[gate] = factory()
+        return limit, True

@@ -1,0 +1,510 @@
+"""The attempt loop: breaker -> slot -> (adaptive pause) -> attempt -> release -> classify -> sleep.
+
+:class:`anygate.Policy` decides what surrounds a call (the deadline scope, the final
+report); this module runs its attempts on an event loop or a plain thread, in two shapes
+over the same steps:
+
+* :meth:`Attempts.run` / :meth:`Attempts.run_sync` call a *step* with an :class:`Attempt`;
+  the step takes its slot itself (``Policy.run``, the transports, which keep the slot until
+  the response body is closed);
+* :meth:`Attempts.call` / :meth:`Attempts.call_sync` are the same loop with the attempt
+  written out (take the slot, call ``fn``, release), so ``Policy.call`` allocates no step
+  per attempt.
+
+The block form (:mod:`anygate._policy.blocks`) drives the same steps from an iterator. Each
+attempt's slot is released before its failure is classified or the backoff sleep starts,
+so other callers use the slot meanwhile. What is shared by all of them is written once
+here (:meth:`Attempts.failed`, :meth:`~Attempts.admit`, :meth:`~Attempts.pass_breaker`),
+and the decisions (classification, budgets, delays, events) are the :class:`Retrier`'s.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from typing import TYPE_CHECKING, Any, TypeVar, final
+
+import anyio
+
+from .._errors import Busy, CircuitOpen
+from .._events.events import SlotAdmitted, SlotWaiting, emit
+from .attempt import make_attempt
+from .learn import headers_of, learn_from_headers
+from .retrying import NEUTRAL, SUCCESS, Stop
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .._events.events import Hook
+    from .._gate.gate import Gate
+    from .._gate.token import Token
+    from .adaptive import AdaptiveLimit
+    from .attempt import Attempt
+    from .breaker import CircuitBreaker
+    from .retrying import Retrier, Run
+    from .testing_switch import TestingState
+
+__all__ = ["Attempts", "NotAwaitable", "check_pause"]
+
+T = TypeVar("T")
+
+
+class NotAwaitable(TypeError):
+    """``call()`` got a function that returns no awaitable (or ``call_sync()`` one that does)."""
+
+
+@final
+class Attempts:
+    """One policy's attempt loop and the parts it needs (no state of its own per call)."""
+
+    __slots__ = (
+        "adaptive",
+        "attempt_timeout",
+        "breaker",
+        "busy_wait",
+        "gate",
+        "hooks",
+        "max_attempts",
+        "name",
+        "retrier",
+        "wait_when_open",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        gate: Gate,
+        adaptive: AdaptiveLimit,
+        hooks: tuple[Hook, ...],
+        busy_wait: float | None,
+        attempt_timeout: float | None,
+        max_attempts: int,
+        retrier: Retrier,
+        breaker: CircuitBreaker | None = None,
+        wait_when_open: bool = True,
+    ) -> None:
+        self.name = name
+        self.breaker = breaker
+        self.wait_when_open = wait_when_open
+        self.gate = gate
+        self.adaptive = adaptive
+        self.hooks = hooks
+        self.busy_wait = busy_wait
+        self.attempt_timeout = attempt_timeout
+        self.max_attempts = max_attempts
+        self.retrier = retrier
+
+    # ------------------------------------------------------------------ decisions
+
+    def failed(
+        self,
+        run: Run,
+        exc: Exception,
+        now: float,
+        deadline: float,
+        testing: TestingState,
+        *,
+        learn: bool,
+    ) -> float:
+        """A failed attempt, in every form: seconds to wait (without a slot) before the next.
+
+        ``learn``: the provider's limits in ``exc``'s headers pace the gate (a transport
+        reads its responses itself).
+
+        Raises:
+            CallFailed: the policy gives up (``run.reraise``: ``exc`` itself, reported alike).
+        """
+        retrier = self.retrier
+        if learn:
+            learn_from_headers(self.gate, headers_of(exc))
+        wait = retrier.plan(run, exc, now, deadline, testing)
+        retrier.attempt_ended(run)
+        if isinstance(wait, Stop):
+            retrier.fail(run, wait.why, wait.max_attempts, exc)
+        run.phase = "sleep"
+        return wait
+
+    def failed_on_loop(
+        self, run: Run, exc: Exception, testing: TestingState, *, learn: bool
+    ) -> float:
+        """:meth:`failed` on the event loop: AnyIO's clock, the enclosing scopes' deadline."""
+        now, deadline = anyio.current_time(), anyio.current_effective_deadline()
+        return self.failed(run, exc, now, deadline, testing, learn=learn)
+
+    def passes_through(self, run: Run, exc: BaseException) -> bool:
+        """Whether ``exc`` ends the call unchanged (not an Exception, or control flow);
+        the breaker then hears nothing of the attempt."""
+        if isinstance(exc, Exception) and not self.retrier.is_control_flow(exc):
+            return False
+        run.outcome = NEUTRAL
+        return True
+
+    # ------------------------------------------------------------------ async drivers
+
+    async def call(
+        self,
+        run: Run,
+        testing: TestingState,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        timed: bool,
+    ) -> T:
+        """Attempt ``await fn(*args, **kwargs)`` until it succeeds or the retrier gives up.
+
+        :meth:`run` with the attempt written out (take the slot, call, release), so that
+        :meth:`Policy.call` pays for no step object per attempt. ``timed``: measure slot
+        waits (the caller has a deadline to report against).
+        """
+        attempt_timeout = self.attempt_timeout
+        timed = timed or bool(self.hooks)  # the slot wait is measured only when someone reads it
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                await self.pass_breaker(run)
+            # admit() hands the token over only once it is safe to (it releases it itself
+            # on any BaseException until then), and the try that releases it starts at once:
+            # nothing runs between the two that could raise.
+            token = await self.admit(run, testing, timed, self.gate, self.busy_wait)
+            try:
+                try:
+                    if attempt_timeout is None:
+                        result = await _invoke(fn, args, kwargs)
+                    else:
+                        result = await _invoke_within(
+                            attempt_timeout, run.attempt, fn, args, kwargs
+                        )
+                finally:
+                    token.release()  # before classifying or sleeping: the slot is not ours
+            except NotAwaitable:
+                raise
+            except Exception as exc:
+                if self.passes_through(run, exc):
+                    raise
+                wait = self.failed_on_loop(run, exc, testing, learn=True)
+                await anyio.sleep(wait)
+            else:
+                run.outcome = SUCCESS
+                headers = headers_of(result)  # raw responses carry the provider's limits
+                if headers is not None:
+                    learn_from_headers(self.gate, headers)
+                return result
+
+    async def run(
+        self,
+        run: Run,
+        testing: TestingState,
+        step: Callable[[Attempt], Awaitable[T]],
+        *,
+        timed: bool,
+    ) -> T:
+        """Attempt ``await step(attempt)`` until it returns or the retrier gives up.
+
+        The step takes its slot itself (:meth:`Attempt.acquire`); whatever it took is
+        released when it raises, and stays the step's when it returns (a transport's
+        response body holds it). A refusal of its acquire (``Busy``) ends the call.
+        """
+        timed = timed or bool(self.hooks)
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                await self.pass_breaker(run)
+            attempt = make_attempt(self, run, testing, timed, math.inf)
+            run.phase = "attempt"
+            try:
+                awaitable: object = step(attempt)
+                if not inspect.isawaitable(awaitable):
+                    msg = (
+                        f"Policy.run() needs the step to return an awaitable ({step!r} "
+                        f"returned {type(awaitable).__name__}); use Policy.run_sync() for "
+                        "blocking steps"
+                    )
+                    raise NotAwaitable(msg)
+                result: T = await awaitable
+            except BaseException as exc:
+                attempt.release_all()
+                if isinstance(exc, (NotAwaitable, Busy)) or run.phase == "slot":
+                    raise  # a refused slot (or a wrong step) is no provider's answer
+                if self.passes_through(run, exc):
+                    raise
+                assert isinstance(exc, Exception)  # noqa: PT017 - for the type checker
+                wait = self.failed_on_loop(run, exc, testing, learn=False)
+            else:
+                run.outcome = SUCCESS
+                return result
+            await anyio.sleep(wait)
+
+    async def pass_breaker(self, run: Run) -> None:
+        """Take the breaker's permit for the next attempt, waiting while it is open.
+
+        In wait mode (the default) the call waits, bounded only by its deadline and
+        enclosing cancel scopes, for the probe's outcome or its own turn to probe; in fail
+        mode the first attempt raises :class:`anygate.CircuitOpen` and a retry gives up.
+        """
+        breaker = self.breaker
+        assert breaker is not None
+        while True:
+            try:
+                self.retrier.admit(breaker, run)
+            except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
+                if not self.wait_when_open:
+                    if run.verdict is None:
+                        raise
+                    self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
+                run.phase = "breaker"
+                await breaker.wait()
+            else:
+                return
+
+    async def admit(
+        self,
+        run: Run,
+        testing: TestingState,
+        timed: bool,
+        gate: Gate,
+        busy_wait: float | None,
+    ) -> Token:
+        """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
+        for the next attempt; sit out an adaptive pause holding it.
+
+        The pause is always that of the policy's adaptive limit (the one its throttles are
+        reported to). Both passed explicitly, not defaulted: this is the per-call path.
+        """
+        hooks, adaptive = self.hooks, self.adaptive
+        run.phase = "slot"
+        if timed:
+            run.slot_started = anyio.current_time()
+        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+            emit(
+                hooks,
+                SlotWaiting(
+                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        token = await gate.acquire(timeout=busy_wait)
+        try:
+            run.in_flight = in_flight = gate.in_flight
+            run.saturated = in_flight >= gate.capacity or gate.waiting > 0
+            if not testing.enabled:
+                # Holding the slot while paused is the point: when the pause ends, one probe
+                # goes, and after its success at most the capacity's worth at once.
+                while True:
+                    pause, run.burst_probe = adaptive.pass_pause()
+                    if pause <= 0:
+                        break
+                    check_pause(gate, pause, busy_wait)
+                    await adaptive.wait_pause(pause)
+            run.generation = adaptive.generation
+            if hooks:
+                waited = anyio.current_time() - run.slot_started
+                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.phase = "attempt"
+        except BaseException:
+            # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
+            # slot is ours until the caller has it, so it is ours to give back (and the
+            # probe role, if this attempt had claimed it).
+            token.release()
+            if run.burst_probe:
+                run.burst_probe = False
+                adaptive.probe_ended()
+            raise
+        return token
+
+    # ------------------------------------------------------------------ sync drivers
+
+    def call_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> T:
+        """The blocking twin of :meth:`call`; ``deadline`` is on ``time.monotonic``."""
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                self.pass_breaker_sync(run, deadline)
+            # See call(): no gap before the try.
+            token = self.admit_sync(run, testing, deadline, self.gate, self.busy_wait)
+            try:
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    token.release()
+                if inspect.isawaitable(result):
+                    _close(result)
+                    msg = f"Policy.call_sync() got an awaitable from {fn!r}; use `await policy.call(...)`"
+                    raise NotAwaitable(msg)
+            except NotAwaitable:
+                raise
+            except Exception as exc:
+                if self.passes_through(run, exc):
+                    raise
+                wait = self.failed(run, exc, time.monotonic(), deadline, testing, learn=True)
+                if wait > 0:
+                    time.sleep(wait)
+            else:
+                run.outcome = SUCCESS
+                headers = headers_of(result)  # raw responses carry the provider's limits
+                if headers is not None:
+                    learn_from_headers(self.gate, headers)
+                return result
+
+    def run_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        step: Callable[[Attempt], T],
+    ) -> T:
+        """The blocking twin of :meth:`run`; ``deadline`` is on ``time.monotonic``."""
+        while True:
+            run.attempt += 1
+            if self.breaker is not None:
+                self.pass_breaker_sync(run, deadline)
+            attempt = make_attempt(self, run, testing, True, deadline)
+            run.phase = "attempt"
+            try:
+                result = step(attempt)
+                if inspect.isawaitable(result):
+                    _close(result)
+                    msg = f"Policy.run_sync() got an awaitable from {step!r}; use `await policy.run(...)`"
+                    raise NotAwaitable(msg)
+            except BaseException as exc:
+                attempt.release_all()
+                if isinstance(exc, (NotAwaitable, Busy)) or run.phase == "slot":
+                    raise
+                if self.passes_through(run, exc):
+                    raise
+                assert isinstance(exc, Exception)  # noqa: PT017 - for the type checker
+                wait = self.failed(run, exc, time.monotonic(), deadline, testing, learn=False)
+            else:
+                run.outcome = SUCCESS
+                return result
+            if wait > 0:
+                time.sleep(wait)
+
+    def pass_breaker_sync(self, run: Run, deadline: float) -> None:
+        """The blocking twin of :meth:`pass_breaker`; ``deadline`` is on ``time.monotonic``."""
+        breaker = self.breaker
+        assert breaker is not None
+        while True:
+            try:
+                self.retrier.admit(breaker, run)
+            except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
+                left = deadline - time.monotonic()
+                if not self.wait_when_open or left <= 0:
+                    if run.verdict is None:
+                        raise
+                    self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
+                run.phase = "breaker"
+                breaker.wait_sync(None if deadline == math.inf else left)
+            else:
+                return
+
+    def admit_sync(
+        self,
+        run: Run,
+        testing: TestingState,
+        deadline: float,
+        gate: Gate,
+        busy_wait: float | None,
+    ) -> Token:
+        """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
+        hooks, adaptive = self.hooks, self.adaptive
+        run.phase = "slot"
+        now = run.slot_started = time.monotonic()
+        if now >= deadline and run.verdict is not None:
+            self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
+        timeout = busy_wait
+        if deadline != math.inf:
+            left = max(0.0, deadline - now)
+            timeout = left if timeout is None else min(timeout, left)
+        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+            emit(
+                hooks,
+                SlotWaiting(
+                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+                ),
+            )
+        token = gate.acquire_sync(timeout=timeout)
+        try:
+            run.in_flight = in_flight = gate.in_flight
+            run.saturated = in_flight >= gate.capacity or gate.waiting > 0
+            while not testing.enabled:
+                pause, run.burst_probe = adaptive.pass_pause()
+                if pause <= 0:
+                    break
+                check_pause(gate, pause, busy_wait)
+                if time.monotonic() + pause >= deadline:
+                    if run.verdict is not None:
+                        self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
+                    raise Busy(
+                        gate=gate.name,
+                        capacity=gate.capacity,
+                        in_flight=gate.in_flight,
+                        waited=time.monotonic() - now,
+                    )
+                # A thread sleeps (and asks again): the pause is measured on the policy's
+                # clock, and a probe's success is noticed within one pause_s.
+                time.sleep(pause)
+            run.generation = adaptive.generation
+            if hooks:
+                waited = time.monotonic() - now
+                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
+            run.phase = "attempt"
+        except BaseException:
+            token.release()
+            if run.burst_probe:
+                run.burst_probe = False
+                adaptive.probe_ended()
+            raise
+        return token
+
+
+async def _invoke(
+    fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> T:
+    awaitable: object = fn(*args, **kwargs)
+    if not inspect.isawaitable(awaitable):
+        msg = (
+            f"Policy.call() needs fn to return an awaitable ({fn!r} returned "
+            f"{type(awaitable).__name__}); use Policy.call_sync() for blocking functions"
+        )
+        raise NotAwaitable(msg)
+    result: T = await awaitable
+    return result
+
+
+async def _invoke_within(
+    seconds: float,
+    attempt: int,
+    fn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    """:func:`_invoke` cut off after ``seconds``; a hung attempt becomes a TimeoutError."""
+    with anyio.move_on_after(seconds):
+        return await _invoke(fn, args, kwargs)
+    # Only our own timeout lands here: the scope swallowed its cancellation.
+    msg = f"attempt {attempt} timed out after {seconds:g}s"
+    raise TimeoutError(msg)
+
+
+def check_pause(gate: Gate, pause: float, busy_wait: float | None) -> None:
+    """A pause longer than the slot-wait budget is Busy now, not a long wait."""
+    if busy_wait is not None and pause > busy_wait:
+        raise Busy(
+            gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
+        )
+
+
+def _close(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()  # avoid "coroutine was never awaited" noise

@@ -1,0 +1,370 @@
+"""Learning a gate's :class:`~anygate.Rate` from what the provider's headers report.
+
+One :class:`RateLearner` per gate (``RateLearner.of(gate)``) turns :class:`LimitReport`
+objects into the gate's ``rate``:
+
+* **Pacing.** A request or token limit, once the evidence is consistent, becomes the
+  gate's ``requests_per_minute`` / ``tokens_per_minute`` at ``(1 - headroom)`` of it
+  (default 90 %, Langroid's margin). Consistent means ``confirm`` reports in a row (default
+  2) stating the same limit (within 1 %) *with something used*: a full bucket (remaining
+  equal to the limit) tells nothing, since a fresh key and a misconfigured gateway look
+  the same. A changed limit (a tier upgrade, a lowered quota) needs its own streak.
+* **Holding.** A drained bucket (``remaining == 0``) tells a lot: its limit is adopted at
+  once, and the gate admits nobody until the reported reset (at most ``max_hold_s``,
+  default 60 s), through the gate's one hold hook (``Ledger._hold_until``).
+* **Ceilings.** Never above a user's rate: each dimension the gate's rate had when the
+  learner was made (or :attr:`RateLearner.ceiling` says) caps what is learned. Other
+  fields of the gate's rate (``ramp``, ``window_s``, ``burst_s``) are kept.
+
+Limits that cannot be per minute (a reset far beyond the reported window, as with daily
+quotas) are not paced to, though a drain still holds. This is not a fleet coordinator:
+each process paces itself to the whole limit (see ``docs/learning.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, final
+
+from .._classify.headers import MAX_RESET_S, LimitReport, ReportedLimit, parse_limit_headers
+from .._gate.rate import Rate
+from .._validation import check_int, check_number
+
+if TYPE_CHECKING:
+    from .._gate.gate import Gate
+
+__all__ = ["LearnedLimits", "RateLearner", "headers_of", "learn_from_headers"]
+
+# Learned rates above this are not limits (and would fail Rate's own bound).
+_MAX_PER_MINUTE = 1e12
+# Two limits this close are the same limit (providers round token limits to 1000).
+_SAME = 0.01
+_KINDS = ("requests", "tokens")
+
+
+@final
+@dataclass(frozen=True)
+class LearnedLimits:
+    """What a :class:`RateLearner` has learned so far (the provider's own numbers).
+
+    Attributes:
+        requests_per_minute: the adopted request limit, before headroom; ``None`` if none.
+        tokens_per_minute: the adopted token limit, before headroom; ``None`` if none.
+        source: the header family of the last usable report (``"openai"``, ...), or ``""``.
+        reports: usable reports observed.
+        holds: drained reports that held the gate.
+        rate: the rate the learner last set on the gate, or ``None`` if it never set one.
+    """
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    source: str = ""
+    reports: int = 0
+    holds: int = 0
+    rate: Rate | None = None
+
+
+_registry: weakref.WeakKeyDictionary[Gate, RateLearner] = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+@final
+class RateLearner:
+    """Sets and updates one gate's :class:`~anygate.Rate` from rate-limit headers.
+
+    Use :meth:`of` to get the gate's learner (made with the defaults on first use); build
+    one directly to choose the settings: it then becomes the gate's learner. Thread-safe:
+    any task, loop or thread may call :meth:`observe`.
+
+    Args:
+        gate: the gate to pace.
+        headroom: the fraction of each reported limit left unused, in ``[0, 0.99]``
+            (default 0.1: pace at 90 %).
+        confirm: consistent reports needed before a limit is adopted, an int >= 1
+            (default 2); a drained report needs none.
+        max_hold_s: the longest hold after a drained report, in seconds (default 60).
+        ceiling: the most the learner may set, per dimension: a :class:`~anygate.Rate`,
+            ``"gate"`` (the default: the gate's rate now, as the user configured it) or
+            ``None`` (no ceiling). A dimension the ceiling leaves unset is uncapped.
+
+    Raises:
+        TypeError: ``gate`` is not a Gate; a setting of the wrong type.
+        ValueError: a setting out of range.
+    """
+
+    __slots__ = (
+        "_ceiling",
+        "_confirm",
+        "_gate",
+        "_headroom",
+        "_holds",
+        "_learned",
+        "_lock",
+        "_max_hold",
+        "_rate",
+        "_reports",
+        "_source",
+        "_streaks",
+    )
+
+    def __init__(
+        self,
+        gate: Gate,
+        *,
+        headroom: float = 0.1,
+        confirm: int = 2,
+        max_hold_s: float = 60.0,
+        ceiling: Rate | Literal["gate"] | None = "gate",
+    ) -> None:
+        from .._gate.gate import Gate  # a cycle at import time: _gate does not import us
+
+        given: object = gate  # typed as object: the check is for untyped callers
+        if not isinstance(given, Gate):
+            msg = f"gate must be an anygate.Gate (got {given!r} of type {type(given).__name__})"
+            raise TypeError(msg)
+        room = check_number("headroom", headroom, maximum=0.99, unit="")
+        assert room is not None
+        self._headroom = room
+        count = check_int("confirm", confirm, minimum=1, maximum=1000)
+        assert count is not None
+        self._confirm = count
+        hold = check_number("max_hold_s", max_hold_s, maximum=MAX_RESET_S)
+        assert hold is not None
+        self._max_hold = hold
+        from .pacer import own_rate  # not gate.rate: burst pacing may hold it down
+
+        self._ceiling = self._check_ceiling(own_rate(gate) if ceiling == "gate" else ceiling)
+        self._gate = weakref.ref(gate)  # the registry maps gate -> learner: no cycle
+        self._lock = threading.Lock()
+        self._learned: dict[str, float] = {}
+        self._streaks: dict[str, tuple[float, int]] = {}
+        self._rate: Rate | None = None
+        self._source = ""
+        self._reports = 0
+        self._holds = 0
+        with _registry_lock:
+            _registry[gate] = self
+
+    @staticmethod
+    def _check_ceiling(value: object) -> Rate | None:
+        if value is not None and not isinstance(value, Rate):
+            msg = f"ceiling must be an anygate.Rate or None (got {value!r})"
+            raise TypeError(msg)
+        return value
+
+    @classmethod
+    def of(cls, gate: Gate) -> RateLearner:
+        """The gate's learner, made with the default settings on first use."""
+        with _registry_lock:
+            learner = _registry.get(gate)
+        if learner is None:
+            learner = cls(gate)
+            # Two threads may race to make one; the registry keeps whichever came last,
+            # and both return that one.
+            with _registry_lock:
+                learner = _registry.setdefault(gate, learner)
+        return learner
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def gate(self) -> Gate:
+        """The gate this learner paces (``ReferenceError`` once it is gone)."""
+        gate = self._gate()
+        if gate is None:
+            msg = "the gate of this RateLearner has been garbage-collected"
+            raise ReferenceError(msg)
+        return gate
+
+    @property
+    def headroom(self) -> float:
+        """The fraction of each reported limit left unused."""
+        return self._headroom
+
+    @property
+    def ceiling(self) -> Rate | None:
+        """The most the learner may set per dimension; settable (e.g. after a user change)."""
+        return self._ceiling
+
+    @ceiling.setter
+    def ceiling(self, value: Rate | None) -> None:
+        checked = self._check_ceiling(value)
+        with self._lock:
+            self._ceiling = checked
+
+    @property
+    def limits(self) -> LearnedLimits:
+        """A snapshot of what has been learned."""
+        with self._lock:
+            return LearnedLimits(
+                requests_per_minute=self._learned.get("requests"),
+                tokens_per_minute=self._learned.get("tokens"),
+                source=self._source,
+                reports=self._reports,
+                holds=self._holds,
+                rate=self._rate,
+            )
+
+    def __repr__(self) -> str:
+        gate = self._gate()
+        name = "<gone>" if gate is None else repr(gate.name)
+        learned = ", ".join(f"{k}={v:g}/min" for k, v in sorted(self._learned.items()))
+        return f"<anygate.RateLearner gate={name} {learned or 'nothing learned'}>"
+
+    # ------------------------------------------------------------------ learning
+
+    def observe_headers(self, headers: object, now: float | None = None) -> bool:
+        """:meth:`observe` the report parsed from ``headers`` (any mapping-like headers)."""
+        return self.observe(parse_limit_headers(headers), now)
+
+    def observe(self, report: LimitReport, now: float | None = None) -> bool:
+        """Learn from one response's report; ``True`` if the gate's rate or hold changed.
+
+        Args:
+            report: from :func:`anygate.parse_limit_headers`.
+            now: when the response arrived, on the gate's clock; default the clock now.
+                Reported resets count from it.
+
+        Never raises on what the report says (it holds only checked values).
+        """
+        if not report:
+            return False
+        gate = self._gate()
+        if gate is None:
+            return False
+        dims: dict[str, ReportedLimit | None] = {
+            "requests": report.requests,
+            "tokens": report.token_limit,
+        }
+        with self._lock:
+            self._reports += 1
+            self._source = report.source
+            adopted = False
+            hold_s = 0.0
+            for kind in _KINDS:
+                dim = dims[kind]
+                if dim is None:
+                    continue
+                adopted |= self._weigh(kind, dim)
+                if dim.drained and dim.reset_s is not None:
+                    hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
+            changed = self._apply(gate) if adopted else False
+            if hold_s > 0:
+                start = gate._read_clock() if now is None else now
+                # A virtual clock read outside its run cannot say when: no hold then.
+                if start is not None and gate._hold_until(start + hold_s):
+                    self._holds += 1
+                    changed = True
+        return changed
+
+    def _weigh(self, kind: str, dim: ReportedLimit) -> bool:
+        """Count ``dim`` as evidence for ``kind``'s limit; ``True`` if a new one is adopted."""
+        per_minute = dim.per_minute
+        if per_minute is None or dim.limit is None:
+            return False
+        if (
+            dim.reset_s is not None
+            and dim.window_s is not None
+            and dim.reset_s > 2 * dim.window_s + 1
+        ):
+            return False  # refills over more than its window: not a per-window limit
+        if dim.remaining is not None and dim.remaining >= dim.limit:
+            return False  # a full bucket tells nothing
+        value, count = self._streaks.get(kind, (per_minute, 0))
+        count = count + 1 if _same(value, per_minute) else 1
+        self._streaks[kind] = (per_minute, count)
+        if count < self._confirm and not dim.drained:
+            return False
+        current = self._learned.get(kind)
+        if current is not None and _same(current, per_minute):
+            return False
+        self._learned[kind] = per_minute
+        return True
+
+    def _apply(self, gate: Gate) -> bool:
+        """Set the gate's rate from what is learned, under the ceiling; ``True`` if changed."""
+        current = gate.rate
+        ceiling = self._ceiling
+        values: dict[str, float | None] = {
+            "requests": None if current is None else current.requests_per_minute,
+            "tokens": None if current is None else current.tokens_per_minute,
+        }
+        for kind in _KINDS:
+            learned = self._learned.get(kind)
+            if learned is None:
+                continue
+            paced = min(learned * (1.0 - self._headroom), _MAX_PER_MINUTE)
+            cap = None if ceiling is None else getattr(ceiling, f"{kind}_per_minute")
+            if cap is not None:
+                paced = min(paced, cap)
+            if paced > 0:
+                values[kind] = paced
+        rpm, tpm = values["requests"], values["tokens"]
+        if current is None:
+            rate = Rate(requests_per_minute=rpm, tokens_per_minute=tpm)
+        else:
+            rate = dataclasses.replace(current, requests_per_minute=rpm, tokens_per_minute=tpm)
+        if rate == current:
+            return False
+        gate.rate = rate
+        self._rate = rate
+        return True
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= _SAME * max(a, b)
+
+
+def learn_from_headers(gate: Gate, headers: object, *, now: float | None = None) -> bool:
+    """Let ``gate``'s :class:`RateLearner` learn from one response's headers.
+
+    The entry point for code that sees responses (the transports call it on every
+    response; a policy on error responses and results that expose headers). Never
+    raises on what the headers say.
+
+    Args:
+        gate: the gate to pace.
+        headers: httpx / httpx2 ``Headers``, a mapping, pairs, or ``None`` (nothing).
+        now: when the response arrived, on the gate's clock; default now.
+
+    Returns:
+        ``True`` if the gate's rate or hold changed.
+    """
+    report = parse_limit_headers(headers)
+    if not report:
+        return False  # no learner is made for a gate that never hears a limit
+    return RateLearner.of(gate).observe(report, now)
+
+
+def _looks_like_headers(value: object) -> bool:
+    return callable(getattr(value, "get", None)) and callable(getattr(value, "items", None))
+
+
+def headers_of(obj: object) -> object | None:
+    """The response headers carried by an SDK / HTTP result or exception, else ``None``.
+
+    Finds them on, in order: ``obj.response`` (``openai.APIStatusError``,
+    ``anthropic.APIStatusError``, ``httpx.HTTPStatusError``, an SDK stream),
+    ``obj.http_response`` (the SDKs' ``APIResponse``), and ``obj`` itself when it is a
+    response (it has ``headers`` and ``status_code``: ``httpx.Response``, the SDKs'
+    ``with_raw_response`` results). Parsed SDK models carry no headers: ``None``. So do
+    requests and connection errors (a request's headers are not the provider's answer).
+    Never raises (a property that fails counts as absent).
+    """
+    if obj is None:
+        return None
+    for name in ("response", "http_response", None):
+        try:
+            candidate = obj if name is None else getattr(obj, name, None)
+            if candidate is None or not hasattr(candidate, "status_code"):
+                continue
+            headers = getattr(candidate, "headers", None)
+        except Exception:  # e.g. httpx raises RuntimeError for an unset .response
+            continue
+        if headers is not None and _looks_like_headers(headers):
+            found: object = headers
+            return found
+    return None

@@ -1,0 +1,623 @@
+"""The guarded call: breaker -> deadline scope -> one slot per attempt -> classify -> backoff.
+
+Data flows one way: the policy takes a breaker permit (synchronously, before any await),
+then for each attempt takes one gate token (sitting out an adaptive pause, if the gate is
+in one, while holding it), runs ``fn`` while holding it, releases it, classifies a failure
+and sleeps *without* a slot before the next attempt. The gate knows nothing of retries;
+the policy knows nothing of waiter internals.
+
+Timing on the async path uses AnyIO only (``anyio.sleep``, ``anyio.current_time``, cancel
+scopes), so trio's ``MockClock`` drives it in tests and the simulator; the sync path uses
+``time.sleep`` and ``time.monotonic``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING, Any, TypeVar, final, overload
+
+import anyio
+
+from .._config.config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
+from .._config.loader import load_config
+from .._events.logging_hook import LoggingHook
+from .._validation import check_int
+from . import decorate as _decorate
+from .attempt import make_attempt
+from .attempts import Attempts
+from .blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_loop
+from .policy_args import check_flag, check_policy_args, policy_kwargs
+from .retrying import Retrier, Run, check_deadline
+from .sharing import (
+    reconcile_capacity,
+    reconcile_rate,
+    resolve_adaptive,
+    resolve_breaker,
+    resolve_gate,
+)
+from .testing_switch import testing_state
+
+if TYPE_CHECKING:
+    from collections.abc import (
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Coroutine,
+        Iterator,
+        Mapping,
+        Sequence,
+    )
+
+    from typing_extensions import ParamSpec
+
+    from .._classify.classify import RuleLike
+    from .._events.events import Hook
+    from .._gate.gate import Gate
+    from .._gate.rate import Rate
+    from .._gate.token import Token
+    from .adaptive import AdaptiveLimit
+    from .attempt import Attempt
+    from .backoff import Uniform
+    from .blocks import AttemptBlock
+    from .breaker import CircuitBreaker
+
+__all__ = ["Policy"]
+
+# One instance for every policy that keeps the default: it holds nothing but the logger.
+_DEFAULT_LOGGING_HOOK = LoggingHook()
+
+T = TypeVar("T")
+if TYPE_CHECKING:
+    # call/call_sync check the arguments against fn's signature (ParamSpec) when no
+    # deadline is given. PEP 612 allows no keyword parameter between P.args and P.kwargs,
+    # so a call with deadline= matches a second, unchecked overload (its result type is
+    # still checked); @policy.retry is checked always. Runtime is the same either way.
+    P = ParamSpec("P")
+
+
+@final
+class Policy:
+    """Guard provider calls: a shared concurrency cap, retries with jitter, a breaker.
+
+    Each attempt holds one slot of a process-wide :class:`anygate.Gate` for exactly the
+    duration of ``fn``; backoff sleeps hold none, so other callers use the slot meanwhile.
+    Failures are classified (:func:`anygate.classify`); retriable ones are retried with
+    decorrelated jitter or the provider's ``Retry-After`` within the attempt budgets; a
+    circuit breaker shared per name fails calls fast while the provider is down.
+
+    Policies with the same ``gate_name`` share one gate, and with the same breaker name one
+    breaker, across every event loop and thread in the process. When the provider throttles
+    the request *burst rate*, the gate's admission limit adapts for everyone on it (see
+    :class:`anygate.AdaptiveConfig`).
+
+    This is not a rate limiter (it bounds concurrency and reacts to throttling) and not an
+    HTTP client: ``fn`` makes exactly one provider call per invocation.
+
+    Args:
+        name: the policy's name, used in events and logs and as the default gate and
+            breaker name.
+        max_concurrent_calls: the shared gate's capacity (``0`` = no cap). ``None``: use
+            the shared gate as it is (created uncapped if absent).
+        busy_wait_s: how long one attempt may wait for a slot before :class:`anygate.Busy`;
+            ``None`` (the default) waits as long as the call's ``deadline`` and enclosing
+            cancel scopes allow.
+        attempt_timeout_s: cancel an attempt that runs longer and treat it as a
+            ``transient`` failure (async calls only). ``None``: no per-attempt limit.
+        gate_name: the shared gate's name; default ``name``.
+        provider: classification hint where providers' wording collides.
+        retry: a :class:`anygate.RetryConfig`.
+        circuit_breaker: a :class:`anygate.BreakerConfig`; ``False`` or ``None`` for no
+            breaker, ``True`` for the defaults.
+        adaptive_concurrency: a :class:`anygate.AdaptiveConfig`, or ``True``/``False`` to
+            state only whether it is on; ``None`` keeps the gate's existing adaptive
+            limit, or creates it with the defaults (on).
+        rules: classification rules tried before the built-in ones.
+        control_flow: exception classes (or class names) that are control flow, not
+            failures: they propagate unchanged and leave the breaker alone.
+        hooks: callables receiving each event record (see :mod:`anygate` events), after
+            ``logging_hook``.
+        logging_hook: the hook that writes the policy's log lines, first in call order:
+            by default an :class:`anygate.LoggingHook` on the ``anygate`` logger; another
+            ``LoggingHook`` (or any hook) to log elsewhere; ``None`` for no log lines
+            from this policy's calls. It receives every event except the slot events.
+        rate: the gate's :class:`anygate.Rate` (requests and tokens per minute, slope
+            bound); ``None`` leaves the gate's rate as it is. A shared gate that exists
+            with another rate raises ``ConfigError`` unless ``reconfigure=True``.
+        rng: the random source for jitter (``random.Random(seed)`` for reproducible runs).
+        clock: the monotonic clock in seconds of the breaker and of the gate's adaptive
+            limit, used when this policy creates them (``anyio.current_time`` for virtual
+            time). Pauses are measured with it and slept with the caller's own sleep, so it
+            must advance with real (or the loop's virtual) time.
+        gate: use this gate instead of the shared one (``max_concurrent_calls`` and
+            ``gate_name`` are then ignored; the policy never changes the capacity it was
+            handed with, apart from the adaptive limit lowering it after burst-rate
+            throttles and restoring it).
+        breaker: use this :class:`anygate.CircuitBreaker` instead of the shared one.
+        reconfigure: if the shared gate, its adaptive limit or the breaker already exists
+            with other settings, apply this policy's settings to it live instead of raising
+            ``ConfigError``.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ConfigError: a value out of range, or settings conflicting with the existing shared
+            gate or breaker (without ``reconfigure=True``).
+    """
+
+    __slots__ = (
+        "_adaptive",
+        "_breaker",
+        "_config",
+        "_gate",
+        "_hooks",
+        "_logging_hook",
+        "_loop",
+        "_retrier",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str = "llm",
+        max_concurrent_calls: int | None = None,
+        busy_wait_s: float | None = None,
+        attempt_timeout_s: float | None = None,
+        gate_name: str | None = None,
+        provider: str | None = None,
+        retry: RetryConfig | None = None,
+        circuit_breaker: BreakerConfig | bool | None = BreakerConfig(),  # noqa: B008 - immutable
+        adaptive_concurrency: AdaptiveConfig | bool | None = None,
+        rules: Sequence[RuleLike] = (),
+        control_flow: Sequence[type[BaseException] | str] = (),
+        hooks: Sequence[Hook] = (),
+        logging_hook: Hook | None = _DEFAULT_LOGGING_HOOK,
+        rate: Rate | None = None,
+        rng: Uniform | None = None,
+        clock: Callable[[], float] | None = None,
+        gate: Gate | None = None,
+        breaker: CircuitBreaker | None = None,
+        reconfigure: bool = False,
+    ) -> None:
+        args = check_policy_args(
+            name=name,
+            max_concurrent_calls=max_concurrent_calls,
+            busy_wait_s=busy_wait_s,
+            attempt_timeout_s=attempt_timeout_s,
+            gate_name=gate_name,
+            provider=provider,
+            retry=retry,
+            circuit_breaker=circuit_breaker,
+            adaptive_concurrency=adaptive_concurrency,
+            rules=rules,
+            control_flow=control_flow,
+            hooks=hooks,
+            logging_hook=logging_hook,
+            rate=rate,
+            rng=rng,
+        )
+        self._config = args.config
+        self._hooks = args.hooks
+        self._logging_hook = logging_hook
+        # The retrier's events (retries, give-ups, breaker and limit moves: the rare path)
+        # go to the logging hook too; the slot events, two per call on the happy path, go
+        # only to the user's hooks: the logging hook writes nothing for them, and with no
+        # user hooks the loop then skips the clock reads that time the slot wait.
+        retrier_hooks = self._hooks if logging_hook is None else (logging_hook, *self._hooks)
+        self._gate, existing = resolve_gate(self._config, gate)
+        self._adaptive = resolve_adaptive(self._config, self._gate, clock, reconfigure)
+        if existing:
+            reconcile_capacity(self._config, self._gate, self._adaptive, reconfigure)
+            reconcile_rate(self._config, self._gate, reconfigure)
+        self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
+        self._retrier = Retrier(
+            self._config,
+            gate=self._gate,
+            rules=args.rules,  # callables included; PolicyConfig keeps only Rule objects
+            rng=random.Random() if rng is None else rng,
+            hooks=retrier_hooks,
+            control_types=args.control_types,
+            control_names=args.control_names,
+            adaptive=self._adaptive,
+        )
+        self._loop = Attempts(
+            name=name,
+            gate=self._gate,
+            adaptive=self._adaptive,
+            hooks=self._hooks,
+            busy_wait=self._config.busy_wait_s,
+            attempt_timeout=self._config.attempt_timeout_s,
+            max_attempts=self._config.retry.max_attempts,
+            retrier=self._retrier,
+            breaker=self._breaker,
+            wait_when_open=self._config.circuit_breaker.when_open == "wait",
+        )
+
+    @classmethod
+    def from_config(
+        cls, source: str | Any | Mapping[str, Any] | PolicyConfig, **overrides: Any
+    ) -> Policy:
+        """Build a policy from a YAML file, a mapping of the same shape, or a PolicyConfig.
+
+        ``overrides`` are :class:`Policy` keyword arguments applied on top (``hooks``,
+        ``rng``, ``clock``, ``gate``, ``breaker``, ``reconfigure``, or any setting).
+
+        Raises:
+            ConfigError: the configuration is invalid (the message names the key path).
+        """
+        config = source if isinstance(source, PolicyConfig) else load_config(source)
+        kwargs = policy_kwargs(config)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def name(self) -> str:
+        """The policy's name."""
+        return self._config.name
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The validated settings (``config.to_mapping()`` prints them in YAML shape)."""
+        return self._config
+
+    @property
+    def gate(self) -> Gate:
+        """The gate each attempt takes a slot from."""
+        return self._gate
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """The circuit breaker, or ``None`` when disabled."""
+        return self._breaker
+
+    @property
+    def adaptive_limit(self) -> AdaptiveLimit:
+        """The gate's adaptive concurrency limit (shared by every policy on the gate)."""
+        return self._adaptive
+
+    @property
+    def hooks(self) -> tuple[Hook, ...]:
+        """The event hooks given as ``hooks``, in call order (after :attr:`logging_hook`)."""
+        return self._hooks
+
+    @property
+    def logging_hook(self) -> Hook | None:
+        """The hook that writes this policy's log lines (``None``: no log lines)."""
+        return self._logging_hook
+
+    @property
+    def max_concurrent_calls(self) -> int:
+        """The gate's configured capacity, ``0`` meaning no cap. Settable at any time.
+
+        Setting it resizes the (shared) gate live: raising it admits queued attempts at
+        once; lowering it revokes nothing (attempts in flight finish) and admits no one
+        until fewer than the new value are in flight. Calls sleeping between attempts hold
+        no slot, so their next attempt simply queues under the new value.
+
+        After a burst-rate throttle the gate's momentary capacity
+        (``policy.adaptive_limit.limit``) may be below this value; it grows back to it. A
+        new value caps a lowered limit, which then grows back to the new value.
+        """
+        cap = self._adaptive.max_concurrent_calls
+        return 0 if math.isinf(cap) else int(cap)
+
+    @max_concurrent_calls.setter
+    def max_concurrent_calls(self, value: int) -> None:
+        # Validated in full before anything changes: a huge int used to half-update the
+        # adaptive limit and then break this property and repr().
+        checked = check_int("max_concurrent_calls", value, minimum=0)
+        self._adaptive.resize(checked or math.inf)
+
+    def __repr__(self) -> str:
+        gate = self._gate
+        cap = "inf" if math.isinf(gate.capacity) else int(gate.capacity)
+        maximum = self._adaptive.max_concurrent_calls
+        if maximum != gate.capacity:
+            cap = f"{cap} (adaptive, max {'inf' if math.isinf(maximum) else int(maximum)})"
+        breaker = "off" if self._breaker is None else self._breaker.state.value
+        return (
+            f"<anygate.Policy {self.name!r} gate {gate.name!r} {gate.in_flight}/{cap}, "
+            f"breaker {breaker}>"
+        )
+
+    # The decorator form of call/call_sync: its body lives in _decorate (a thin client of
+    # them); the overloads are spelled out here so that type checkers see a declared type.
+    @overload
+    def retry(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    @overload
+    def retry(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
+
+    def retry(self, fn: Callable[..., Any], /) -> Callable[..., Any]:
+        """Decorate ``fn`` so that each call runs under this policy (``@policy.retry``).
+
+        An ``async def`` function becomes one running ``await policy.call(fn, ...)``, any
+        other function one running ``policy.call_sync(fn, ...)``; the signature, name and
+        docstring are kept. A ``deadline`` keyword argument goes to ``fn`` itself.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
+        """
+        return _decorate.retry(self, fn)
+
+    # ------------------------------------------------------------------ async
+
+    @overload
+    async def call(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    # mypy flags the pair as overlapping (P.kwargs could hold a "deadline"), but a call
+    # with deadline= does fail signature 1 and lands here: tests/typing/api.py pins both.
+    @overload
+    async def call(  # type: ignore[overload-cannot-match]
+        self,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        deadline: float | None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    async def call(  # type: ignore[misc]  # the same false overlap as above
+        self,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        deadline: float | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run ``await fn(*args, **kwargs)`` under the policy and return its result.
+
+        Args:
+            fn: an async callable making exactly one provider call.
+            deadline: seconds from now bounding the whole call (slot waits, attempts and
+                sleeps). An enclosing AnyIO cancel scope bounds it too; the earlier wins.
+            args, kwargs: passed to ``fn`` unchanged.
+
+        Raises:
+            CallFailed: the call failed for good; the provider's exception is the cause.
+            CircuitOpen: nothing was attempted: the breaker is open and
+                ``circuit_breaker.when_open`` is ``"fail"``, or (``"wait"``, the default)
+                the deadline passed while the call waited for it to close.
+            Busy: an attempt got no slot within ``busy_wait_s`` (or before ``deadline``).
+            TypeError: ``fn`` did not return an awaitable.
+            Cancellation and control-flow exceptions propagate unchanged.
+        """
+        seconds = check_deadline(deadline)
+        testing = testing_state()
+        retrier = self._retrier
+        run = Run()
+        try:
+            # Each attempt takes its breaker permit inside this try, whose finally settles
+            # it: nothing after a permit exists can strand it.
+            if seconds is None:
+                # No scope of our own: an enclosing one still bounds everything, and
+                # skipping it keeps the uncontended call cheap (AnyIO clock reads cost).
+                return await self._loop.call(run, testing, fn, args, kwargs, timed=False)
+            with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+                return await self._loop.call(run, testing, fn, args, kwargs, timed=True)
+            # Only our deadline lands here: the scope swallowed its own cancellation.
+            retrier.deadline_failure(
+                run, seconds, anyio.current_time() - run.slot_started, self._breaker
+            )
+        finally:
+            retrier.settle(run)
+
+    # ------------------------------------------------------------------ sync
+
+    @overload
+    def call_sync(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    @overload
+    def call_sync(  # type: ignore[overload-cannot-match]  # as for call
+        self, fn: Callable[..., T], /, *args: Any, deadline: float | None, **kwargs: Any
+    ) -> T: ...
+
+    def call_sync(  # type: ignore[misc]  # as for call
+        self, fn: Callable[..., T], /, *args: Any, deadline: float | None = None, **kwargs: Any
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` under the policy in this (non-async) thread.
+
+        The same gate, breaker, budgets and events as :meth:`call`; waits block the thread
+        (``Gate.acquire_sync``, ``time.sleep``). A running attempt cannot be interrupted
+        from outside, so ``attempt_timeout_s`` does not apply here and ``deadline`` bounds
+        slot waits and sleeps and is checked between attempts; give the client its own
+        timeout.
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`call`.
+            RuntimeError: called on a thread running an event loop (use ``await call``).
+            TypeError: ``fn`` returned an awaitable (use :meth:`call`).
+        """
+        seconds = check_deadline(deadline)
+        refuse_event_loop("call_sync", "call")
+        testing = testing_state()
+        retrier = self._retrier
+        run = Run()
+        try:
+            return self._loop.call_sync(run, testing, monotonic_deadline(seconds), fn, args, kwargs)
+        finally:
+            retrier.settle(run)
+
+    # ------------------------------------------------------------------ the attempt loop
+
+    async def run(
+        self,
+        step: Callable[[Attempt], Awaitable[T]],
+        /,
+        *,
+        deadline: float | None = None,
+        reraise: bool = False,
+    ) -> T:
+        """Run ``await step(attempt)`` once per attempt until it returns or the policy gives up.
+
+        The loop under every form of the policy, public for code whose attempt is more
+        than one function call: a transport that keeps the slot until the response body
+        is closed, a step that picks its gate or its arguments per attempt. The step gets
+        an :class:`anygate.Attempt` (``number``, the ``previous`` verdict) and takes its
+        slot with ``await attempt.acquire()``; everything else is :meth:`call`'s: the
+        breaker permit per attempt, classification of what the step raises, budgets,
+        jitter or ``Retry-After``, a backoff sleep holding no slot, the deadline, events.
+
+        What differs from :meth:`call`: the slot is the step's (release it, or hand it on;
+        whatever the step took is released for it when it raises); ``attempt_timeout_s``
+        does not apply (only the step knows where its attempt's work starts); and the
+        provider's rate-limit headers are not read from what the step raises or returns
+        (call :func:`anygate.learn_from_headers` where it sees responses).
+
+        Args:
+            step: an async callable taking the :class:`anygate.Attempt`.
+            deadline: as for :meth:`call`.
+            reraise: after giving up, raise the last provider exception itself instead of
+                :class:`anygate.CallFailed` (logged and reported alike, ``GaveUp``
+                included), for callers that must keep a library's own error types.
+
+        Raises:
+            CallFailed: the call failed for good (not with ``reraise``).
+            CircuitOpen, Busy: as for :meth:`call` (a ``Busy`` raised by the step ends the
+                call; it is not retried).
+            TypeError: ``step`` did not return an awaitable.
+            Cancellation and control-flow exceptions propagate unchanged.
+        """
+        seconds = check_deadline(deadline)
+        testing = testing_state()
+        retrier = self._retrier
+        run = Run()
+        run.reraise = check_flag("reraise", reraise)
+        try:
+            if seconds is None:
+                return await self._loop.run(run, testing, step, timed=False)
+            with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+                return await self._loop.run(run, testing, step, timed=True)
+            retrier.deadline_failure(
+                run, seconds, anyio.current_time() - run.slot_started, self._breaker
+            )
+        finally:
+            retrier.settle(run)
+
+    def run_sync(
+        self,
+        step: Callable[[Attempt], T],
+        /,
+        *,
+        deadline: float | None = None,
+        reraise: bool = False,
+    ) -> T:
+        """The blocking twin of :meth:`run`: ``step(attempt)`` in this (non-async) thread.
+
+        The step takes its slot with ``attempt.acquire_sync()``. Waits block the thread;
+        ``deadline`` bounds slot waits and sleeps and is checked between attempts, as for
+        :meth:`call_sync`.
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`run`.
+            RuntimeError: called on a thread running an event loop (use ``await run``).
+            TypeError: ``step`` returned an awaitable (use :meth:`run`).
+        """
+        seconds = check_deadline(deadline)
+        refuse_event_loop("run_sync", "run")
+        testing = testing_state()
+        retrier = self._retrier
+        run = Run()
+        run.reraise = check_flag("reraise", reraise)
+        try:
+            return self._loop.run_sync(run, testing, monotonic_deadline(seconds), step)
+        finally:
+            retrier.settle(run)
+
+    def attempts(
+        self, *, deadline: float | None = None, reraise: bool = False
+    ) -> AsyncIterator[AttemptBlock]:
+        """The block form: retry a block of code as a whole (``async for`` / ``async with``).
+
+        For work that is not one function call, such as consuming a streamed answer::
+
+            async for attempt in policy.attempts():
+                async with attempt:
+                    async with client.stream(...) as response:
+                        text = [chunk async for chunk in response.aiter_text()]
+
+        Each ``async with attempt`` is one attempt on the same loop as :meth:`call`: it
+        takes the breaker permit and one slot of the policy's gate when the block is
+        entered and releases the slot when it is left; an exception in the block is
+        classified, and a retriable one is swallowed and the loop goes round again after
+        the backoff sleep (holding no slot). A block that ends normally ends the loop; so
+        does ``break`` or ``return``. When the policy gives up, the ``async with``
+        raises :class:`anygate.CallFailed` (or, with ``reraise``, the block's exception).
+        ``attempt_timeout_s`` bounds each block after its slot is taken.
+
+        Args:
+            deadline: seconds from the first attempt bounding them all (slot waits,
+                blocks, sleeps), as for :meth:`call`.
+            reraise: as for :meth:`run`.
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`call`, from ``async with``.
+        """
+        return AsyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
+
+    def attempts_sync(
+        self, *, deadline: float | None = None, reraise: bool = False
+    ) -> Iterator[AttemptBlock]:
+        """The blocking twin of :meth:`attempts`: ``for attempt in ...: with attempt: ...``.
+
+        Waits block the thread; ``deadline`` bounds slot waits and sleeps and is checked
+        between attempts; ``attempt_timeout_s`` does not apply (as for :meth:`call_sync`).
+
+        Raises:
+            CallFailed, CircuitOpen, Busy: as for :meth:`call_sync`, from ``with``.
+            RuntimeError: entered on a thread running an event loop.
+        """
+        return SyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
+
+    async def acquire(
+        self,
+        gate: Gate | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - Gate.acquire's own, passed on
+    ) -> Token:
+        """Take one slot the way an attempt does, for work that is not retried.
+
+        The policy's slot-wait budget, the adaptive limit's pause sat out holding the
+        slot, the slot events; no breaker, no classification, no retries. For a request
+        that can be sent only once (a transport's streamed upload); the token is the
+        caller's to release.
+
+        Args:
+            gate, timeout: as for :meth:`anygate.Attempt.acquire`.
+
+        Raises:
+            Busy: no slot within the timeout.
+        """
+        run = Run()
+        run.attempt = 1
+        attempt = make_attempt(self._loop, run, testing_state(), bool(self._hooks), math.inf)
+        token = await attempt.acquire(gate, timeout=timeout)
+        self._end_probe(run)
+        return token
+
+    def acquire_sync(self, gate: Gate | None = None, *, timeout: float | None = None) -> Token:
+        """The blocking twin of :meth:`acquire`.
+
+        Raises:
+            Busy: no slot within the timeout.
+            RuntimeError: called on a thread running an event loop.
+        """
+        run = Run()
+        run.attempt = 1
+        attempt = make_attempt(self._loop, run, testing_state(), True, math.inf)
+        token = attempt.acquire_sync(gate, timeout=timeout)
+        self._end_probe(run)
+        return token
+
+    def _end_probe(self, run: Run) -> None:
+        # A slot taken outside the loop is never classified, so it cannot be the probe
+        # that ends a burst-rate pause: the next attempt to ask becomes the probe (kept,
+        # the role would never come back and the pause would last for ever).
+        if run.burst_probe:
+            run.burst_probe = False
+            self._adaptive.probe_ended()

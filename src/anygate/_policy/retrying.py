@@ -1,0 +1,399 @@
+"""What happens after an attempt fails: classify, budget, wait or give up.
+
+Shared by :meth:`Policy.call` and :meth:`Policy.call_sync`, which differ only in how they
+wait. Everything here is synchronous and clock-agnostic: callers pass "now" and the
+deadline in their own time base (AnyIO's clock, or ``time.monotonic``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NoReturn, final
+
+from .._classify.classify import Reason, RuleLike, Verdict, classify
+from .._classify.throttle import throttle_kind
+from .._errors import Busy, CallFailed, CircuitOpen
+from .._events.events import (
+    GaveUp,
+    Hook,
+    LimitChanged,
+    RetryScheduled,
+    emit,
+    retry_message,
+    user_message,
+)
+from .._redact import redact
+from .backoff import Uniform, decorrelated_jitter
+from .run import (
+    FAILURE,
+    NEUTRAL,
+    SUCCESS,
+    Run,
+    Stop,
+    check_deadline,
+    report_outcome,
+    take_permit,
+)
+
+if TYPE_CHECKING:
+    from .._config.config import PolicyConfig
+    from .._config.limit_values import LimitChange
+    from .._gate.gate import Gate
+    from .adaptive import AdaptiveLimit
+    from .breaker import CircuitBreaker
+    from .testing_switch import TestingState
+
+__all__ = ["FAILURE", "NEUTRAL", "SUCCESS", "Retrier", "Run", "Stop", "check_deadline"]
+
+
+@final
+class Retrier:
+    """One policy's failure handling: its settings, random source, rules and hooks."""
+
+    __slots__ = (
+        "adaptive",
+        "config",
+        "control_names",
+        "control_types",
+        "gate",
+        "hooks",
+        "name",
+        "rng",
+        "rules",
+    )
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        *,
+        gate: Gate,
+        rules: tuple[RuleLike, ...],
+        rng: Uniform,
+        hooks: tuple[Hook, ...],
+        control_types: tuple[type[BaseException], ...],
+        control_names: frozenset[str],
+        adaptive: AdaptiveLimit | None = None,
+    ) -> None:
+        self.adaptive = adaptive
+        self.config = config
+        self.name = config.name
+        self.gate = gate
+        self.rules = rules
+        self.rng = rng
+        self.hooks = hooks
+        self.control_types = control_types
+        self.control_names = control_names
+
+    def admit(self, breaker: CircuitBreaker | None, run: Run) -> None:
+        """Take the breaker permit for the next attempt into ``run.permit``, then report
+        the state changes.
+
+        One permit per *attempt*: the breaker counts failed attempts, and an attempt made
+        after the breaker opened (a retry, a caller that waited) asks it again. Call it
+        inside the ``try`` whose ``finally`` calls :meth:`settle`: the permit is on
+        ``run`` from the moment it exists, so a hook raising a ``BaseException`` here (or
+        a Ctrl-C under trio) cannot strand a probe.
+
+        Raises:
+            CircuitOpen: the breaker is open; ``run.permit`` stays ``None``.
+        """
+        if breaker is None:
+            return
+        take_permit(breaker, run)  # CircuitOpen propagates as is
+        permit = run.permit
+        if self.hooks and permit is not None:
+            for change in permit.changes:
+                emit(self.hooks, change)
+
+    def attempt_ended(self, run: Run) -> None:
+        """Report a failed attempt's outcome (:meth:`plan` set it) on its permit, and hand
+        on the burst pause's probe role if it had it (a burst 429 started a new pause)."""
+        if run.burst_probe:
+            run.burst_probe = False
+            if self.adaptive is not None:
+                self.adaptive.probe_ended()
+        permit = run.permit
+        if permit is None:
+            return
+        run.permit = None
+        change = report_outcome(permit, run.outcome)
+        run.outcome = NEUTRAL
+        if change is not None and self.hooks:
+            emit(self.hooks, change)
+
+    def settle(self, run: Run) -> None:
+        """Report how the call ended: to the breaker and to the adaptive limit (a success
+        on a full gate grows it); then tell the hooks. Every state change happens before
+        any hook runs, so a hook raising a ``BaseException`` leaves nothing unsettled."""
+        outcome = run.outcome
+        change = None
+        permit = run.permit
+        if permit is not None:
+            run.permit = None
+            change = report_outcome(permit, outcome)
+        grown = None
+        probe, run.burst_probe = run.burst_probe, False
+        if self.adaptive is not None:
+            if outcome == SUCCESS:
+                grown = self.adaptive.on_success(saturated=run.saturated, probe=probe)
+            elif probe:
+                self.adaptive.probe_ended()
+        if grown is not None:
+            self._limit_changed(grown)
+        if change is not None and self.hooks:
+            emit(self.hooks, change)
+
+    def is_control_flow(self, exc: BaseException) -> bool:
+        if self.control_types and isinstance(exc, self.control_types):
+            return True
+        if self.control_names:
+            return any(c.__name__ in self.control_names for c in type(exc).__mro__)
+        return False
+
+    def budget(
+        self,
+        verdict: Verdict,
+        exc: BaseException,
+        testing: TestingState,
+        *,
+        throttle: bool = False,
+    ) -> int:
+        """Attempts this failure may use: ``throttle_attempts`` for a throttle, else
+        ``max_attempts``, tightened by the per-reason and per-exception budgets."""
+        retry = self.config.retry
+        budget = retry.throttle_attempts if throttle else retry.max_attempts
+        per_reason = retry.reason_budgets.get(verdict.reason.value)
+        if per_reason is not None:
+            budget = min(budget, per_reason)
+        if retry.exception_budgets:
+            for cls in type(exc).__mro__:
+                per_class = retry.exception_budgets.get(cls.__name__)
+                if per_class is not None:
+                    budget = min(budget, per_class)
+        if testing.enabled and testing.attempts is not None:
+            budget = min(budget, testing.attempts)
+        return budget
+
+    def plan(
+        self,
+        run: Run,
+        exc: Exception,
+        now: float,
+        deadline: float,
+        testing: TestingState,
+    ) -> float | Stop:
+        """Classify ``exc``; return seconds to sleep before the next attempt, or a Stop.
+
+        Decides, without acting on the loop: what the breaker hears of this attempt
+        (``run.outcome``), what the gate learns (a throttle lowers its limit), which budget
+        the attempt counts against and how long to wait.
+        """
+        verdict = classify(exc, rules=self.rules, provider=self.config.provider)
+        run.verdict, run.exc = verdict, exc
+        kind = throttle_kind(verdict) if verdict.retriable else None
+        permit = run.permit
+        probe = permit is not None and permit.probe
+        # The breaker counts provider failures: errors and overload answers. A 429 says
+        # the provider is up and wants less; the gate's limits answer it, not the breaker.
+        if not verdict.retriable or kind in ("concurrency", "rate", "burst"):
+            run.outcome = NEUTRAL
+        else:
+            run.outcome = FAILURE
+        no_backoff = False
+        if self.adaptive is not None:
+            if kind == "burst":
+                # Whether or not this call retries, the whole gate slows down: it pauses,
+                # and the pause's probe decides when everyone goes again, this call too.
+                self.throttled(run, verdict)
+                no_backoff = self.adaptive.enabled
+            elif kind in ("concurrency", "overload"):
+                no_backoff = self.learn_concurrency(run, exact=kind == "concurrency")
+            elif kind == "rate":
+                self.adaptive.on_rate()
+        throttle = kind is not None
+        budget = self.budget(verdict, exc, testing, throttle=throttle)
+        if not verdict.retriable:
+            return Stop("not_retriable", budget)
+        if throttle:
+            run.throttles += 1
+            used = run.throttles
+        else:
+            # A failed probe is the breaker's question, asked on this call's time: it does
+            # not use up the call's own attempts (the breaker is open again, so the next
+            # attempt waits for the next probe's outcome anyway).
+            if not probe:
+                run.failures += 1
+            used = run.failures
+        if used >= budget:
+            return Stop("budget", budget)
+        retry = self.config.retry
+        from_header = verdict.retry_after is not None
+        if verdict.retry_after is not None:
+            if verdict.retry_after > retry.retry_after_max_s:
+                return Stop("retry_after_ceiling", budget)
+            wait_ms = verdict.retry_after * 1000.0
+        elif no_backoff or (probe and run.outcome == FAILURE):
+            # The gate's limit is already down (the next attempt queues under it), or the
+            # breaker reopened (the next attempt waits for the next probe): no own sleep.
+            wait_ms = 0.0
+        else:
+            base = (
+                retry.burst_base_delay_ms
+                if verdict.reason is Reason.BURST_RATE
+                else retry.base_delay_ms
+            )
+            wait_ms = decorrelated_jitter(
+                run.prev_ms, base_ms=base, cap_ms=retry.cap_delay_ms, rng=self.rng
+            )
+            run.prev_ms = wait_ms
+        if testing.enabled:
+            wait_ms = 0.0
+        wait_s = wait_ms / 1000.0
+        # A sleep that would end at or past the deadline leaves no time for the attempt.
+        if now + wait_s >= deadline:
+            return Stop("deadline", budget)
+        # What the caller waits before its next attempt: after a burst throttle that is
+        # the gate's pause (the attempt waits it out in pass_pause), not an own sleep.
+        expected_ms = wait_ms
+        if no_backoff and kind == "burst" and self.adaptive is not None and not testing.enabled:
+            expected_ms = max(wait_ms, self.adaptive.pause_left() * 1000.0)
+        message = retry_message(used, budget, expected_ms, verdict.reason)
+        if self.hooks:
+            emit(
+                self.hooks,
+                RetryScheduled(
+                    policy=self.name,
+                    attempt=run.attempt,
+                    max_attempts=budget,
+                    wait_ms=round(expected_ms),
+                    reason=verdict.reason,
+                    from_retry_after=from_header,
+                    message=redact(message),
+                    verdict=verdict,
+                    gate=self.gate.name,
+                    counted=used,
+                    wait_s=expected_ms / 1000.0,
+                ),
+            )
+        return wait_s
+
+    def _in_flight(self, run: Run) -> int:
+        """The calls in flight when ``run``'s attempt was turned away, itself included.
+
+        In flight now, counting this attempt again (its slot is already released), or at
+        its admission, whichever is smaller: calls rejected together with this one drop
+        out of the count within the reject latency.
+        """
+        return min(run.in_flight, self.gate.in_flight + 1)
+
+    def learn_concurrency(self, run: Run, *, exact: bool) -> bool:
+        """Tell the adaptive limit the provider turned an attempt away for load; whether
+        the gate's limit is now below what the attempt was admitted under."""
+        adaptive = self.adaptive
+        assert adaptive is not None
+        change = adaptive.on_concurrency(run.generation, self._in_flight(run), exact=exact)
+        if change is not None:
+            self._limit_changed(change)
+        return adaptive.limit < run.in_flight
+
+    def throttled(self, run: Run, verdict: Verdict) -> None:
+        """Tell the adaptive limit about a burst-rate throttle; report what it did."""
+        assert self.adaptive is not None
+        retry_after = verdict.retry_after
+        if retry_after is not None:
+            retry_after = min(retry_after, self.config.retry.retry_after_max_s)
+        change = self.adaptive.on_throttle(
+            run.generation, retry_after, self._in_flight(run), probe=run.burst_probe
+        )
+        if change is not None:
+            self._limit_changed(change)
+
+    def _limit_changed(self, change: LimitChange) -> None:
+        if self.hooks:
+            emit(
+                self.hooks,
+                LimitChanged(
+                    policy=self.name,
+                    gate=self.gate.name,
+                    old=change.old,
+                    new=change.new,
+                    max_concurrent_calls=change.maximum,
+                    reason=change.reason,
+                    pause_s=change.pause_s,
+                    paced_per_minute=change.paced_per_minute,
+                ),
+            )
+
+    def fail(
+        self,
+        run: Run,
+        why: str,
+        max_attempts: int,
+        cause: BaseException | None,
+    ) -> NoReturn:
+        """Give up: report GaveUp, raise CallFailed (with ``run.reraise``: ``cause`` itself).
+
+        The breaker has heard every attempt already (:meth:`attempt_ended`); giving up
+        tells it nothing more, so the outcome left for :meth:`settle` is neutral.
+        """
+        verdict = run.verdict
+        assert verdict is not None
+        run.outcome = NEUTRAL
+        text = user_message(verdict)
+        if self.hooks:
+            emit(
+                self.hooks,
+                GaveUp(
+                    policy=self.name,
+                    attempts=run.attempt,
+                    max_attempts=max_attempts,
+                    reason=verdict.reason,
+                    why=why,
+                    message=text,
+                    verdict=verdict,
+                    gate=self.gate.name,
+                ),
+            )
+        if run.reraise and cause is not None:
+            # The caller asked for the provider's own exception (an SDK's typed error, a
+            # transport's last response), logged and reported as a CallFailed would be.
+            raise cause
+        message = redact(
+            f"{self.name}: call failed after {run.attempt} attempt(s) ({why}): "
+            f"{verdict.reason.value}: {verdict.detail}"
+        )
+        raise CallFailed(
+            message, verdict=verdict, attempts=run.attempt, user_message=text
+        ) from cause
+
+    def deadline_failure(
+        self,
+        run: Run,
+        seconds: float,
+        waited: float,
+        breaker: CircuitBreaker | None = None,
+    ) -> NoReturn:
+        """Our own ``deadline=`` ran out; say what was going on at the time."""
+        if run.phase == "breaker" and breaker is not None:
+            if run.verdict is None:
+                # Waited for the breaker all along: nothing was attempted.
+                left = breaker.statistics().retry_after
+                raise CircuitOpen(name=breaker.name, retry_after=left)
+            last = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
+            self.fail(run, "circuit_open", self.config.retry.max_attempts, last)
+        if run.phase == "slot" and run.verdict is None:
+            gate = self.gate
+            raise Busy(
+                gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=waited
+            )
+        if run.verdict is None:
+            # Cut off in the first attempt: no provider verdict. Neutral for the breaker,
+            # since a tight caller deadline says nothing about the provider's health.
+            run.verdict = Verdict(
+                reason=Reason.TRANSIENT,
+                retriable=True,
+                detail=f"deadline of {seconds:g}s exceeded",
+            )
+            cause: BaseException = TimeoutError(f"deadline of {seconds:g}s exceeded")
+            self.fail(run, "deadline", self.config.retry.max_attempts, cause)
+        cause = run.exc if run.exc is not None else TimeoutError("deadline exceeded")
+        self.fail(run, "deadline", self.config.retry.max_attempts, cause)

@@ -1,0 +1,136 @@
+"""One call's state across its attempts, and the breaker outcomes it reports.
+
+The attempt loop (:mod:`anygate._policy.attempts`, :mod:`anygate._policy.blocks`) owns a :class:`Run` per call and
+the :class:`~anygate._policy.retrying.Retrier` writes its decisions into it; :class:`Stop` is the
+decision to give up. Kept apart from the decisions themselves so that the state a call
+carries is readable in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .._gate.waiters import ki_protected
+from .._validation import FLOAT_MAX, check_number
+
+if TYPE_CHECKING:
+    from .._classify.classify import Verdict
+    from .._events.events import BreakerStateChanged
+    from .breaker import CircuitBreaker, Permit
+
+__all__ = [
+    "FAILURE",
+    "NEUTRAL",
+    "SUCCESS",
+    "Run",
+    "Stop",
+    "check_deadline",
+    "report_outcome",
+    "take_permit",
+]
+
+SUCCESS, FAILURE, NEUTRAL = "success", "failure", "neutral"
+
+
+class Stop:
+    """The decision to give up, and why (a value, not an exception, so it never shows up in
+    the ``__context__`` of the CallFailed raised next)."""
+
+    __slots__ = ("max_attempts", "why")
+
+    why: str
+    max_attempts: int
+
+    def __init__(self, why: str, max_attempts: int) -> None:
+        self.why = why
+        self.max_attempts = max_attempts
+
+
+class Run:
+    """Per-call state, owned by one task or thread."""
+
+    __slots__ = (
+        "attempt",
+        "burst_probe",
+        "exc",
+        "failures",
+        "generation",
+        "in_flight",
+        "outcome",
+        "permit",
+        "phase",
+        "prev_ms",
+        "reraise",
+        "saturated",
+        "slot_started",
+        "throttles",
+        "verdict",
+    )
+
+    attempt: int
+    failures: int
+    throttles: int
+    in_flight: int
+    saturated: bool
+    burst_probe: bool
+    generation: int | None
+    prev_ms: float | None
+    verdict: Verdict | None
+    exc: BaseException | None
+    outcome: str
+    permit: Permit | None
+    phase: str
+    slot_started: float
+    reraise: bool
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        # Failed attempts by budget: provider failures (max_attempts; a failed breaker
+        # probe does not count) and throttles (throttle_attempts).
+        self.failures = 0
+        self.throttles = 0
+        # The gate's calls in flight when this attempt was admitted (itself included), and
+        # whether the gate was full then (only then is a success evidence for more).
+        self.in_flight = 0
+        self.saturated = False
+        # This attempt is the probe that ends a burst-rate pause (see AdaptiveLimit).
+        self.burst_probe = False
+        # The adaptive limit's generation when the current attempt was admitted; None when
+        # the caller does not track it (a throttle during a pause is then old news).
+        self.generation = None
+        self.prev_ms = None
+        self.verdict = None
+        self.exc = None
+        self.outcome = NEUTRAL  # what the breaker hears if the call ends now
+        # The breaker permit, stored here by Retrier.admit inside KI-protected code so the
+        # caller's finally (Retrier.settle) sees it whatever interrupts the call afterwards.
+        self.permit = None
+        self.phase = "slot"  # "breaker", "slot", "attempt" or "sleep": what a deadline cut
+        self.slot_started = 0.0
+        # Giving up raises the last provider exception instead of CallFailed (reraise=).
+        self.reraise = False
+
+
+@ki_protected
+def take_permit(breaker: CircuitBreaker, run: Run) -> None:
+    # Protected: between acquire() returning and the store, a Ctrl-C under trio would
+    # otherwise leave a claimed probe that nobody reports.
+    run.permit = breaker._admit(log=False)  # the policy logs through its hooks
+
+
+@ki_protected
+def report_outcome(permit: Permit, outcome: str) -> BreakerStateChanged | None:
+    if outcome == SUCCESS:
+        return permit.success()
+    if outcome == FAILURE:
+        return permit.failure()
+    return permit.neutral()
+
+
+def check_deadline(deadline: object) -> float | None:
+    """Validate ``deadline=`` (seconds from now); ``None`` or infinity mean no deadline."""
+    if deadline is None:
+        return None
+    seconds = check_number("deadline", deadline, none=True, infinite=True, maximum=FLOAT_MAX)
+    return None if seconds == math.inf else seconds
