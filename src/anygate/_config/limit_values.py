@@ -2,7 +2,7 @@
 
 Pure and lock-free, so the rules are testable without a gate: :func:`lowered_limit` (a
 throttle's cut), :func:`raised_limit` (a success's growth), :func:`capacity_for` (the gate
-capacity a fractional limit means). :mod:`anygate._adaptive` holds the state machine that
+capacity a fractional limit means). :mod:`anygate._policy.adaptive` holds the state machine that
 applies them.
 """
 
@@ -49,7 +49,7 @@ DEFAULT_HOLD_S = 30.0
 #: The hold doubles each time a probe finds the same limit again, up to this.
 DEFAULT_MAX_HOLD_S = 600.0
 
-#: Burst-rate pacing (``_pacer``): after a burst throttle the gate's request rate goes down
+#: Burst-rate pacing (``_policy.pacer``): after a burst throttle the gate's request rate goes down
 #: instead of (not as well as) its concurrency limit. Off by default: the paced rate grows
 #: back only on successes, so where throttles come with failures and an open breaker (the
 #: soak's fault mix) the paced gate drains too slowly to recover; see docs/policy.md.

@@ -17,7 +17,7 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
    takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
    default) the gate's request *rate* is paced down and grows back instead of the cut
-   (:mod:`anygate._pacer`; a learned limit stays, an uncapped gate still takes its calls
+   (:mod:`anygate._policy.pacer`; a learned limit stays, an uncapped gate still takes its calls
    in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap).
@@ -29,7 +29,7 @@ likewise halves its window once per round trip, not once per lost packet).
 
 One concern, one lock: the three rules share the limit, the generation and the pause, so
 they stay in one state machine (its values and arithmetic live in
-:mod:`anygate._limit_values`). It never delays a call while the provider is happy.
+:mod:`anygate._config.limit_values`). It never delays a call while the provider is happy.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
 gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
@@ -91,7 +91,7 @@ class AdaptiveLimit:
         decrease_factor: the multiplier on a throttle (0 < factor < 1).
         pause_s: how long attempts wait after a throttle without a ``Retry-After``.
         pace_burst_rate: answer a burst throttle by pacing the gate's request *rate*
-            (see :mod:`anygate._pacer`) instead of cutting the concurrency limit; the
+            (see :mod:`anygate._policy.pacer`) instead of cutting the concurrency limit; the
             pause and its probe stay. Falls back to the cut when too little history was
             seen to measure a rate. Also paces after a per-minute 429 (:meth:`on_rate`).
         clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).

@@ -15,12 +15,12 @@ What. One :class:`BurstPacer` per adaptive limit, run under the limit's lock:
 * it samples the gate's admission counter (at most every ``PACE_SAMPLE_S``) on successes
   and throttles, and measures the admission rate over the last ``PACE_WINDOW_S``;
 * on a burst throttle it sets the gate's ``requests_per_minute`` to
-  ``PACE_BETA x`` that rate (:func:`~anygate._limit_values.paced_rate`), never above the
+  ``PACE_BETA x`` that rate (:func:`~anygate._config.limit_values.paced_rate`), never above the
   rate the gate had (a user's or a learned one);
 * another throttle within ``PACE_WINDOW_S`` of that cut undoes the growth since but cuts
   no deeper (the cut has not shown in the provider's window yet); a later one cuts again;
 * the paced rate grows with the time since the throttle
-  (:func:`~anygate._limit_values.grown_rate`): ``x PACE_GROWTH`` per window, never above
+  (:func:`~anygate._config.limit_values.grown_rate`): ``x PACE_GROWTH`` per window, never above
   ``PACE_GROWTH x`` the measured rate, checked on successes and whenever an attempt
   starts (failures and an open breaker's waiters must not freeze it);
 * pacing ends, and the gate's own rate comes back exactly, once the paced rate reaches the
