@@ -176,7 +176,7 @@ def test_check_config_prints_effective_values(
         "min_concurrent_calls": 1,
         "decrease_factor": 0.8,
         "pause_ms": 5000.0,
-        "pace_burst_rate": False,
+        "pace_burst_rate": True,
     }
 
 

@@ -240,8 +240,7 @@ class AdaptiveConfig:
             2x per 10 s window) instead of cutting the concurrency limit; a pause's probe
             not turned away within a second lets the others go. Never raises a rate the
             gate had; an RPM/TPM 429 is paced the same way (no pause, no cut). YAML
-            ``...pace_burst_rate``. Default off (see ``docs/policy.md``: the paced rate
-            grows back only on successes, which a run of failures can stall).
+            ``...pace_burst_rate``. Default on; ``False`` restores the cut.
 
     Raises:
         TypeError: a value of the wrong type.

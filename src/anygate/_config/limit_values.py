@@ -49,11 +49,9 @@ DEFAULT_HOLD_S = 30.0
 #: The hold doubles each time a probe finds the same limit again, up to this.
 DEFAULT_MAX_HOLD_S = 600.0
 
-#: Burst-rate pacing (``_policy.pacer``): after a burst throttle the gate's request rate goes down
-#: instead of (not as well as) its concurrency limit. Off by default: the paced rate grows
-#: back only on successes, so where throttles come with failures and an open breaker (the
-#: soak's fault mix) the paced gate drains too slowly to recover; see docs/policy.md.
-DEFAULT_PACE_BURST_RATE = False
+#: Burst-rate pacing (``_policy.pacer``): after a burst throttle the gate's request rate
+#: goes down instead of (not as well as) its concurrency limit; see docs/policy.md.
+DEFAULT_PACE_BURST_RATE = True
 #: The paced rate after a throttle, as a fraction of the measured admission rate (AWS
 #: adaptive retry mode's CUBIC beta).
 PACE_BETA = 0.7
