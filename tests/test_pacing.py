@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 from typing import Any
 
 import anyio
@@ -237,10 +238,9 @@ def test_turning_adaptive_off_gives_the_rate_back() -> None:
     assert limit.pause_left() == 0
 
 
-def test_a_second_throttle_within_the_window_undoes_the_growth_but_cuts_no_deeper() -> None:
+def test_a_second_throttle_within_the_window_of_the_cut_is_old_news() -> None:
     """Throttled again 3 s after the cut: the cut has not shown in the provider's window
-    yet, so the rate goes back to the episode's paced rate, not below it (a provider that
-    throttles at random would otherwise drive it to the floor in a second)."""
+    yet, so nothing changes (the rate grown since stays, no second episode)."""
     limit, gate, clock = _paced(pause_s=0)
     _admit(limit, gate, clock, per_s=6, seconds=10)
     limit.on_throttle(limit.generation, None)
@@ -255,8 +255,35 @@ def test_a_second_throttle_within_the_window_undoes_the_growth_but_cuts_no_deepe
     for _ in range(20):
         limit.on_throttle(limit.generation, None)
     assert gate.rate is not None
-    assert gate.rate.requests_per_minute == pytest.approx(first)
+    assert gate.rate.requests_per_minute == grown
     assert limit.statistics().pacing_episodes == 1
+
+
+def test_random_throttles_do_not_wear_the_paced_rate_down() -> None:
+    """A provider that throttles 10 % of attempts whatever the rate (a shared pool, a
+    fault mix), callers wanting 50/s for 5 minutes: the paced rate finds a level and keeps
+    it. Cutting on every throttle took it to the 0.5/s floor within a second; undoing the
+    growth on a throttle within the window left it near 2/s after 5 minutes."""
+    limit, gate, clock = _paced(capacity=1000, pause_s=0)
+    rng = random.Random(7)
+    low = math.inf
+    for step in range(30_000):  # 10 ms steps
+        clock.now += 0.01
+        if rng.random() < 0.5:
+            assert limit.pass_pause() == (0.0, False)
+            try:
+                gate.acquire_nowait().release()
+            except anygate.Busy:
+                continue
+            if rng.random() < 0.1:
+                limit.on_throttle(limit.generation, None)
+            else:
+                limit.on_success(saturated=False)
+        if step >= 6_000 and gate.rate is not None:  # after the first minute
+            per_s = gate.rate.requests_per_minute
+            assert per_s is not None
+            low = min(low, per_s / 60.0)
+    assert low >= 5.0, low
 
 
 def test_a_throttle_a_window_after_the_cut_lowers_the_rate_again() -> None:

@@ -1,7 +1,10 @@
 """The long soak: a million operations on shared gates and breakers from every runtime.
 
-Marked ``slow``: not in the default run (``addopts`` deselects it); ``nox -s soak`` runs
-it. ``ANYGATE_SOAK_OPS`` sets the number of operations (default 1,000,000); the
+The long run is marked ``slow``: not in the default run (``addopts`` deselects it);
+``nox -s soak`` runs it. ``ANYGATE_SOAK_OPS`` sets its number of operations (default
+1,000,000). The default run has a short soak of 2,000 operations (a few seconds): the
+soak is the only test that mixes throttles, failures and open breakers under sustained
+load, and it once caught a stall that every unit test and the simulator missed. The
 operations are split across two asyncio loops, a uvloop loop (where installed), a trio
 run and two plain threads, all at once:
 
@@ -47,9 +50,8 @@ from anygate import (
     Token,
 )
 
-pytestmark = pytest.mark.slow
-
 OPS = int(os.environ.get("ANYGATE_SOAK_OPS", "1000000"))
+SHORT_OPS = 2_000
 
 
 class Tally:
@@ -231,16 +233,27 @@ class World:
             self.sync_op(n)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_million_operations_leave_every_gate_empty_and_every_breaker_sound() -> None:
     """See the module docstring; the counters are checked against the gates and breakers."""
+    soak(OPS)
+
+
+def test_a_short_soak_leaves_every_gate_empty_and_every_breaker_sound() -> None:
+    """The same soak with 2,000 operations, in the default run."""
+    soak(SHORT_OPS)
+
+
+def soak(ops: int) -> None:
+    """Run ``ops`` operations on every runtime at once and check what they leave behind."""
     world = World()
     runtimes: list[tuple[str, dict[str, Any]]] = [("asyncio", {}), ("asyncio", {})]
     if importlib.util.find_spec("uvloop") is not None:
         runtimes.append(("asyncio", {"use_uvloop": True}))
     runtimes.append(("trio", {}))
     workers = len(runtimes) + 2
-    share = OPS // workers
+    share = ops // workers
     errors: list[BaseException] = []
 
     def guarded(fn: Any) -> None:
@@ -314,6 +327,7 @@ def test_a_million_operations_leave_every_gate_empty_and_every_breaker_sound() -
     assert counts["ok"] > 0
 
 
+@pytest.mark.slow
 def test_the_soak_runs_on_an_asyncio_loop_it_did_not_create() -> None:
     """A smoke check of the soak's own harness on a plain asyncio.run (a few hundred ops)."""
     world = World()

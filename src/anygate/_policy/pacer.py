@@ -17,8 +17,8 @@ What. One :class:`BurstPacer` per adaptive limit, run under the limit's lock:
 * on a burst throttle it sets the gate's ``requests_per_minute`` to
   ``PACE_BETA x`` that rate (:func:`~anygate._config.limit_values.paced_rate`), never above the
   rate the gate had (a user's or a learned one);
-* another throttle within ``PACE_WINDOW_S`` of that cut undoes the growth since but cuts
-  no deeper (the cut has not shown in the provider's window yet); a later one cuts again;
+* another throttle within ``PACE_WINDOW_S`` of that cut is old news (the cut has not shown
+  in the provider's window yet) and changes nothing; a later one cuts again;
 * the paced rate grows with the time since the throttle
   (:func:`~anygate._config.limit_values.grown_rate`): ``x PACE_GROWTH`` per window, never above
   ``PACE_GROWTH x`` the measured rate, checked on successes and whenever an attempt
@@ -142,19 +142,18 @@ class BurstPacer:
         self._adopt(gate)
         current = self.paced_per_minute
         if current is not None and now - self._cut_at < PACE_WINDOW_S:
-            # Throttled again within a window of the last cut: the cut has not shown in
-            # the provider's window (nor in our measurement) yet, so it is the same
-            # episode. Undo the growth since, cut no deeper: answering every throttle of
-            # a provider that throttles at random (a shared pool, a fault mix) would
-            # compound to the floor in a second and stall every caller.
-            start = self._start_per_s
-        else:
-            start = paced_rate(rate, beta=PACE_BETA)
-            if current is not None:
-                # Throttled again while pacing: the rate that was just too much is the bound.
-                start = min(start, PACE_BETA * current / 60.0)
-            self._cut_at = now
-            self.episodes += 1
+            # Throttled again within a window of the last cut: old news. The cut has not
+            # shown in the provider's window (nor in our measurement) yet. Answering every
+            # throttle of a provider that throttles at random (a shared pool, a fault mix)
+            # compounded to the floor in a second and stalled every caller; undoing only
+            # the growth since still decayed the rate by 0.7x a window, without end.
+            return True
+        start = paced_rate(rate, beta=PACE_BETA)
+        if current is not None:
+            # Throttled again while pacing: the rate that was just too much is the bound.
+            start = min(start, PACE_BETA * current / 60.0)
+        self._cut_at = now
+        self.episodes += 1
         self._start_per_s = start
         self._started = now
         self._pacing = True
