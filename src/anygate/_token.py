@@ -26,7 +26,7 @@ from . import _waiters
 from ._waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Generator
+    from collections.abc import Generator
     from types import CodeType, TracebackType
 
     from typing_extensions import Self
@@ -261,19 +261,15 @@ class Token:
         return self
 
     @ki_protected
-    def __aexit__(
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
-    ) -> Awaitable[None]:
-        # A plain function returning an awaitable that is already finished, not a
-        # coroutine: leaving the block never yields in either mode (release never awaits,
-        # I5; anyio's and trio's semaphores do not checkpoint on exit either), so the
-        # coroutine object an ``async def`` builds per exit is pure cost (benchmark a).
+    ) -> None:
         gate = self._gate
         if gate is None:
-            return _DONE
+            return
         # Ledger._release's common case (nobody queued: the slot is only freed), inline.
         # A waiter to hand it to (seen before locking, or under the lock), or the lock
         # taken (maybe by a finalizer running on this very thread), takes the full path.
@@ -289,9 +285,8 @@ class Token:
                 if gate._deferred:
                     gate._drain()
             if freed:
-                return _DONE
+                return
         gate._release(self)
-        return _DONE
 
     def __del__(self) -> None:
         # __del__ rather than weakref.finalize: a finalizer per token costs 1-3 us at
@@ -318,27 +313,6 @@ class Token:
 
 _new_token = object.__new__
 _monotonic = time.monotonic
-
-
-class _Done:
-    """An awaitable that is already finished: awaiting it returns ``None`` at once.
-
-    What ``Token.__aexit__`` returns. Its ``__await__`` is the ``__iter__`` of one
-    exhausted iterator, a C method that returns that iterator (finished, whatever it is
-    asked), so awaiting it runs no Python frame.
-    """
-
-    __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def __await__(self) -> Generator[None, None, None]: ...
-
-    else:
-        __await__ = iter(()).__iter__
-
-
-_DONE: Awaitable[None] = _Done()
 
 
 def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
