@@ -228,13 +228,6 @@ async def test_trio_leak_drained_inside_the_head_waiters_own_abort_grants_it(
 # been rescheduled", the second with the AssertionError.
 
 
-class _Leaves:
-    """A stand-in ledger whose waiters always leave when interrupted (never granted)."""
-
-    def _interrupt(self, waiter: _waiters.Waiter) -> bool:
-        return True
-
-
 def _wake_from_another_thread(waiter: _waiters.Waiter) -> None:
     thread = threading.Thread(target=waiter.wake)
     thread.start()
@@ -249,7 +242,7 @@ async def test_a_wake_up_arriving_after_the_park_disturbs_no_other_wait(
     asleep in an unrelated wait, sleeps on until its own deadline (virtual time)."""
     import trio
 
-    waiter = _waiters.async_waiter(_Leaves())
+    waiter = _waiters.async_waiter()
     _wake_from_another_thread(waiter)  # queued in the run's entry queue, not yet delivered
     start = trio.current_time()
     with trio.move_on_after(10) as scope:
@@ -268,9 +261,9 @@ async def test_two_wake_ups_of_one_park_resume_the_task_once(anyio_backend: Any)
     log: list[str] = []
 
     async def parked() -> None:
-        waiter = _waiters.async_waiter(_Leaves())  # the waiter of the task that parks
+        waiter = _waiters.async_waiter()  # the waiter of the task that parks
         waiters.append(waiter)
-        await waiter.park()
+        await waiter.park(lambda _: True)
         log.append("resumed")
         with trio.move_on_after(10) as scope:
             await trio.sleep_forever()

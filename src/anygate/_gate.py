@@ -451,7 +451,8 @@ class Gate(Ledger):
         assert wait_s is not None
         if wait_s == 0:
             raise self._refusal(tokens, token._priority)
-        waiter = _waiters.async_waiter(self, tokens, token._priority)
+        waiter = _waiters.async_waiter()
+        waiter.tokens, waiter.priority = tokens, token._priority
         if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
             await self._admitted_at_once(token)
             return
@@ -526,10 +527,10 @@ class Gate(Ledger):
             woken = True
             due = waiter.due
             if due == _INF:
-                await waiter.park()
+                await waiter.park(self._interrupt)
             elif due > self._clock():
                 with anyio.move_on_after(due - self._clock()):
-                    await waiter.park()
+                    await waiter.park(self._interrupt)
 
     def _last_look(self, waiter: _waiters.Waiter) -> int:
         """The wait timed out: admit the waiter if it can go right now, else withdraw it.

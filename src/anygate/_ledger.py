@@ -180,7 +180,7 @@ class Ledger:
         beyond ``limit_s`` seconds is refused instead: it is not queued, its state is
         ``GONE`` and ``waiter.due`` holds the estimate (the caller raises ``Busy``).
         """
-        wakes: list[Waiter] | None = None  # no list on the path without a rate
+        wakes: list[Waiter] = []
         lock = self._lock
         lock.acquire()
         try:
@@ -210,7 +210,6 @@ class Ledger:
                         return False
                 self._push_locked(waiter)
                 waiter.armed = False  # we are not parked: never wake ourselves
-                wakes = []
                 self._advance_locked(now, wakes)
                 admitted = waiter.state == GRANTED
                 waiter.armed = True

@@ -193,17 +193,15 @@ class Token:
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip, and its park is the schedule point.
         free = not gate._live and gate._in_flight < gate._limit
-        # The cancel point comes first even when we are about to queue: a grant can
-        # complete the wait before anyio delivers a pending cancellation, and acquire()
-        # must fail in a cancelled scope. The untimed queueing path asks it together with
-        # building its waiter (_waiters.queued_waiter, one backend dispatch).
+        # Checked even when we are about to queue: a grant can complete the wait before
+        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
+        if free and not gate._fast_acquire:
+            await _waiters.full_checkpoint()  # let others run first
+        else:
+            check = _waiters.cancellation_check()
+            if check is not None:
+                await check  # raises the pending cancellation
         if free:
-            if gate._fast_acquire:
-                check = _waiters.cancellation_check()
-                if check is not None:
-                    await check  # raises the pending cancellation
-            else:
-                await _waiters.full_checkpoint()  # let others run first
             # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
             lock = gate._lock
             lock.acquire()
@@ -222,22 +220,15 @@ class Token:
                 self._gate = gate
                 self._since = _monotonic()
                 return self
-        elif self._timeout is not None:
-            check = _waiters.cancellation_check()
-            if check is not None:
-                await check
         if self._timeout is not None:
             await gate._wait(self)  # the gate's timed wait
             return self
         # Queue and park with no timeout: the contended path (benchmark b), inline down to
         # the common case, one park ended by a grant; anything else (a rate budget's timer,
         # a nudge) continues in Gate._park.
-        waiter = _waiters.queued_waiter(gate, self._cost, self._priority, check=not free)
-        if waiter is None:  # a cancellation is pending: its checkpoint raises it
-            check = _waiters.cancellation_check()
-            if check is not None:
-                await check
-            waiter = _waiters.async_waiter(gate, self._cost, self._priority)
+        waiter = _waiters.async_waiter()
+        waiter.tokens = self._cost
+        waiter.priority = self._priority
         if gate._enqueue(waiter):  # a slot freed up since we looked
             await gate._admitted_at_once(self)
             return self
@@ -245,7 +236,7 @@ class Token:
             raise gate._busy(0.0, timed_out=True, due=waiter.due)
         try:
             if waiter.due == _INF:
-                await waiter.park()
+                await waiter.park(gate._interrupt)
                 if waiter.state != GRANTED:
                     await gate._park(waiter, woken=True)
             else:  # next on a rate budget: a timed park first

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio.lowlevel
 
@@ -47,8 +47,6 @@ _get_ident = threading.get_ident
 _monotonic = time.monotonic
 _get_running_loop = asyncio._get_running_loop
 _modules = sys.modules
-_new_object = object.__new__
-_INF = math.inf
 
 _trio: Any = None
 _trio_lowlevel: Any = None
@@ -248,12 +246,12 @@ class AsyncioWaiter(Waiter):
             return False
         return True
 
-    def park(self) -> Awaitable[None]:
+    def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
         """Wait for :meth:`wake`; cancellation arrives as ``CancelledError``.
 
-        The gate settles the waiter under its lock in its own ``except`` clause. The bare
-        future is returned (not wrapped in a coroutine) to keep one frame off the
-        contended path.
+        The gate settles the waiter under its lock in its own ``except`` clause, so
+        ``leave`` is not needed here. The bare future is returned (not wrapped in a
+        coroutine) to keep one frame off the contended path.
         """
         return self.future
 
@@ -273,10 +271,9 @@ class TrioWaiter(Waiter):
     at its state under the gate's lock before it parks again (I9 in ``_ledger``).
     """
 
-    __slots__ = ("ledger", "parked", "task", "thread_id", "trio_token")
+    __slots__ = ("leave", "parked", "task", "thread_id", "trio_token")
 
-    def __init__(self, ledger: Interruptible) -> None:
-        self.ledger = ledger  # asked to disarm when a cancel scope fires (_abort)
+    def __init__(self) -> None:
         self.state = WAITING
         self.thread_id = _get_ident()
         self.armed = True
@@ -307,8 +304,9 @@ class TrioWaiter(Waiter):
             self.parked = False
             _trio_lowlevel.reschedule(self.task)
 
-    def park(self) -> Awaitable[None]:
-        """Wait for :meth:`wake`; a cancel scope firing first asks the ledger to disarm."""
+    def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
+        """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm)."""
+        self.leave = leave
         self.parked = True  # the caller awaits the result at once: no yield in between
         # A bound method rather than a closure: two fewer objects per parked task.
         wait: Awaitable[None] = _trio_lowlevel.wait_task_rescheduled(self._abort)
@@ -320,7 +318,7 @@ class TrioWaiter(Waiter):
         # timeout path unqueues us). Disarmed: a grant or nudge is on its way (maybe from
         # another thread), so the wait completes and the cancellation is delivered at the
         # caller's next checkpoint.
-        if self.ledger._interrupt(self):
+        if self.leave(self):
             self.parked = False
             return _trio_lowlevel.Abort.SUCCEEDED
         return _trio_lowlevel.Abort.FAILED
@@ -359,69 +357,16 @@ class ThreadWaiter(Waiter):
         return self._lock.acquire(timeout=timeout)
 
 
-class Interruptible(Protocol):
-    """What a trio waiter asks when a cancel scope fires while it is parked (the ledger)."""
-
-    def _interrupt(self, waiter: Waiter, /) -> bool:
-        """Disarm ``waiter``; ``False`` if a wake-up is already on its way."""
-        ...
-
-
-def async_waiter(
-    ledger: Interruptible, tokens: int = 0, priority: int = 0
-) -> AsyncioWaiter | TrioWaiter:
+def async_waiter() -> AsyncioWaiter | TrioWaiter:
     """A waiter for the task that is running now, on whichever backend runs it."""
-    waiter = queued_waiter(ledger, tokens, priority, check=False)
-    assert waiter is not None
-    return waiter
-
-
-def queued_waiter(
-    ledger: Interruptible, tokens: int, priority: int, *, check: bool = True
-) -> AsyncioWaiter | TrioWaiter | None:
-    """A waiter for the running task, or ``None`` if a cancellation is pending (``check``).
-
-    The contended acquire's cancel point and its waiter in one backend dispatch: the
-    question :func:`cancellation_check` answers, asked the same way, and only when it
-    says no is the waiter built. On ``None`` the caller awaits
-    :func:`cancellation_check`'s checkpoint, which raises the cancellation (and if it
-    does not, a Ctrl-C pending for another trio task, builds one with ``check=False``).
-    The asyncio waiter is built field by field, without ``__init__`` (a call fewer per
-    parked task: benchmark b).
-    """
     local = _sniffio_local or ("trio" in _modules and _find_trio())  # _in_trio() inline
     if local and local.name == "trio":
         if not trio_protection_done:
             ensure_trio_protection()
-        if check:
-            context = _cancel_state.trio_context
-            if context is not None:
-                # cancellation_check's guarded read, inline (see there).
-                task = context.task
-                if task._cancel_status.effectively_cancelled or task._runner.ki_pending:
-                    return None
-                task._cancel_points += 1
-            elif _cancel_state.trio_pending():
-                return None
-        trio_waiter = TrioWaiter(ledger)
-        trio_waiter.tokens = tokens
-        trio_waiter.priority = priority
-        return trio_waiter
+        return TrioWaiter()
     loop = _get_running_loop()
     if loop is not None:
-        if check and _cancel_state.asyncio_pending(loop):
-            return None
-        waiter: AsyncioWaiter = _new_object(AsyncioWaiter)
-        waiter.state = WAITING
-        waiter.armed = True
-        waiter.due = _INF
-        waiter.priority = priority
-        waiter.tokens = tokens
-        waiter.seq = 0
-        waiter.since = _monotonic()
-        waiter.loop = loop
-        waiter.future = loop.create_future()
-        return waiter
+        return AsyncioWaiter(loop)
     anyio.lowlevel.current_token()  # raises anyio's NoEventLoopError, naming backends
     msg = "anygate supports asyncio and trio event loops only"
     raise RuntimeError(msg)
