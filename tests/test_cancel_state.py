@@ -25,6 +25,8 @@ from anygate._gate import waiters as _waiters
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from anygate import Token
+
 pytestmark = pytest.mark.anyio
 
 
@@ -108,6 +110,38 @@ async def test_a_cancelled_scope_refuses_before_queueing(anyio_backend: Any, pat
     assert (gate.in_flight, gate.waiting) == (1, 0)
     holder.release()
     assert gate.statistics().cancelled == 0  # it never waited: nothing to withdraw
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_a_ctrl_c_pending_for_the_main_task_still_queues_another(
+    anyio_backend: Any, path: str
+) -> None:
+    """Contended, trio: a Ctrl-C pending for the main task makes the private read answer
+    "pending" for every task; trio's own check then passes in this one, and the acquire
+    queues (once) and is admitted when the slot comes back."""
+    import trio
+
+    runner = trio.lowlevel.current_task()._runner
+    gate = Gate(1, fast_acquire=True)
+    holder = await gate.acquire()
+    got: list[Token] = []
+
+    async def contender() -> None:
+        runner.ki_pending = True  # no yield until the park: nothing else sees it
+        got.append(await gate.acquire())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(contender)
+            await anyio.wait_all_tasks_blocked()
+            runner.ki_pending = False
+            assert gate.waiting == 1
+            holder.release()
+    finally:
+        runner.ki_pending = False
+    assert len(got) == 1
+    assert gate.in_flight == 1
+    got[0].release()
 
 
 async def test_a_deadline_that_passed_refuses(anyio_backend: Any, path: str) -> None:
