@@ -1,4 +1,4 @@
-"""Gate: the public admission gate, built on the slot ledger in ``_ledger``.
+"""Gate: the public admission gate, built on the slot ledger in ``ledger``.
 
 This module is the API and the runtime glue: validating arguments, the three ways to
 acquire (awaiting on asyncio or trio, non-blocking, blocking a plain thread), statistics and
@@ -6,8 +6,8 @@ repr. Every state change is one of the ledger's locked steps, where the invarian
 
 One concern (the public class), a little over the usual ~500 lines because every public
 method carries its full contract in its docstring; the async acquisition and its untimed
-park live in ``_token`` (the token is its own acquisition), argument checks in
-``_gate_args``, introspection in ``_inspect``.
+park live in ``token`` (the token is its own acquisition), argument checks in
+``gate_args``, introspection in ``inspect``.
 """
 
 from __future__ import annotations
@@ -444,7 +444,7 @@ class Gate(Ledger):
 
     @ki_protected
     async def _wait(self, token: Token) -> None:
-        """Queue ``token`` (an acquisition with a timeout, see ``_token``) and park until
+        """Queue ``token`` (an acquisition with a timeout, see ``token``) and park until
         it is admitted or the timeout passes. Untimed waits park in ``Token.__aenter__``."""
         # One argument, not five: every coroutine frame slot is paid per queued waiter.
         wait_s, tokens = token._timeout, token._cost

@@ -3,8 +3,8 @@
 Every state change of a gate happens here, under one ``threading.Lock``, in a short
 synchronous step that returns the waiters to wake; waking happens after the lock is released
 (a wake may call into another event loop, and nothing foreign runs under our lock). Nothing
-here knows which runtime is running (``_waiters`` does) or what the public API looks like
-(``_gate`` does); the rate arithmetic lives in ``_rate``.
+here knows which runtime is running (``waiters`` does) or what the public API looks like
+(``gate`` does); the rate arithmetic lives in ``rate``.
 
 One concern, over the usual ~500 lines on purpose: these steps share the queue, the
 counters and the budgets under one lock, and the hot ones (``_admit``, ``_release``) spell
@@ -27,7 +27,7 @@ I4  A waiter that leaves after a grant passes the slot on or frees it, and its r
     refunded, once; one that leaves before a grant unregisters in O(1) amortised (lazy
     deletion, ``_withdraw_locked``). (``_abandon`` via ``_drain``, ``_fire``)
 I5  Releasing is synchronous, idempotent and never awaits. (``_release``)
-I6  No event loop is bound: waiters carry their own wake-up route (``_waiters``).
+I6  No event loop is bound: waiters carry their own wake-up route (``waiters``).
 I7  Work found where the lock cannot be waited for (a finalizer running on a thread that
     already holds it) is deferred, never dropped: every locked step drains ``_deferred``
     right after unlocking. (``_drain``; a user finalizer's ``release()``: ``_release``)
@@ -44,7 +44,7 @@ I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudg
     routes drop it (trio: ``TrioWaiter.parked``) or make it idempotent (asyncio: one
     future resolved at most once; threads: a lock released at most once).
 
-Header learning (``_learn``) enters through one step, ``_hold_until``: a provider that
+Header learning (``_policy.learn``) enters through one step, ``_hold_until``: a provider that
 reports its budget drained has ours spent until its reset, so I2 and the hot paths are
 unchanged (a hold is a debt like any other).
 """
@@ -552,7 +552,7 @@ class Ledger:
     def _hold_until(self, at: float) -> bool:
         """Admit nobody before ``at`` (on the gate's clock) by spending the rate budgets.
 
-        The one gate-core hook of header learning (``_learn``): a provider that says its
+        The one gate-core hook of header learning (``_policy.learn``): a provider that says its
         budget is drained until ``at`` gets no calls from us before then. It lives in
         the budgets (``Budgets.hold_until``), so the hot path pays nothing and waiters
         wait for it exactly as for any budget (I2); holding only delays, so nobody

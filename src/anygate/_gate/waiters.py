@@ -91,7 +91,7 @@ def cancellation_check() -> Awaitable[None] | None:
 
     This is the uncontended acquire's cancel point, and asked through the public APIs it
     would be half of that path's budget, so the question "is one pending?" is answered from
-    the runtime's own state behind a guard (``_cancel_state``); only when the answer is yes
+    the runtime's own state behind a guard (``cancel_state``); only when the answer is yes
     is the public checkpoint awaited, which raises it (trio's ``checkpoint_if_cancelled``,
     anyio's ``checkpoint``). Trio is recognised by a thread-local read (see
     :func:`_in_trio`), asyncio by ``_get_running_loop()``.
@@ -268,7 +268,7 @@ class TrioWaiter(Waiter):
     can arrive that late: it was sent while the waiter was armed, the task then polled
     instead of parking (its budget timer was already due) and re-armed, so a second
     wake-up for the next park can follow. A dropped wake-up loses nothing: the task looks
-    at its state under the gate's lock before it parks again (I9 in ``_ledger``).
+    at its state under the gate's lock before it parks again (I9 in ``ledger``).
     """
 
     __slots__ = ("leave", "parked", "task", "thread_id", "trio_token")
