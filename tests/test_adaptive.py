@@ -16,7 +16,7 @@ import pytest
 
 from anygate import AdaptiveLimit, Gate
 from anygate._config.limit_values import capacity_for, lowered_limit, raised_limit
-from anygate._policy.adaptive import adaptive_limit_for
+from anygate._policy.sharing import adaptive_limit_for
 from tests.policy_helpers import FakeClock
 
 

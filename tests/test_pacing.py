@@ -415,11 +415,11 @@ def test_an_rpm_429_paces_without_a_pause_or_a_cut() -> None:
 def test_pace_burst_rate_must_be_a_bool(value: object) -> None:
     """A non-bool is a TypeError naming the setting and the value."""
     gate = Gate(4)
-    with pytest.raises(TypeError, match=r"pace_burst_rate must be True or False \(got"):
+    with pytest.raises(TypeError, match=r"pace_burst_rate must be a bool \(got"):
         AdaptiveLimit(gate, pace_burst_rate=value)  # type: ignore[arg-type]
     limit = AdaptiveLimit(gate)
     if value is not None:
-        with pytest.raises(TypeError, match="pace_burst_rate must be True, False or None"):
+        with pytest.raises(TypeError, match="pace_burst_rate must be a bool or None"):
             limit.configure(pace_burst_rate=value)  # type: ignore[arg-type]
 
 

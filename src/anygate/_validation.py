@@ -34,6 +34,7 @@ __all__ = [
     "MAX_SECONDS",
     "PY",
     "Check",
+    "check_flag",
     "check_int",
     "check_number",
     "show",
@@ -63,6 +64,20 @@ def show(value: object) -> str:
     except Exception:  # a broken __repr__ must not hide the real error
         text = f"<{type(value).__name__} object>"
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def check_flag(name: str, value: object, *, none: bool = False) -> bool | None:
+    """A real ``bool`` (``None`` too when ``none``): ``0`` or ``"no"`` would read as a choice
+    it is not.
+
+    Raises:
+        TypeError: naming ``name``, what it must be, the value and its type.
+    """
+    if type(value) is bool or (value is None and none):
+        return value
+    allowed = "a bool or None" if none else "a bool"
+    msg = f"{name} must be {allowed} (got {show(value)} of type {type(value).__name__})"
+    raise TypeError(msg)
 
 
 def _type_error(name: str, value: object, allowed: str, factory: ErrorFactory) -> Exception:

@@ -185,7 +185,7 @@ def test_throttle_kinds() -> None:
 
 def test_arguments_are_checked() -> None:
     """Bad arguments name the parameter and the value."""
-    with pytest.raises(TypeError, match=r"spans must be a bool \(got 1\)"):
+    with pytest.raises(TypeError, match=r"spans must be a bool \(got 1 of type int\)"):
         Telemetry(spans=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"observe\(\) takes a Gate, CircuitBreaker or Policy"):
         Telemetry().observe("llm")  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from typing import Union
 
 from .._errors import ResponseError
 from .._redact import redact
+from .._validation import check_flag
 from .._verdict import Reason, Verdict
 from . import patterns as P
 from .facts import Facts, decode_body, detect_provider, gather
@@ -113,10 +114,7 @@ class Rule:
             allowed = ", ".join(r.value for r in Reason)
             msg = f"Rule.reason must be one of {allowed} (got {reason!r})"
             raise ValueError(msg) from None
-        flag: object = retriable
-        if flag is not None and not isinstance(flag, bool):
-            msg = f"Rule.retriable must be a bool or None (got {retriable!r})"
-            raise TypeError(msg)
+        check_flag("Rule.retriable", retriable, none=True)
         subs = _as_tuple(contains, str, "contains")
         statuses = _as_tuple(status, int, "status")
         codes = _as_tuple(code, str, "code")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .._validation import MAX_COUNT, check_int, check_wait, show
+from .._validation import MAX_COUNT, check_flag, check_int, check_wait, show
 from .rate import Rate
 
 if TYPE_CHECKING:
@@ -58,10 +58,7 @@ def check_capacity(value: object) -> int | float:
 
 def check_fast_acquire(value: object) -> bool:
     """``fast_acquire=``: a bool (no truthy stand-ins: a typo'd ``"no"`` must not mean True)."""
-    if type(value) is not bool:
-        msg = f"fast_acquire must be a bool (got {show(value)} of type {type(value).__name__})"
-        raise TypeError(msg)
-    return value
+    return bool(check_flag("fast_acquire", value))
 
 
 def check_timeout(value: object) -> float | None:

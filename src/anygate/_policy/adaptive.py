@@ -27,9 +27,13 @@ change was sent under the old limit, so its 429 is old news: every attempt recor
 *generation* it was admitted in, and a throttle from an older generation is ignored (TCP
 likewise halves its window once per round trip, not once per lost packet).
 
-One concern, one lock: the three rules share the limit, the generation and the pause, so
-they stay in one state machine (its values and arithmetic live in
-:mod:`anygate._config.limit_values`). It never delays a call while the provider is happy.
+One lock: the three rules share the limit, the generation and the pause, so one lock
+guards them, and a throttle changes them in one step. The pause and its probe are their
+own state machine (:mod:`anygate._policy.burst_pause`), as is pacing
+(:mod:`anygate._policy.pacer`); both run under this lock. The values and arithmetic live
+in :mod:`anygate._config.limit_values`; the per-gate lookup in
+:mod:`anygate._policy.sharing`. It never delays a call while the provider is happy.
+A little over ~500 lines: one class, each public method with its full contract.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
 gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
@@ -57,13 +61,12 @@ from .._config.limit_values import (
     LimitChange,
     capacity_for,
     lowered_limit,
-    probe_grace,
     raised_limit,
 )
 from .._gate.gate_args import check_capacity
-from .._gate.latch import Latch
 from .._gate.waiters import ki_protected
-from .._validation import check_int, check_number, show
+from .._validation import check_flag, check_int, check_number, show
+from .burst_pause import BurstPause
 from .pacer import BurstPacer
 
 if TYPE_CHECKING:
@@ -71,7 +74,7 @@ if TYPE_CHECKING:
 
     from .._gate.gate import Gate
 
-__all__ = ["AdaptiveLimit", "adaptive_limit_for"]
+__all__ = ["AdaptiveLimit"]
 
 
 @final
@@ -115,13 +118,8 @@ class AdaptiveLimit:
         "_name",
         "_pace",
         "_pacer",
+        "_pause",
         "_pause_s",
-        "_paused_until",
-        "_pausing",
-        "_probe_out",
-        "_probe_sent",
-        "_reject_s",
-        "_resume",
         "_sampled",
         "_stale",
         "_throttles",
@@ -138,7 +136,7 @@ class AdaptiveLimit:
         pace_burst_rate: bool = DEFAULT_PACE_BURST_RATE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        _check_flag("pace_burst_rate", pace_burst_rate)
+        check_flag("pace_burst_rate", pace_burst_rate)
         min_concurrent_calls, decrease_factor, pause_s = _check_settings(
             min_concurrent_calls, decrease_factor, pause_s
         )
@@ -155,8 +153,6 @@ class AdaptiveLimit:
         self._limit = capacity  # a float between the floor and the ceiling
         self._applied = capacity  # what we last wrote to (or read from) the gate
         self._generation = 0
-        self._paused_until = -math.inf
-        self._pausing = False  # read without the lock on the hot path
         self._throttles = 0
         self._stale = 0
         # Concurrency learning: the last limit a concurrency throttle taught, the current
@@ -164,12 +160,8 @@ class AdaptiveLimit:
         self._learned = math.inf
         self._hold_s = DEFAULT_HOLD_S
         self._held_until = -math.inf
-        # A burst-rate pause ends with one probe: when it is over, one attempt goes; the
-        # others wait on _resume (shut while a pause lasts) until the probe succeeds.
-        self._probe_out = False
-        self._probe_sent = -math.inf
-        self._reject_s = 0.0  # the slowest burst 429 a probe got (pacing's probe grace)
-        self._resume = Latch(f"adaptive {gate.name}")
+        # A burst-rate pause, ended by one probe (its own module).
+        self._pause = BurstPause(f"adaptive {gate.name}")
         # Burst pacing: its state, and when its admission counter was last sampled (read
         # without the lock on the success path, to skip the lock between samples).
         self._pace = pace_burst_rate
@@ -216,10 +208,10 @@ class AdaptiveLimit:
 
     def pause_left(self) -> float:
         """Seconds until the current burst-rate pause ends (0: none, or over)."""
-        if not self._pausing:
+        if not self._pause.pausing:
             return 0.0
         with self._lock:
-            return max(0.0, self._paused_until - self._clock())
+            return self._pause.left(self._clock())
 
     @ki_protected
     def pass_pause(self) -> tuple[float, bool]:
@@ -231,7 +223,8 @@ class AdaptiveLimit:
         the pause for everyone (:meth:`on_success` with ``probe=True``), another burst
         429 starts a new pause, anything else hands the probe on (:meth:`probe_ended`).
         """
-        if not self._pausing:
+        pause = self._pause
+        if not pause.pausing:
             if self._pacer.active:
                 # The paced rate grows with time, not with successes: a run of failures
                 # (or an open breaker's waiters) must not hold it down. Not during a
@@ -239,49 +232,23 @@ class AdaptiveLimit:
                 self._pace_tick()
             return 0.0, False
         with self._lock:
-            if self._paused_until == -math.inf:  # ended meanwhile (the flag was read unlocked)
-                return 0.0, False
-            now = self._clock()
-            left = self._paused_until - now
-            if left > 0:
-                return left, False
-            if not self._probe_out:
-                self._probe_out = True
-                self._probe_sent = now
-                return 0.0, True
-            if self._pacer.active:
-                # Pacing: a probe that was not turned away within the grace got past the
-                # provider's rate check (a throttle comes back in a reject latency); its
-                # success may take the whole service time, which nobody needs to wait for:
-                # the paced rate decides how fast the others go.
-                grace = probe_grace(self._reject_s, pause_s=self._pause_s)
-                if now - self._probe_sent >= grace:
-                    self._end_pause_locked()
-                    return 0.0, False
-                return max(self._probe_sent + grace - now, 1e-3), False
-            return max(self._pause_s, 1e-3), False
+            return pause.passing(self._clock(), pause_s=self._pause_s, paced=self._pacer.active)
 
     async def wait_pause(self, seconds: float) -> None:
         """Wait ``seconds`` or until the pause ends, whichever comes first."""
-        await self._resume.wait(seconds)
+        await self._pause.wait(seconds)
 
     @ki_protected
     def probe_ended(self) -> None:
         """The probe ended without an answer about the rate (an error, a cancellation):
         the next attempt to ask becomes the probe."""
         with self._lock:
-            self._probe_out = False
-
-    def _end_pause_locked(self) -> None:
-        self._pausing = False
-        self._probe_out = False
-        self._paused_until = -math.inf
-        self._resume.open()
+            self._pause.probe_ended()
 
     def statistics(self) -> AdaptiveStatistics:
         """A consistent snapshot."""
         with self._lock:
-            left = max(0.0, self._paused_until - self._clock()) if self._pausing else 0.0
+            left = self._pause.left(self._clock())
             return AdaptiveStatistics(
                 gate=self._name,
                 enabled=self._enabled,
@@ -337,16 +304,12 @@ class AdaptiveLimit:
             if self._ceiling < 1:
                 return None
             now = self._clock()
-            if self._old_news(generation, self._pausing and now < self._paused_until):
+            if self._old_news(generation, self._pause.lasts(now)):
                 return None
             old = self._applied
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already.
-            continuing = probe and self._pausing
-            if probe:
-                # How fast the provider turns a probe away: what the grace must cover (a
-                # probe turned away after its grace ended the pause counts too).
-                self._reject_s = max(self._reject_s, now - self._probe_sent)
+            continuing = probe and self._pause.pausing
             paced = False
             gate = self._pace_gate() if not continuing else None
             if gate is not None:
@@ -364,11 +327,9 @@ class AdaptiveLimit:
             self._generation += 1
             self._throttles += 1
             pause = self._pause_s if retry_after is None else max(0.0, retry_after)
-            self._probe_out = False
-            if pause > 0:
-                self._paused_until = now + pause
-                self._pausing = True
-                self._resume.shut()
+            # A probe turned away (after its grace ended the pause, too) tells how fast
+            # the provider answers a probe: what the next probe's grace must cover.
+            self._pause.start(now, pause, probe=probe)
             self._apply()
             return LimitChange(
                 old,
@@ -467,8 +428,7 @@ class AdaptiveLimit:
         """
         if probe:
             with self._lock:
-                if self._pausing and self._probe_out:
-                    self._end_pause_locked()
+                self._pause.probe_succeeded()
         if self._pace and self._enabled:
             self._pace_tick()
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
@@ -557,8 +517,8 @@ class AdaptiveLimit:
         """
         checked = _check_settings(min_concurrent_calls, decrease_factor, pause_s, none=True)
         min_concurrent_calls, decrease_factor, pause_s = checked
-        _check_flag("enabled", enabled, none=True)
-        _check_flag("pace_burst_rate", pace_burst_rate, none=True)
+        check_flag("enabled", enabled, none=True)
+        check_flag("pace_burst_rate", pace_burst_rate, none=True)
         with self._lock:
             self._adopt_external_resize()
             if min_concurrent_calls is not None:
@@ -575,7 +535,7 @@ class AdaptiveLimit:
                 self._pacer.end(self._gate())
             if not self._enabled:
                 self._limit = self._ceiling
-                self._end_pause_locked()
+                self._pause.end()
             self._apply(force=True)
 
     # ------------------------------------------------------------------ internals (locked)
@@ -619,16 +579,6 @@ class AdaptiveLimit:
             self._applied = capacity
 
 
-def _check_flag(name: str, value: object, *, none: bool = False) -> None:
-    """A bool setting (``None`` allowed when ``none``): TypeError naming it otherwise."""
-    if value is None and none:
-        return
-    if not isinstance(value, bool):
-        allowed = "True, False or None" if none else "True or False"
-        msg = f"{name} must be {allowed} (got {show(value)})"
-        raise TypeError(msg)
-
-
 def _check_settings(
     floor: object, factor: object, pause_s: object, *, none: bool = False
 ) -> tuple[Any, Any, Any]:
@@ -644,26 +594,3 @@ def _check_settings(
             raise ValueError(msg)
         factor = float(factor)
     return floor, factor, pause_s
-
-
-# --------------------------------------------------------------------------- per gate
-
-_by_gate: weakref.WeakKeyDictionary[Gate, AdaptiveLimit] = weakref.WeakKeyDictionary()
-_by_gate_lock = threading.Lock()
-
-
-def adaptive_limit_for(
-    gate: Gate, factory: Callable[[], AdaptiveLimit]
-) -> tuple[AdaptiveLimit, bool]:
-    """The gate's adaptive limit, creating it with ``factory()`` if it has none.
-
-    Returns the limit and whether this call created it. Keyed by the gate object (held
-    weakly), so a gate handed to several policies has one limit, and a gate that is gone
-    takes its limit with it.
-    """
-    with _by_gate_lock:
-        limit = _by_gate.get(gate)
-        if limit is not None:
-            return limit, False
-        limit = _by_gate[gate] = factory()
-        return limit, True

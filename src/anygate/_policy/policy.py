@@ -22,12 +22,12 @@ import anyio
 from .._config.config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
 from .._config.loader import load_config
 from .._events.logging_hook import LoggingHook
-from .._validation import check_int
+from .._validation import check_flag, check_int
 from . import decorate as _decorate
 from .attempt import make_attempt
 from .attempts import Attempts
 from .blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_loop
-from .policy_args import check_flag, check_policy_args, policy_kwargs
+from .policy_args import check_policy_args, policy_kwargs
 from .retrying import Retrier, Run, check_deadline
 from .sharing import (
     reconcile_capacity,
@@ -487,7 +487,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = check_flag("reraise", reraise)
+        run.reraise = bool(check_flag("reraise", reraise))
         try:
             if seconds is None:
                 return await self._loop.run(run, testing, step, timed=False)
@@ -523,7 +523,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = check_flag("reraise", reraise)
+        run.reraise = bool(check_flag("reraise", reraise))
         try:
             return self._loop.run_sync(run, testing, monotonic_deadline(seconds), step)
         finally:
@@ -558,7 +558,9 @@ class Policy:
         Raises:
             CallFailed, CircuitOpen, Busy: as for :meth:`call`, from ``async with``.
         """
-        return AsyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
+        return AsyncBlocks(
+            self._loop, check_deadline(deadline), bool(check_flag("reraise", reraise))
+        )
 
     def attempts_sync(
         self, *, deadline: float | None = None, reraise: bool = False
@@ -572,7 +574,9 @@ class Policy:
             CallFailed, CircuitOpen, Busy: as for :meth:`call_sync`, from ``with``.
             RuntimeError: entered on a thread running an event loop.
         """
-        return SyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
+        return SyncBlocks(
+            self._loop, check_deadline(deadline), bool(check_flag("reraise", reraise))
+        )
 
     async def acquire(
         self,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .._gate.rate import Rate
     from .backoff import Uniform
 
-__all__ = ["PolicyArgs", "check_flag", "check_policy_args", "policy_kwargs"]
+__all__ = ["PolicyArgs", "check_policy_args", "policy_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -160,14 +160,6 @@ def _breaker_config(value: object) -> BreakerConfig:
             "circuit_breaker must be an anygate.BreakerConfig, True, False or None "
             f"(got {show(value)} of type {type(value).__name__})"
         )
-        raise TypeError(msg)
-    return value
-
-
-def check_flag(name: str, value: object) -> bool:
-    """A real ``bool`` (``reraise=``): ``0`` or ``"no"`` would read as a choice it is not."""
-    if not isinstance(value, bool):
-        msg = f"{name} must be a bool (got {show(value)} of type {type(value).__name__})"
         raise TypeError(msg)
     return value
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigError
 from .._gate.gate import Gate
 from .._gate.registry import Registry, gates
-from .adaptive import AdaptiveLimit, adaptive_limit_for
+from .adaptive import AdaptiveLimit
 from .breaker import CircuitBreaker, check_recovery, check_threshold
 
 if TYPE_CHECKING:
@@ -288,3 +290,26 @@ def shared_breaker(
         )
         raise ValueError(msg)
     return breaker
+
+
+# --------------------------------------------------------------------------- adaptive limits per gate
+
+_by_gate: weakref.WeakKeyDictionary[Gate, AdaptiveLimit] = weakref.WeakKeyDictionary()
+_by_gate_lock = threading.Lock()
+
+
+def adaptive_limit_for(
+    gate: Gate, factory: Callable[[], AdaptiveLimit]
+) -> tuple[AdaptiveLimit, bool]:
+    """The gate's adaptive limit, creating it with ``factory()`` if it has none.
+
+    Returns the limit and whether this call created it. Keyed by the gate object (held
+    weakly), so a gate handed to several policies has one limit, and a gate that is gone
+    takes its limit with it.
+    """
+    with _by_gate_lock:
+        limit = _by_gate.get(gate)
+        if limit is not None:
+            return limit, False
+        limit = _by_gate[gate] = factory()
+        return limit, True

@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._validation import check_flag
+
 if TYPE_CHECKING:
     from types import TracebackType
 
@@ -83,10 +85,7 @@ def set_testing(testing: bool, *, attempts: int | None = None) -> _Restore:
         TypeError, ValueError: bad arguments.
     """
     global _state
-    flag: object = testing
-    if not isinstance(flag, bool):
-        msg = f"testing must be a bool (got {testing!r})"
-        raise TypeError(msg)
+    check_flag("testing", testing)
     if attempts is not None:
         if isinstance(attempts, bool) or not isinstance(attempts, int):
             msg = f"attempts must be an int >= 1 or None (got {attempts!r})"

@@ -31,6 +31,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast, final
 
 from .. import RateLearner, estimate_tokens, parse_limit_headers, usage_tokens
+from .._validation import check_flag
 from ._body import aclose_stream, close_stream
 from ._stream_usage import StreamUsage
 
@@ -72,9 +73,7 @@ class Accounting:
     __slots__ = ("estimator", "gate", "learn")
 
     def __init__(self, gate: Gate, *, learn_limits: object, tokens: object) -> None:
-        if not isinstance(learn_limits, bool):
-            msg = f"learn_limits must be a bool (got {learn_limits!r})"
-            raise TypeError(msg)
+        check_flag("learn_limits", learn_limits)
         self.gate = gate
         self.learn = learn_limits
         self.estimator = check_tokens_option(tokens)

@@ -29,6 +29,7 @@ from .. import (
     RetryScheduled,
     SlotAdmitted,
 )
+from .._validation import check_flag
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -128,10 +129,7 @@ class Telemetry:
         tracer_provider: trace.TracerProvider | None = None,
         spans: bool = False,
     ) -> None:
-        flag: object = spans
-        if not isinstance(flag, bool):
-            msg = f"spans must be a bool (got {spans!r})"
-            raise TypeError(msg)
+        check_flag("spans", spans)
         from .. import __version__
 
         meter = metrics.get_meter("anygate", __version__, meter_provider=meter_provider)
