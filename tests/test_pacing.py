@@ -238,15 +238,22 @@ def test_turning_adaptive_off_gives_the_rate_back() -> None:
     assert limit.pause_left() == 0
 
 
-def test_a_second_throttle_within_the_window_of_the_cut_is_old_news() -> None:
-    """Throttled again 3 s after the cut: the cut has not shown in the provider's window
-    yet, so nothing changes (the rate grown since stays, no second episode)."""
+def _throttled_once() -> tuple[AdaptiveLimit, Gate, FakeClock, float]:
+    """A paced limit with no pause after 10 s at 6/s and one burst throttle, and the paced
+    requests per minute it set."""
     limit, gate, clock = _paced(pause_s=0)
     _admit(limit, gate, clock, per_s=6, seconds=10)
     limit.on_throttle(limit.generation, None)
     assert gate.rate is not None
     first = gate.rate.requests_per_minute
     assert first is not None
+    return limit, gate, clock, first
+
+
+def test_a_second_throttle_within_the_window_of_the_cut_is_old_news() -> None:
+    """Throttled again 3 s after the cut: the cut has not shown in the provider's window
+    yet, so nothing changes (the rate grown since stays, no second episode)."""
+    limit, gate, clock, first = _throttled_once()
     _admit_paced(limit, gate, clock, seconds=3)
     assert gate.rate is not None
     grown = gate.rate.requests_per_minute
@@ -307,12 +314,7 @@ def test_a_throttle_a_window_after_the_cut_lowers_the_rate_again() -> None:
 def test_the_paced_rate_grows_on_attempts_without_successes() -> None:
     """Only failures after the cut: the rate still grows with time, checked whenever an
     attempt starts (before, it grew on successes only and a fault mix froze it)."""
-    limit, gate, clock = _paced(pause_s=0)
-    _admit(limit, gate, clock, per_s=6, seconds=10)
-    limit.on_throttle(limit.generation, None)
-    assert gate.rate is not None
-    first = gate.rate.requests_per_minute
-    assert first is not None
+    limit, gate, clock, first = _throttled_once()
     per_s = first / 60.0
     for _ in range(int(per_s * 5)):  # 5 s of attempts at the paced rate, none succeeding
         clock.now += 1.0 / per_s
