@@ -22,7 +22,7 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from ._errors import ConfigError
 from ._verdict import Reason
@@ -66,6 +66,10 @@ def show(value: object) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+@overload
+def check_flag(name: str, value: object) -> bool: ...
+@overload
+def check_flag(name: str, value: object, *, none: bool) -> bool | None: ...
 def check_flag(name: str, value: object, *, none: bool = False) -> bool | None:
     """A real ``bool`` (``None`` too when ``none``): ``0`` or ``"no"`` would read as a choice
     it is not.

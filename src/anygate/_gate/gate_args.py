@@ -58,7 +58,7 @@ def check_capacity(value: object) -> int | float:
 
 def check_fast_acquire(value: object) -> bool:
     """``fast_acquire=``: a bool (no truthy stand-ins: a typo'd ``"no"`` must not mean True)."""
-    return bool(check_flag("fast_acquire", value))
+    return check_flag("fast_acquire", value)
 
 
 def check_timeout(value: object) -> float | None:

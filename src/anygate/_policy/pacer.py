@@ -73,7 +73,6 @@ class BurstPacer:
 
     __slots__ = (
         "_base",
-        "_cut_at",
         "_pacing",
         "_samples",
         "_set",
@@ -89,8 +88,7 @@ class BurstPacer:
         self._base: Rate | None = None  # the gate's rate to come back to
         self._set: Rate | None = None  # the rate we last set on the gate
         self._start_per_s = 0.0
-        self._started = 0.0
-        self._cut_at = -math.inf
+        self._started = 0.0  # when the current episode's cut was made
         self.episodes = 0
 
     @property
@@ -136,23 +134,22 @@ class BurstPacer:
         Returns whether pacing is on now (``False``: too little history to measure).
         """
         self.sample(now, admitted)
-        rate = self.measured(now, admitted)
-        if not rate:  # nothing admitted lately: a rate of 0 is no measurement
-            return False
         self._adopt(gate)
         current = self.paced_per_minute
-        if current is not None and now - self._cut_at < PACE_WINDOW_S:
+        if current is not None and now - self._started < PACE_WINDOW_S:
             # Throttled again within a window of the last cut: old news. The cut has not
             # shown in the provider's window (nor in our measurement) yet. Answering every
             # throttle of a provider that throttles at random (a shared pool, a fault mix)
             # compounded to the floor in a second and stalled every caller; undoing only
             # the growth since still decayed the rate by 0.7x a window, without end.
             return True
+        rate = self.measured(now, admitted)
+        if not rate:  # nothing admitted lately: a rate of 0 is no measurement
+            return False
         start = paced_rate(rate, beta=PACE_BETA)
         if current is not None:
             # Throttled again while pacing: the rate that was just too much is the bound.
             start = min(start, PACE_BETA * current / 60.0)
-        self._cut_at = now
         self.episodes += 1
         self._start_per_s = start
         self._started = now
@@ -202,7 +199,6 @@ class BurstPacer:
                 _pacing.pop(gate, None)
         self._pacing = False
         self._set = self._base = None
-        self._cut_at = -math.inf
 
     # ------------------------------------------------------------------ internals
 

@@ -487,7 +487,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = bool(check_flag("reraise", reraise))
+        run.reraise = check_flag("reraise", reraise)
         try:
             if seconds is None:
                 return await self._loop.run(run, testing, step, timed=False)
@@ -523,7 +523,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = bool(check_flag("reraise", reraise))
+        run.reraise = check_flag("reraise", reraise)
         try:
             return self._loop.run_sync(run, testing, monotonic_deadline(seconds), step)
         finally:
@@ -558,9 +558,7 @@ class Policy:
         Raises:
             CallFailed, CircuitOpen, Busy: as for :meth:`call`, from ``async with``.
         """
-        return AsyncBlocks(
-            self._loop, check_deadline(deadline), bool(check_flag("reraise", reraise))
-        )
+        return AsyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
 
     def attempts_sync(
         self, *, deadline: float | None = None, reraise: bool = False
@@ -574,9 +572,7 @@ class Policy:
             CallFailed, CircuitOpen, Busy: as for :meth:`call_sync`, from ``with``.
             RuntimeError: entered on a thread running an event loop.
         """
-        return SyncBlocks(
-            self._loop, check_deadline(deadline), bool(check_flag("reraise", reraise))
-        )
+        return SyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
 
     async def acquire(
         self,
