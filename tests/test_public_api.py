@@ -112,6 +112,18 @@ def test_gate_surface_matches_the_contract() -> None:
     assert callable(anygate.shared_gate)
 
 
+def test_the_gates_ledger_adds_no_public_name() -> None:
+    """``Gate`` inherits its state machine for speed (docs/design.md): none of the
+    ledger's names may become gate API, by a public name or by overriding one."""
+    from anygate._gate.ledger import Ledger
+
+    inherited = {n for n in dir(Ledger) if not n.startswith("__")}
+    assert inherited, "the ledger has state"
+    assert all(n.startswith("_") for n in inherited), sorted(inherited)
+    public = {n for n in dir(anygate.Gate) if not n.startswith("_")}
+    assert public.isdisjoint(inherited)
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs"),
     [((), {}), ((anygate.Gate(1),), {}), ((), {"gate": anygate.Gate(1)})],

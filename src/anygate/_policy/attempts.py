@@ -119,7 +119,7 @@ class Attempts:
         retrier = self.retrier
         if learn:
             learn_from_headers(self.gate, headers_of(exc))
-        wait = retrier.plan(run, exc, now, deadline, testing)
+        wait = retrier.failed(run, exc, now, deadline, testing)
         retrier.attempt_ended(run)
         if isinstance(wait, Stop):
             retrier.fail(run, wait.why, wait.max_attempts, exc)

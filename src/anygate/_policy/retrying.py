@@ -1,16 +1,16 @@
-"""What happens after an attempt fails: classify, budget, wait or give up.
+"""What the attempt loop does around each attempt: the breaker's permit, acting on a
+failure's decision (:mod:`anygate._policy.decide`), reporting the outcome, giving up.
 
-Shared by :meth:`Policy.call` and :meth:`Policy.call_sync`, which differ only in how they
-wait. Everything here is synchronous and clock-agnostic: callers pass "now" and the
-deadline in their own time base (AnyIO's clock, or ``time.monotonic``).
+Shared by every form of the loop, which differ only in how they wait. Everything here is
+synchronous and clock-agnostic: callers pass "now" and the deadline in their own time base
+(AnyIO's clock, or ``time.monotonic``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NoReturn, final
 
-from .._classify.classify import Reason, RuleLike, Verdict, classify
-from .._classify.throttle import throttle_kind
+from .._classify.classify import Reason, RuleLike, Verdict
 from .._errors import Busy, CallFailed, CircuitOpen
 from .._events.events import (
     GaveUp,
@@ -22,7 +22,7 @@ from .._events.events import (
     user_message,
 )
 from .._redact import redact
-from .backoff import Uniform, decorrelated_jitter
+from .decide import Judgement, Retry, Tally, decide, judge
 from .run import (
     FAILURE,
     NEUTRAL,
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .._config.limit_values import LimitChange
     from .._gate.gate import Gate
     from .adaptive import AdaptiveLimit
+    from .backoff import Uniform
     from .breaker import CircuitBreaker
     from .testing_switch import TestingState
 
@@ -105,7 +106,7 @@ class Retrier:
                 emit(self.hooks, change)
 
     def attempt_ended(self, run: Run) -> None:
-        """Report a failed attempt's outcome (:meth:`plan` set it) on its permit, and hand
+        """Report a failed attempt's outcome (:meth:`failed` set it) on its permit, and hand
         on the burst pause's probe role if it had it (a burst 429 started a new pause)."""
         if run.burst_probe:
             run.burst_probe = False
@@ -149,31 +150,7 @@ class Retrier:
             return any(c.__name__ in self.control_names for c in type(exc).__mro__)
         return False
 
-    def budget(
-        self,
-        verdict: Verdict,
-        exc: BaseException,
-        testing: TestingState,
-        *,
-        throttle: bool = False,
-    ) -> int:
-        """Attempts this failure may use: ``throttle_attempts`` for a throttle, else
-        ``max_attempts``, tightened by the per-reason and per-exception budgets."""
-        retry = self.config.retry
-        budget = retry.throttle_attempts if throttle else retry.max_attempts
-        per_reason = retry.reason_budgets.get(verdict.reason.value)
-        if per_reason is not None:
-            budget = min(budget, per_reason)
-        if retry.exception_budgets:
-            for cls in type(exc).__mro__:
-                per_class = retry.exception_budgets.get(cls.__name__)
-                if per_class is not None:
-                    budget = min(budget, per_class)
-        if testing.enabled and testing.attempts is not None:
-            budget = min(budget, testing.attempts)
-        return budget
-
-    def plan(
+    def failed(
         self,
         run: Run,
         exc: Exception,
@@ -181,100 +158,83 @@ class Retrier:
         deadline: float,
         testing: TestingState,
     ) -> float | Stop:
-        """Classify ``exc``; return seconds to sleep before the next attempt, or a Stop.
+        """Act on a failed attempt: judge it, let the gate learn from it, decide what next.
 
-        Decides, without acting on the loop: what the breaker hears of this attempt
-        (``run.outcome``), what the gate learns (a throttle lowers its limit), which budget
-        the attempt counts against and how long to wait.
+        The decisions are :func:`~anygate._policy.decide.judge` and
+        :func:`~anygate._policy.decide.decide`; this writes them into ``run`` (what the
+        breaker will hear, the budgets used), tells the adaptive limit (a throttle lowers
+        the gate's limit or pauses it) and reports the scheduled retry. Returns seconds to
+        sleep before the next attempt, or the :class:`Stop` to give up with.
         """
-        verdict = classify(exc, rules=self.rules, provider=self.config.provider)
-        run.verdict, run.exc = verdict, exc
-        kind = throttle_kind(verdict) if verdict.retriable else None
+        judgement = judge(exc, self.rules, self.config.provider)
+        run.verdict, run.exc, run.outcome = judgement.verdict, exc, judgement.outcome
         permit = run.permit
-        probe = permit is not None and permit.probe
-        # The breaker counts provider failures: errors and overload answers. A 429 says
-        # the provider is up and wants less; the gate's limits answer it, not the breaker.
-        if not verdict.retriable or kind in ("concurrency", "rate", "burst"):
-            run.outcome = NEUTRAL
-        else:
-            run.outcome = FAILURE
-        no_backoff = False
-        if self.adaptive is not None:
-            if kind == "burst":
-                # Whether or not this call retries, the whole gate slows down: it pauses,
-                # and the pause's probe decides when everyone goes again, this call too.
-                self.throttled(run, verdict)
-                no_backoff = self.adaptive.enabled
-            elif kind in ("concurrency", "overload"):
-                no_backoff = self.learn_concurrency(run, exact=kind == "concurrency")
-            elif kind == "rate":
-                self.adaptive.on_rate()
-        throttle = kind is not None
-        budget = self.budget(verdict, exc, testing, throttle=throttle)
-        if not verdict.retriable:
-            return Stop("not_retriable", budget)
-        if throttle:
-            run.throttles += 1
-            used = run.throttles
-        else:
-            # A failed probe is the breaker's question, asked on this call's time: it does
-            # not use up the call's own attempts (the breaker is open again, so the next
-            # attempt waits for the next probe's outcome anyway).
-            if not probe:
-                run.failures += 1
-            used = run.failures
-        if used >= budget:
-            return Stop("budget", budget)
-        retry = self.config.retry
-        from_header = verdict.retry_after is not None
-        if verdict.retry_after is not None:
-            if verdict.retry_after > retry.retry_after_max_s:
-                return Stop("retry_after_ceiling", budget)
-            wait_ms = verdict.retry_after * 1000.0
-        elif no_backoff or (probe and run.outcome == FAILURE):
-            # The gate's limit is already down (the next attempt queues under it), or the
-            # breaker reopened (the next attempt waits for the next probe): no own sleep.
-            wait_ms = 0.0
-        else:
-            base = (
-                retry.burst_base_delay_ms
-                if verdict.reason is Reason.BURST_RATE
-                else retry.base_delay_ms
-            )
-            wait_ms = decorrelated_jitter(
-                run.prev_ms, base_ms=base, cap_ms=retry.cap_delay_ms, rng=self.rng
-            )
-            run.prev_ms = wait_ms
-        if testing.enabled:
-            wait_ms = 0.0
-        wait_s = wait_ms / 1000.0
-        # A sleep that would end at or past the deadline leaves no time for the attempt.
-        if now + wait_s >= deadline:
-            return Stop("deadline", budget)
-        # What the caller waits before its next attempt: after a burst throttle that is
-        # the gate's pause (the attempt waits it out in pass_pause), not an own sleep.
-        expected_ms = wait_ms
-        if no_backoff and kind == "burst" and self.adaptive is not None and not testing.enabled:
-            expected_ms = max(wait_ms, self.adaptive.pause_left() * 1000.0)
-        message = retry_message(used, budget, expected_ms, verdict.reason)
+        queued = self.learn(run, judgement) if self.adaptive is not None else False
+        pause_left_s = 0.0
+        if queued and judgement.kind == "burst" and self.adaptive is not None:
+            pause_left_s = self.adaptive.pause_left()
+        tally = Tally(run.failures, run.throttles, run.prev_ms)
+        decision = decide(
+            self.config.retry,
+            judgement,
+            exc,
+            tally,
+            probe=permit is not None and permit.probe,
+            queued=queued,
+            pause_left_s=pause_left_s,
+            rng=self.rng,
+            now=now,
+            deadline=deadline,
+            testing=testing,
+        )
+        if isinstance(decision, Stop):
+            return decision
+        tally = decision.tally
+        run.failures, run.throttles, run.prev_ms = tally.failures, tally.throttles, tally.prev_ms
         if self.hooks:
-            emit(
-                self.hooks,
-                RetryScheduled(
-                    policy=self.name,
-                    attempt=run.attempt,
-                    max_attempts=budget,
-                    wait_ms=round(expected_ms),
-                    reason=verdict.reason,
-                    from_retry_after=from_header,
-                    message=redact(message),
-                    verdict=verdict,
-                    gate=self.gate.name,
-                    counted=used,
-                    wait_s=expected_ms / 1000.0,
-                ),
-            )
-        return wait_s
+            self._retry_scheduled(run, decision)
+        return decision.wait_s
+
+    def learn(self, run: Run, judgement: Judgement) -> bool:
+        """Tell the adaptive limit what a throttle says; whether the next attempt now
+        queues under the gate's lowered limit or pause (it then skips its own backoff).
+
+        Whether or not this call retries, a burst throttle slows the whole gate down: it
+        pauses, and the pause's probe decides when everyone goes again, this call too.
+        """
+        adaptive = self.adaptive
+        assert adaptive is not None
+        kind = judgement.kind
+        if kind == "burst":
+            self.throttled(run, judgement.verdict)
+            return adaptive.enabled
+        if kind in ("concurrency", "overload"):
+            return self.learn_concurrency(run, exact=kind == "concurrency")
+        if kind == "rate":
+            adaptive.on_rate()
+        return False
+
+    def _retry_scheduled(self, run: Run, decision: Retry) -> None:
+        verdict = run.verdict
+        assert verdict is not None
+        expected_ms = decision.expected_ms
+        message = retry_message(decision.used, decision.max_attempts, expected_ms, verdict.reason)
+        emit(
+            self.hooks,
+            RetryScheduled(
+                policy=self.name,
+                attempt=run.attempt,
+                max_attempts=decision.max_attempts,
+                wait_ms=round(expected_ms),
+                reason=verdict.reason,
+                from_retry_after=decision.from_header,
+                message=redact(message),
+                verdict=verdict,
+                gate=self.gate.name,
+                counted=decision.used,
+                wait_s=expected_ms / 1000.0,
+            ),
+        )
 
     def _in_flight(self, run: Run) -> int:
         """The calls in flight when ``run``'s attempt was turned away, itself included.
