@@ -206,6 +206,7 @@ async def _run(
         scenario.provider,
         random.Random(f"anygate.sim:{seed}:provider"),
         growth_rng=random.Random(f"anygate.sim:{seed}:burst-growth"),
+        pool_rng=random.Random(f"anygate.sim:{seed}:shared-pool"),
     )
     recorder = Recorder(
         len(workload.calls), progress, call_deadline_s=scenario.fleet.call_deadline_s

@@ -8,6 +8,9 @@ strategy's makespan can be put next to it. It is the one strategy that reads the
 provider (:meth:`~anygate.sim._provider.ProviderModel.admission_wait`); no other strategy
 is given it.
 
+A shared pool's random rejections (``provider.shared_pool``) are the one thing it cannot
+foresee; it sends such a call again at once, ahead of the calls asked for after it.
+
 It is not optimal: FIFO is not the schedule that minimises makespan (serving the agents
 furthest behind first can be shorter), so a strategy may beat it, which the report shows as
 a ratio below 1. It never beats the lower bound, which is a bound.
@@ -19,6 +22,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 import anyio
+
+from ._provider import ProviderError
 
 if TYPE_CHECKING:
     from ._protocol import Send
@@ -46,10 +51,33 @@ class Oracle:
         self._changed.set()
 
     async def call(self, send: Send) -> None:
-        """Wait for this call's turn and for an admissible instant, then send it once."""
+        """Wait for this call's turn and for an admissible instant, then send it.
+
+        Sent once, unless a shared pool turns it away at random (no client can foresee
+        that): then it goes again as soon as the rules allow, ahead of every call that was
+        asked for later.
+        """
+        retry = False
+        while True:
+            await self._wait_turn(retry=retry)
+            # No await between the check in _wait_turn and the provider's admission:
+            # send() checks the rules and takes the slot before it first blocks.
+            try:
+                await send()
+            except ProviderError as exc:
+                if not self._provider.turned_away_at_random(exc):
+                    raise
+                retry = True
+            else:
+                return
+
+    async def _wait_turn(self, *, retry: bool) -> None:
         turn = anyio.Event()
         queue = self._queue
-        queue.append(turn)
+        if retry and queue:
+            queue.insert(1, turn)  # right behind the head, which already watches the provider
+        else:
+            queue.append(turn)
         if queue[0] is turn:
             turn.set()
         try:
@@ -71,6 +99,3 @@ class Oracle:
                 queue.remove(turn)
             if head and queue:
                 queue[0].set()
-        # No await between the check above and the provider's admission: send() checks
-        # the rules and takes the slot before it first blocks.
-        await send()

@@ -28,6 +28,7 @@ from ._spec import (
     ProviderSpec,
     Published,
     Scenario,
+    SharedPool,
     StrategySpec,
 )
 
@@ -200,6 +201,22 @@ def _outages(value: object, path: str) -> tuple[Outage, ...]:
     return tuple(sorted(result, key=lambda o: o.start_s))
 
 
+def _shared_pool(value: object, path: str) -> SharedPool | None:
+    if value is None:
+        return None
+    data = _mapping(value, path)
+    _check_keys(data, path, ("probability", "kind"))
+    if "probability" not in data:
+        raise _fail(_join(path, "probability"), None, "set (the share of arrivals turned away)")
+    probability = _number(data, "probability", path, 0.0, strict=True)
+    if probability >= 1.0:
+        raise _fail(_join(path, "probability"), probability, "a number > 0 and < 1")
+    kind = data.get("kind", "burst")
+    if kind not in ("burst", "rpm", "overloaded"):
+        raise _fail(_join(path, "kind"), kind, '"burst", "rpm" or "overloaded"')
+    return SharedPool(probability=probability, kind=kind)
+
+
 def _provider(value: object, path: str) -> ProviderSpec:
     base = ProviderSpec()
     data = _mapping({} if value is None else value, path)
@@ -216,6 +233,7 @@ def _provider(value: object, path: str) -> ProviderSpec:
             "latency",
             "reject_latency",
             "outages",
+            "shared_pool",
         ),
     )
     on_full = data.get("on_full", base.on_full)
@@ -240,6 +258,7 @@ def _provider(value: object, path: str) -> ProviderSpec:
             data.get("reject_latency", {}), _join(path, "reject_latency"), base.reject_latency
         ),
         outages=_outages(data.get("outages"), _join(path, "outages")),
+        shared_pool=_shared_pool(data.get("shared_pool"), _join(path, "shared_pool")),
     )
 
 

@@ -4,6 +4,7 @@ A request arrives, is checked against the rules in a fixed order, and is either 
 with an error after a short "reject latency" or served for its service time:
 
 1. inside an outage window            -> 503 ``overloaded``
+   a shared pool's random share         -> its kind's answer, counted toward nothing
 2. the sliding-window RPM limit       -> 429 ``rate_limit_exceeded``        (kind ``rpm``)
 3. the burst-slope rule               -> 429 ``limit_burst_rate``           (kind ``burst``)
 4. every slot busy, ``on_full=reject`` -> 429 ``concurrency_limit_exceeded`` (kind ``concurrency``)
@@ -32,6 +33,7 @@ rate limiters are undisclosed and differ in details (token limits, window alignm
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
     from ._spec import Lognormal, ProviderSpec
 
 __all__ = ["KINDS", "ProviderError", "ProviderModel", "Trace", "sample"]
+
+# The marker _check_rules returns for a shared pool's random rejection.
+_POOL: Final = "pool"
 
 #: Every way the provider can turn a request away, in report order.
 KINDS: Final = ("burst", "rpm", "concurrency", "overloaded", "queue_full")
@@ -174,6 +179,7 @@ class ProviderModel:
         *,
         epoch: float = 0.0,
         growth_rng: random.Random | None = None,
+        pool_rng: random.Random | None = None,
     ) -> None:
         import random as _random
 
@@ -182,6 +188,9 @@ class ProviderModel:
         # The dynamic threshold's path: its own stream, so it is the same for every strategy.
         self._growth_rng = growth_rng if growth_rng is not None else _random.Random(0)
         self._growths: list[float] = []
+        # The shared pool's draws: their own stream, so they do not shift reject latencies.
+        self._pool_rng = pool_rng if pool_rng is not None else _random.Random(1)
+        self._pool_errors: weakref.WeakSet[ProviderError] = weakref.WeakSet()
         self._on_leave: list[Callable[[], None]] = []
         self._epoch = epoch
         self._slots = Gate(spec.slots, name="provider")
@@ -265,6 +274,12 @@ class ProviderModel:
         for outage in spec.outages:
             if outage.start_s <= now < outage.end_s:
                 return "overloaded", None
+        pool = spec.shared_pool
+        if pool is not None and self._pool_rng.random() < pool.probability:
+            if spec.burst is not None and spec.burst.count_rejected:
+                self._roll(now)
+                self._window_count += 1
+            return _POOL, None
         burst = spec.burst
         allowed = self._roll(now) if burst is not None else 0
         counts_all = burst is not None and burst.count_rejected
@@ -316,8 +331,19 @@ class ProviderModel:
             return max(until_free, 0.001)
         return setting
 
+    def turned_away_at_random(self, exc: BaseException) -> bool:
+        """For the oracle only: whether ``exc`` is one of the shared pool's random answers
+        (which no client can avoid, so the oracle sends again at once)."""
+        return exc in self._pool_errors
+
     async def _rejection(self, now: float, kind: str, retry_after: float | None) -> ProviderError:
         """Count a rejection, wait the reject latency, and return the error to raise."""
+        if kind == _POOL:
+            pool = self._spec.shared_pool
+            assert pool is not None
+            error = await self._rejection(now, pool.kind, None)
+            self._pool_errors.add(error)
+            return error
         trace = self.trace
         trace.counts[kind] += 1
         trace.rejects.append((now, kind))

@@ -27,6 +27,7 @@ __all__ = [
     "ProviderSpec",
     "Published",
     "Scenario",
+    "SharedPool",
     "StrategySpec",
 ]
 
@@ -126,6 +127,7 @@ class ProviderSpec:
         latency: service time of an admitted request.
         reject_latency: how long a 429/503 answer takes to arrive.
         outages: windows in which the provider answers 503.
+        shared_pool: random throttles from other tenants (``None``: none).
     """
 
     slots: int = 32
@@ -139,6 +141,25 @@ class ProviderSpec:
         default_factory=lambda: Lognormal(median_s=0.05, sigma=0.5, max_s=1.0)
     )
     outages: tuple[Outage, ...] = ()
+    shared_pool: SharedPool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedPool:
+    """Other tenants on a shared pool: a random share of arrivals is turned away, whatever
+    this client sends.
+
+    Each arrival outside an outage is turned away with ``probability``, drawn from its own
+    random stream (the run's seed), before any other rule; such a request counts toward no
+    limit (unless the burst rule counts rejected arrivals). No client can avoid these
+    answers: the scenario tests that a strategy does not mistake noise for its own excess
+    (a rate it cuts at every throttle ends at its floor). ``kind`` is the answer: a
+    ``limit_burst_rate`` 429 (``"burst"``), a per-minute 429 (``"rpm"``) or a 503
+    overload (``"overloaded"``).
+    """
+
+    probability: float
+    kind: Literal["burst", "rpm", "overloaded"] = "burst"
 
 
 @dataclass(frozen=True, kw_only=True)
