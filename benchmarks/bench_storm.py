@@ -13,7 +13,8 @@ Variations (each one change to ``morning-peak``, so each row says what it tests)
 * ``fleet.agents`` 480 (x2) and 960 (x4);
 * an outage from 60 s to 150 s;
 * the burst rule with a dynamic threshold (growth drifting in [1.5, 3]) and with rejected
-  arrivals counted toward the slope.
+  arrivals counted toward the slope;
+* a shared pool that turns 5 % of arrivals away at random (``limit_burst_rate``).
 
 Besides every built-in it runs one diagnostic strategy, ``anygate+cap32``: the library's
 defaults with the cap people pick when nothing is published (32, as the ``+cap`` peers
@@ -66,6 +67,10 @@ SWEEP: tuple[tuple[str, list[str]], ...] = (
         "burst counts rejected arrivals",
         ["provider.burst={window_s: 10, growth: 2.0, floor: 60, count_rejected: true}"],
     ),
+    # Other tenants on a shared pool: 5 % of arrivals are turned away with limit_burst_rate
+    # whatever the client sends. Every strategy gets ~5 % 429s; the 429 target here is the
+    # oracle's share plus 0.5 %.
+    ("shared pool", ["provider.shared_pool={probability: 0.05, kind: burst}"]),
 )
 
 #: The tuning set: where defaults were chosen (``--tuning``). Disjoint from SWEEP and from
@@ -147,8 +152,12 @@ def _verdicts(results: list[SweepResult]) -> list[str]:
                 f"{ratio[0]:.3f}x vs {best.strategy} {best.oracle_ratio[0]:.3f}x (> 1.01x)"
             )
         share = anygate.rate_429[0]
-        if share > 0.005:
-            misses.append(f"429 {share:.2%} > 0.5 %")
+        # Where the provider turns calls away at random (a shared pool), nobody avoids
+        # those 429s: the target is what the oracle got, plus 0.5 %.
+        floor = oracle.rate_429[0] if oracle is not None else 0.0
+        if share > floor + 0.005:
+            allowed = "0.5 %" if not floor else f"the oracle's {floor:.2%} + 0.5 %"
+            misses.append(f"429 {share:.2%} > {allowed}")
         shown = "-" if ratio is None else f"{ratio[0]:.3f}x oracle"
         peer = "" if best is None else f", best capped peer {best.oracle_ratio[0]:.3f}x"
         verdict = "ok" if not misses else "MISS: " + "; ".join(misses)

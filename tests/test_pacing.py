@@ -17,7 +17,13 @@ import pytest
 
 import anygate
 from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy, Rate, RetryConfig
-from anygate._config.limit_values import grown_rate, paced_rate, probe_grace
+from anygate._config.limit_values import (
+    LimitChange,
+    check_grace,
+    grown_rate,
+    paced_rate,
+    probe_grace,
+)
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst
 
@@ -47,6 +53,14 @@ def test_probe_grace_covers_the_slowest_rejection_within_the_pause() -> None:
     assert probe_grace(4.0, pause_s=5.0) == 5.0
 
 
+def test_check_grace_is_twice_the_throttles_answer_time_within_the_pause() -> None:
+    """2 x 0.1 s; at least 20 ms; never beyond the pause; 1 s when the time is unknown."""
+    assert check_grace(0.1, pause_s=5.0) == pytest.approx(0.2)
+    assert check_grace(0.001, pause_s=5.0) == 0.02
+    assert check_grace(4.0, pause_s=5.0) == 5.0
+    assert check_grace(None, pause_s=5.0) == 1.0
+
+
 # --------------------------------------------------------------------------- on a gate
 
 
@@ -55,7 +69,7 @@ def _paced(
 ) -> tuple[AdaptiveLimit, Gate, FakeClock]:
     clock = FakeClock()
     gate = Gate(capacity, name="llm", rate=rate, clock=clock)
-    kwargs.setdefault("pace_burst_rate", True)  # off by default (docs/policy.md)
+    kwargs.setdefault("pace_burst_rate", True)
     limit = AdaptiveLimit(gate, clock=clock, **kwargs)
     return limit, gate, clock
 
@@ -74,12 +88,25 @@ def _admit(limit: AdaptiveLimit, gate: Gate, clock: FakeClock, per_s: int, secon
         clock.now += 1.0
 
 
+def _confirmed(limit: AdaptiveLimit) -> LimitChange | None:
+    """A burst throttle the provider means: with pacing (and a pause to make) the first is
+    only checked, one probe goes at once, and the probe's own 429 confirms it. What the
+    confirmed throttle changed (or the throttle's change, when it was not checked)."""
+    checks = limit.statistics().checked_throttles
+    change = limit.on_throttle(limit.generation, None)
+    if limit.statistics().checked_throttles == checks:
+        return change
+    assert change is None
+    assert limit.pass_pause() == (0.0, True)  # the check's probe goes at once
+    return limit.on_throttle(limit.generation, None, probe=True)
+
+
 def test_a_burst_throttle_paces_the_rate_and_keeps_the_concurrency_limit() -> None:
-    """6 admissions a second for 10 s, then a burst 429: the gate gets 0.7 x 6 x 60 = 252
-    requests per minute, its 32 slots stay 32, and a 5 s pause still starts."""
+    """6 admissions a second for 10 s, then a (confirmed) burst 429: the gate gets
+    0.7 x 6 x 60 = 252 requests per minute, its 32 slots stay 32, and a 5 s pause starts."""
     limit, gate, clock = _paced()
     _admit(limit, gate, clock, per_s=6, seconds=10)
-    change = limit.on_throttle(limit.generation, None)
+    change = _confirmed(limit)
     assert change is not None
     assert (change.old, change.new, change.reason) == (32, 32, "burst_rate")
     assert gate.capacity == 32
@@ -96,10 +123,110 @@ def test_a_burst_throttle_paces_the_rate_and_keeps_the_concurrency_limit() -> No
 def test_without_history_a_throttle_falls_back_to_the_cut() -> None:
     """Nothing admitted yet: no rate to measure, so the limit is cut as without pacing."""
     limit, gate, _ = _paced(decrease_factor=0.5)
-    change = limit.on_throttle(0, None)
+    change = _confirmed(limit)
     assert change is not None
     assert (change.new, change.paced_per_minute) == (16, None)
     assert gate.rate is None
+
+
+def test_a_first_burst_throttle_is_only_checked() -> None:
+    """One 429 could be anyone's: nothing is paced, cut or paused; the next attempt goes at
+    once as the probe, and the others wait twice the throttle's answer time (0.1 s) for
+    it to be turned away, then go."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    assert limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1) is None
+    assert (gate.rate, gate.capacity, limit.pause_left()) == (None, 32, 0.0)
+    stats = limit.statistics()
+    assert (stats.checked_throttles, stats.throttles, stats.pacing_episodes) == (1, 0, 0)
+    assert limit.pass_pause() == (0.0, True)
+    wait, probe = limit.pass_pause()
+    assert (wait, probe) == (pytest.approx(0.2), False)
+    clock.now += 0.2
+    assert limit.pass_pause() == (0.0, False)  # not turned away in time: it was noise
+    assert (gate.rate, limit.statistics().throttles) == (None, 0)
+
+
+def test_the_checks_probe_succeeding_ends_the_check() -> None:
+    """The probe's call succeeded: everyone goes, nothing changed."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1)
+    assert limit.pass_pause() == (0.0, True)
+    limit.on_success(saturated=False, probe=True)
+    assert limit.pass_pause() == (0.0, False)
+    assert gate.rate is None
+
+
+def test_the_checks_probe_turned_away_after_its_grace_still_confirms() -> None:
+    """The grace let the others go, then the probe's 429 came: the throttle is confirmed
+    (pacing, a 5 s pause), not checked a second time."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1)
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 0.3
+    assert limit.pass_pause() == (0.0, False)
+    assert limit.on_throttle(limit.generation, None, probe=True) is not None
+    assert gate.rate is not None
+    assert limit.pause_left() == 5.0
+    assert limit.statistics().checked_throttles == 1
+
+
+def test_random_burst_throttles_do_not_stall_the_gate() -> None:
+    """A provider that turns 5 % of attempts away at random (a shared pool), callers asking
+    20 times a second for 2 minutes, the default 5 s pause: more than half of the asks go.
+    Pausing (and cutting) at every throttle let 13 % go; checking first, 69 %."""
+    limit, gate, clock = _paced(capacity=1000)
+    rng = random.Random(3)
+    admitted = 0
+    for _ in range(12_000):  # 10 ms steps
+        clock.now += 0.01
+        if rng.random() >= 0.2:
+            continue
+        wait, probe = limit.pass_pause()
+        if wait > 0:
+            continue  # a caller that would wait: counted as not sent
+        try:
+            gate.acquire_nowait().release()
+        except anygate.Busy:
+            continue
+        admitted += 1
+        generation, sent = limit.generation, clock.now
+        if rng.random() < 0.05:
+            limit.on_throttle(generation, None, probe=probe, admitted_at=sent)
+        else:
+            limit.on_success(saturated=False, probe=probe)
+    assert admitted >= 0.5 * 20 * 120, admitted
+    assert limit.statistics().checked_throttles > 50
+
+
+def test_paused_time_is_not_counted_against_the_callers() -> None:
+    """The pacer measures on the time the gate let calls go: 6/s for 10 s, a confirmed
+    throttle and its 5 s pause, a probe's success, then 10 s at the paced rate; a second
+    confirmed throttle paces from what was admitted per second *sent*, not diluted by the
+    pause's empty seconds."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    _confirmed(limit)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    limit.on_success(saturated=False, probe=True)
+    rate = gate.rate
+    assert rate is not None
+    assert rate.requests_per_minute is not None
+    _admit_paced(limit, gate, clock, seconds=11)
+    assert gate.rate is not None
+    before = gate.rate.requests_per_minute
+    assert before is not None
+    _confirmed(limit)
+    assert gate.rate is not None
+    after = gate.rate.requests_per_minute
+    assert after is not None
+    # What the pacer let through in the last 10 s sent was at least its rate 11 s ago:
+    # the cut is 0.7x that at least (counting the pause, the measure would hold 5 s of 0).
+    assert after >= 0.7 * rate.requests_per_minute * 0.95
+    assert limit.statistics().pacing_episodes == 2
 
 
 def test_a_gate_on_another_clock_is_not_paced() -> None:
@@ -221,7 +348,7 @@ def test_a_learner_made_while_pacing_takes_the_users_rate_as_its_ceiling() -> No
     user = Rate(requests_per_minute=600)
     limit, gate, clock = _paced(rate=user)
     _admit(limit, gate, clock, per_s=6, seconds=10)
-    limit.on_throttle(limit.generation, None)
+    _confirmed(limit)
     assert gate.rate is not user
     learner = anygate.RateLearner(gate)
     assert learner.ceiling is user
@@ -231,7 +358,7 @@ def test_turning_adaptive_off_gives_the_rate_back() -> None:
     """configure(enabled=False) ends pacing: the gate's own rate (none here) is back."""
     limit, gate, clock = _paced()
     _admit(limit, gate, clock, per_s=6, seconds=10)
-    limit.on_throttle(limit.generation, None)
+    _confirmed(limit)
     assert gate.rate is not None
     limit.configure(enabled=False)
     assert gate.rate is None
@@ -332,7 +459,7 @@ def test_while_pacing_a_probe_not_turned_away_within_the_grace_ends_the_pause() 
     the 0.6 s left of the 1 s grace, then goes without waiting for the probe's success."""
     limit, gate, clock = _paced()
     _admit(limit, gate, clock, per_s=6, seconds=10)
-    limit.on_throttle(limit.generation, None)
+    _confirmed(limit)
     clock.now += 5.0
     assert limit.pass_pause() == (0.0, True)
     clock.now += 0.4
@@ -348,7 +475,7 @@ def test_the_grace_grows_with_a_slow_rejection_of_the_probe() -> None:
     """A probe turned away after 1.5 s: the next probe's grace is 3 s."""
     limit, gate, clock = _paced()
     _admit(limit, gate, clock, per_s=6, seconds=10)
-    limit.on_throttle(limit.generation, None)
+    _confirmed(limit)
     clock.now += 5.0
     assert limit.pass_pause() == (0.0, True)
     clock.now += 1.5
@@ -366,7 +493,7 @@ def test_a_probe_turned_away_after_its_grace_lengthens_the_next_one() -> None:
     starts, and the next probe's grace is 5 s (twice 2.5 s, the pause's length)."""
     limit, gate, clock = _paced()
     _admit(limit, gate, clock, per_s=6, seconds=10)
-    limit.on_throttle(limit.generation, None)
+    _confirmed(limit)
     clock.now += 5.0
     assert limit.pass_pause() == (0.0, True)
     clock.now += 1.0
@@ -467,9 +594,10 @@ def _rpm() -> anygate.ResponseError:
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
 @pytest.mark.parametrize("throttle", [burst, _rpm], ids=["burst", "rpm"])
 async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
-    """20 calls a second for 10 s, then one burst (or RPM) 429 at 10 s: the gate is paced
-    below its user rate of 1200/min, its 8 slots stay 8, the throttled call succeeds on
-    its retry, and the user's rate comes back once the calls slow down."""
+    """20 calls a second for 10 s, then a burst 429 the provider repeats for the check's
+    probe (or one RPM 429) at 10 s: the gate is paced below its user rate of 1200/min, its
+    8 slots stay 8, the throttled calls succeed on their retries, and the user's rate
+    comes back once the calls slow down."""
     user = Rate(requests_per_minute=1200)
     gate = Gate(8, name="paced-policy", rate=user, clock=anyio.current_time)
     retry = RetryConfig(throttle_attempts=3)
@@ -479,7 +607,7 @@ async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
         clock=anyio.current_time,
         adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True),
     )
-    errors = [throttle()]
+    errors = [throttle(), throttle()] if throttle is burst else [throttle()]
 
     async def provider() -> str:
         if errors and anyio.current_time() - start >= 10.0:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = [
+    "CHECK_GRACE_FACTOR",
+    "CHECK_MIN_GRACE_S",
     "DEFAULT_DECREASE_FACTOR",
     "DEFAULT_ENABLED",
     "DEFAULT_HOLD_S",
@@ -29,6 +31,7 @@ __all__ = [
     "AdaptiveStatistics",
     "LimitChange",
     "capacity_for",
+    "check_grace",
     "grown_rate",
     "lowered_limit",
     "paced_rate",
@@ -68,6 +71,13 @@ PACE_MIN_PER_S = 0.5
 #: While pacing, a pause's probe not turned away within this long has passed the rate
 #: check (unless probes were seen turned away more slowly: see :func:`probe_grace`).
 PACE_PROBE_GRACE_S = 1.0
+#: A first burst throttle is checked before anything is cut: one probe goes at once, the
+#: others wait; a probe not turned away within this many times the throttle's own answer
+#: time has passed (see :func:`check_grace`). Twice, as for the pause's probe: a throttle
+#: comes back about as fast as the one before it.
+CHECK_GRACE_FACTOR = 2.0
+#: The shortest check: an answer time near zero (a provider on the same host) says nothing.
+CHECK_MIN_GRACE_S = 0.02
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9
@@ -133,6 +143,16 @@ def grown_rate(
     return max(rate, start_per_s)
 
 
+def check_grace(answered_s: float | None, *, pause_s: float) -> float:
+    """How long the others wait while a first burst throttle's probe goes:
+    ``min(pause_s, max(20 ms, 2 x answered_s))``, where ``answered_s`` is how long the
+    throttled attempt took to be turned away (``None``: unknown, then the pause's probe
+    grace of 1 s)."""
+    if answered_s is None:
+        return min(pause_s, PACE_PROBE_GRACE_S)
+    return min(pause_s, max(CHECK_MIN_GRACE_S, CHECK_GRACE_FACTOR * answered_s))
+
+
 def probe_grace(reject_s: float, *, pause_s: float) -> float:
     """How long a probe must go unanswered to count as past the rate check:
     ``min(pause_s, max(1 s, 2 x the slowest burst 429 a probe got))``."""
@@ -171,6 +191,9 @@ class AdaptiveStatistics:
         paced_requests_per_minute: the request rate pacing holds the gate to now
             (``None``: not pacing; the gate's own rate applies).
         pacing_episodes: burst throttles answered by pacing.
+        checked_throttles: first burst throttles that were only checked (with pacing: a
+            probe went before anything was paused or cut); those its probe confirmed
+            count in ``throttles`` too.
     """
 
     gate: str
@@ -186,3 +209,4 @@ class AdaptiveStatistics:
     pace_burst_rate: bool = False
     paced_requests_per_minute: float | None = None
     pacing_episodes: int = 0
+    checked_throttles: int = 0

@@ -60,6 +60,7 @@ from .._config.limit_values import (
     AdaptiveStatistics,
     LimitChange,
     capacity_for,
+    check_grace,
     lowered_limit,
     raised_limit,
 )
@@ -104,6 +105,7 @@ class AdaptiveLimit:
         "__weakref__",
         "_applied",
         "_ceiling",
+        "_checks",
         "_clock",
         "_enabled",
         "_factor",
@@ -154,6 +156,7 @@ class AdaptiveLimit:
         self._applied = capacity  # what we last wrote to (or read from) the gate
         self._generation = 0
         self._throttles = 0
+        self._checks = 0  # first throttles checked (see on_throttle)
         self._stale = 0
         # Concurrency learning: the last limit a concurrency throttle taught, the current
         # hold (no growth until _held_until) and how long the next one lasts.
@@ -263,6 +266,7 @@ class AdaptiveLimit:
                 pace_burst_rate=self._pace,
                 paced_requests_per_minute=self._pacer.paced_per_minute,
                 pacing_episodes=self._pacer.episodes,
+                checked_throttles=self._checks,
             )
 
     def __repr__(self) -> str:
@@ -286,16 +290,25 @@ class AdaptiveLimit:
         in_flight: int | None = None,
         *,
         probe: bool = False,
+        admitted_at: float | None = None,
     ) -> LimitChange | None:
         """A burst-rate throttle: pause and lower the limit, unless it is old news.
+
+        With pacing, a first throttle (no pause on, not a probe's) is only checked: one
+        probe goes at once and the others wait its grace; the probe turned away confirms
+        it, and the pause and the cut follow (see :mod:`anygate._policy.burst_pause`).
 
         Args:
             generation: :attr:`generation` when the throttled attempt was admitted;
                 ``None`` if unknown (then throttles during a pause are ignored instead).
             retry_after: the provider's ``Retry-After`` in seconds; replaces ``pause_s``.
+            probe: the attempt was the probe of a pause or a check.
+            admitted_at: when the throttled attempt was admitted, on :attr:`clock` (its
+                answer time sets a check's grace); ``None``: unknown.
 
         Returns:
-            the change, or ``None`` when the throttle was ignored or nothing is capped.
+            the change, or ``None`` when the throttle was ignored, only checked, or
+            nothing is capped.
         """
         if not self._enabled:
             return None
@@ -307,13 +320,26 @@ class AdaptiveLimit:
             if self._old_news(generation, self._pause.lasts(now)):
                 return None
             old = self._applied
+            burst = self._pause
+            if (
+                not probe
+                and not burst.pausing
+                and self._pause_s > 0
+                and self._pace_gate() is not None
+            ):
+                # One throttle could be anyone's (a shared pool's): ask once more first.
+                answered = None if admitted_at is None else max(0.0, now - admitted_at)
+                self._generation += 1
+                self._checks += 1
+                burst.check(now, check_grace(answered, pause_s=self._pause_s))
+                return None
             # The pause's probe throttled again: the same episode, a new pause, but the
-            # limit was cut already.
-            continuing = probe and self._pause.pausing
+            # limit was cut already. A check's probe turned away confirms the throttle.
+            continuing = probe and burst.pausing and not burst.checking
             paced = False
             gate = self._pace_gate() if not continuing else None
             if gate is not None:
-                paced = self._pacer.throttled(gate, now, gate._admitted)
+                paced = self._pacer.throttled(gate, self._sending(now), gate._admitted)
                 self._sampled = now
             # Paced, the rate answers the throttle and a learned limit stays put.
             if not continuing and not paced and self._active():
@@ -354,7 +380,7 @@ class AdaptiveLimit:
                 return None
             now = self._clock()
             self._sampled = now
-            if not self._pacer.throttled(gate, now, gate._admitted):
+            if not self._pacer.throttled(gate, self._sending(now), gate._admitted):
                 return None
             return self._pacer.paced_per_minute
 
@@ -428,7 +454,7 @@ class AdaptiveLimit:
         """
         if probe:
             with self._lock:
-                self._pause.probe_succeeded()
+                self._pause.probe_succeeded(self._clock())
         if self._pace and self._enabled:
             self._pace_tick()
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
@@ -473,8 +499,9 @@ class AdaptiveLimit:
                 return
             self._sampled = now
             admitted = gate._admitted
-            self._pacer.sample(now, admitted)
-            self._pacer.grow(gate, now, admitted)
+            sending = self._sending(now)
+            self._pacer.sample(sending, admitted)
+            self._pacer.grow(gate, sending, admitted)
 
     # ------------------------------------------------------------------ configuring
 
@@ -535,7 +562,7 @@ class AdaptiveLimit:
                 self._pacer.end(self._gate())
             if not self._enabled:
                 self._limit = self._ceiling
-                self._pause.end()
+                self._pause.end(self._clock())
             self._apply(force=True)
 
     # ------------------------------------------------------------------ internals (locked)
@@ -543,6 +570,11 @@ class AdaptiveLimit:
     def _active(self) -> bool:
         # Capped, or uncapped with a limit learned from concurrency throttles.
         return self._enabled and self._ceiling >= 1 and self._limit < math.inf
+
+    def _sending(self, now: float) -> float:
+        """``now`` on the clock the pacer runs on: time the gate let calls go, not
+        counting pauses and checks (their empty seconds are not the callers')."""
+        return now - self._pause.paused_s(now)
 
     def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
         """Whether a throttle comes from an attempt admitted before the latest change (one

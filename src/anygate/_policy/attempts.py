@@ -298,6 +298,7 @@ class Attempts:
                     check_pause(gate, pause, busy_wait)
                     await adaptive.wait_pause(pause)
             run.generation = adaptive.generation
+            run.admitted_at = adaptive.clock()
             if hooks:
                 waited = anyio.current_time() - run.slot_started
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
@@ -454,6 +455,7 @@ class Attempts:
                 # clock, and a probe's success is noticed within one pause_s.
                 time.sleep(pause)
             run.generation = adaptive.generation
+            run.admitted_at = adaptive.clock()
             if hooks:
                 waited = time.monotonic() - now
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))

@@ -262,7 +262,11 @@ class Retrier:
         if retry_after is not None:
             retry_after = min(retry_after, self.config.retry.retry_after_max_s)
         change = self.adaptive.on_throttle(
-            run.generation, retry_after, self._in_flight(run), probe=run.burst_probe
+            run.generation,
+            retry_after,
+            self._in_flight(run),
+            probe=run.burst_probe,
+            admitted_at=run.admitted_at,
         )
         if change is not None:
             self._limit_changed(change)

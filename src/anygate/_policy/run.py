@@ -51,6 +51,7 @@ class Run:
     """Per-call state, owned by one task or thread."""
 
     __slots__ = (
+        "admitted_at",
         "attempt",
         "burst_probe",
         "exc",
@@ -69,6 +70,7 @@ class Run:
     )
 
     attempt: int
+    admitted_at: float | None
     failures: int
     throttles: int
     in_flight: int
@@ -99,6 +101,9 @@ class Run:
         # The adaptive limit's generation when the current attempt was admitted; None when
         # the caller does not track it (a throttle during a pause is then old news).
         self.generation = None
+        # When the current attempt was admitted, on the adaptive limit's clock (how long
+        # a throttle took to come back sets a check's grace); None before the first.
+        self.admitted_at = None
         self.prev_ms = None
         self.verdict = None
         self.exc = None
