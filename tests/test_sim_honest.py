@@ -18,8 +18,10 @@ import pytest
 import anygate
 from anygate import ConfigError, sim
 from anygate.sim._engine import run_scenario
+from anygate.sim._parse import parse_scenario
 from anygate.sim._provider import ProviderModel, Trace
 from anygate.sim._results import Recorder
+from anygate.sim._scenarios import deep_merge, scenario_mapping
 from anygate.sim._spec import ProviderSpec, StrategySpec
 
 pytest.importorskip("trio")
@@ -286,3 +288,16 @@ def test_the_library_defaults_lose_no_work_in_any_builtin_scenario(name: str) ->
     assert oracle.failures == {}
     assert anygate.failures == {}, anygate.failures
     assert anygate.rate_429 <= 0.015
+
+
+def test_the_oracle_sends_a_call_turned_away_at_random_again() -> None:
+    """A shared pool turns 10 % of arrivals away: the oracle loses no call, and the share
+    of its calls that saw a 429 is about the pool's (it never runs into a rule)."""
+    pool = {"provider": {"shared_pool": {"probability": 0.1, "kind": "burst"}}}
+    scenario = parse_scenario(deep_merge(scenario_mapping("steady")[0], pool))
+    result = sim.simulate(scenario, strategies=sim.resolve_strategies(scenario, only=["oracle"]))
+    (oracle,) = result.strategies
+    assert oracle.failures == {}
+    assert oracle.ok == oracle.calls
+    assert 0.05 <= oracle.rate_429 <= 0.2
+    assert oracle.responses["rpm"] == oracle.responses["concurrency"] == 0

@@ -15,7 +15,7 @@ import pytest
 
 import anygate
 from anygate.sim._provider import ProviderError, ProviderModel
-from anygate.sim._spec import BurstRule, Lognormal, Outage, ProviderSpec
+from anygate.sim._spec import BurstRule, Lognormal, Outage, ProviderSpec, SharedPool
 from tests.conftest import mock_clock
 
 pytest.importorskip("trio")
@@ -183,3 +183,43 @@ async def test_count_rejected_arrivals_raise_the_next_window(anyio_backend: Any)
         await anyio.sleep(10.0)
         second = [await _outcome(provider, 0.01) for _ in range(6)]
         assert second.count("ok") == allowed, count_rejected
+
+
+async def test_a_shared_pool_turns_a_random_share_away_counting_toward_nothing(
+    anyio_backend: Any,
+) -> None:
+    """10 % of 2,000 arrivals, one at a time, get the pool's answer (its kind, no
+    Retry-After, marked for the oracle); the others are served, and the burst rule (floor
+    2,000 per window) counts only those admitted."""
+    rule = BurstRule(window_s=1000.0, growth=2.0, floor=2000)
+    pool = SharedPool(probability=0.1, kind="rpm")
+    spec = ProviderSpec(reject_latency=_INSTANT, slots=10, burst=rule, shared_pool=pool)
+    provider = ProviderModel(
+        spec, random.Random(0), epoch=anyio.current_time(), pool_rng=random.Random(5)
+    )
+    errors: list[ProviderError] = []
+    for _ in range(2000):
+        error = await _error_of(provider)
+        if error is not None:
+            errors.append(error)
+    assert {(e.kind, e.status_code, e.retry_after) for e in errors} == {("rpm", 429, None)}
+    assert all(provider.turned_away_at_random(e) for e in errors)
+    turned_away = len(errors)
+    assert 160 <= turned_away <= 240  # 200 expected
+    assert provider.trace.counts["rpm"] == turned_away
+    assert provider.trace.counts["ok"] == 2000 - turned_away
+    assert provider.trace.counts["burst"] == 0  # 2,000 arrivals, but fewer admitted
+    # A rejection by a rule is no random one.
+    outage = _provider(outages=(Outage(start_s=0.0, end_s=10.0),))
+    with pytest.raises(ProviderError) as info:
+        await outage.serve(1.0)
+    assert not outage.turned_away_at_random(info.value)
+
+
+async def _error_of(provider: ProviderModel) -> ProviderError | None:
+    """Serve one instant request; the provider's error, if it turned it away."""
+    try:
+        await provider.serve(0.0)
+    except ProviderError as exc:
+        return exc
+    return None

@@ -13,7 +13,7 @@ from anygate import ConfigError, sim
 from anygate.sim._parse import parse_scenario
 from anygate.sim._provider import ProviderModel
 from anygate.sim._scenarios import builtin_policy, deep_merge
-from anygate.sim._spec import DEFAULT_STRATEGIES, BurstRule, Lognormal, ProviderSpec
+from anygate.sim._spec import DEFAULT_STRATEGIES, BurstRule, Lognormal, ProviderSpec, SharedPool
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -237,6 +237,32 @@ def test_dynamic_growth_drifts_within_its_range_along_a_seeded_path() -> None:
             "module:attribute",
         ),
         ({"strategies": {"sdk": {"naive": {}}}}, "strategies.sdk", "built-in peer"),
+        ({"provider": {"shared_pool": {}}}, "provider.shared_pool.probability", "set"),
+        (
+            {"provider": {"shared_pool": {"probability": 1.0}}},
+            "provider.shared_pool.probability",
+            "> 0 and < 1",
+        ),
+        (
+            {"provider": {"shared_pool": {"probability": float("nan")}}},
+            "provider.shared_pool.probability",
+            "finite",
+        ),
+        (
+            {"provider": {"shared_pool": {"probability": 0}}},
+            "provider.shared_pool.probability",
+            "> 0",
+        ),
+        (
+            {"provider": {"shared_pool": {"probability": 0.1, "kind": "queue_full"}}},
+            "provider.shared_pool.kind",
+            '"burst", "rpm" or "overloaded"',
+        ),
+        (
+            {"provider": {"shared_pool": {"probability": 0.1, "share": 2}}},
+            "provider.shared_pool.share",
+            "not a known key",
+        ),
     ],
 )
 def test_new_keys_are_validated(data: dict[str, Any], path: str, message: str) -> None:
@@ -272,3 +298,5 @@ def test_new_keys_parse() -> None:
     assert burst.dynamic
     assert burst.count_rejected
     assert burst.highest_growth == 3
+    pool = parse_scenario({"provider": {"shared_pool": {"probability": 0.05}}}).provider
+    assert pool.shared_pool == SharedPool(probability=0.05, kind="burst")
