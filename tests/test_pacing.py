@@ -537,6 +537,22 @@ def test_an_rpm_429_paces_without_a_pause_or_a_cut() -> None:
     assert gate_off.rate is user
 
 
+def test_a_first_rpm_429_of_a_known_attempt_is_checked_too() -> None:
+    """With the attempt's generation, a per-minute 429 is checked like a burst one: nothing
+    paced, one probe at once; the probe's own per-minute 429 confirms it (paced to about
+    252/min, no pause); a 429 from before the check is old news."""
+    limit, gate, clock = _paced(rate=Rate(requests_per_minute=600))
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    before = limit.generation
+    assert limit.on_rate(before, admitted_at=clock.now - 0.1) is None
+    assert (gate.rate, limit.statistics().checked_throttles) == (Rate(requests_per_minute=600), 1)
+    assert limit.on_rate(before) is None  # admitted before the check
+    assert limit.pass_pause() == (0.0, True)
+    paced = limit.on_rate(limit.generation, probe=True)
+    assert paced == pytest.approx(252, rel=0.05)
+    assert (limit.pause_left(), limit.pass_pause()) == (0.0, (0.0, False))
+
+
 # --------------------------------------------------------------------------- settings
 
 
@@ -594,8 +610,8 @@ def _rpm() -> anygate.ResponseError:
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
 @pytest.mark.parametrize("throttle", [burst, _rpm], ids=["burst", "rpm"])
 async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
-    """20 calls a second for 10 s, then a burst 429 the provider repeats for the check's
-    probe (or one RPM 429) at 10 s: the gate is paced below its user rate of 1200/min, its
+    """20 calls a second for 10 s, then a burst (or RPM) 429 at 10 s that the provider
+    repeats for the check's probe: the gate is paced below its user rate of 1200/min, its
     8 slots stay 8, the throttled calls succeed on their retries, and the user's rate
     comes back once the calls slow down."""
     user = Rate(requests_per_minute=1200)
@@ -607,7 +623,7 @@ async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
         clock=anyio.current_time,
         adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True),
     )
-    errors = [throttle(), throttle()] if throttle is burst else [throttle()]
+    errors = [throttle(), throttle()]
 
     async def provider() -> str:
         if errors and anyio.current_time() - start >= 10.0:

@@ -18,7 +18,9 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
    default) the gate's request *rate* is paced down and grows back instead of the cut
    (:mod:`anygate._policy.pacer`; a learned limit stays, an uncapped gate still takes its calls
-   in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`).
+   in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`). With
+   pacing, a first burst throttle is only *checked* before any of that: one probe goes at
+   once, and only its own 429 confirms the throttle (one 429 could be a shared pool's).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap).
 
@@ -33,7 +35,8 @@ own state machine (:mod:`anygate._policy.burst_pause`), as is pacing
 (:mod:`anygate._policy.pacer`); both run under this lock. The values and arithmetic live
 in :mod:`anygate._config.limit_values`; the per-gate lookup in
 :mod:`anygate._policy.sharing`. It never delays a call while the provider is happy.
-A little over ~500 lines: one class, each public method with its full contract.
+About 630 lines: one class under one lock, each public method with its full contract;
+what could leave (the pause, the pacer, the values) has.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
 gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
@@ -328,10 +331,7 @@ class AdaptiveLimit:
                 and self._pace_gate() is not None
             ):
                 # One throttle could be anyone's (a shared pool's): ask once more first.
-                answered = None if admitted_at is None else max(0.0, now - admitted_at)
-                self._generation += 1
-                self._checks += 1
-                burst.check(now, check_grace(answered, pause_s=self._pause_s))
+                self._check(burst, now, admitted_at)
                 return None
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already. A check's probe turned away confirms the throttle.
@@ -367,11 +367,22 @@ class AdaptiveLimit:
             )
 
     @ki_protected
-    def on_rate(self) -> float | None:
+    def on_rate(
+        self,
+        generation: int | None = None,
+        *,
+        probe: bool = False,
+        admitted_at: float | None = None,
+    ) -> float | None:
         """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
         to its published rate overshoots it by the budget's burst after a lull. With
         pacing on and not already pacing, pace the request rate as for a burst throttle
-        (no pause, no cut); returns the paced requests per minute, or ``None``."""
+        (no pause, no cut); returns the paced requests per minute, or ``None``.
+
+        With the attempt's ``generation`` known, a first one is only checked, as a burst
+        throttle is (:meth:`on_throttle`): one 429 could be a shared pool's. The check's
+        probe turned away (``probe=True``) confirms it.
+        """
         gate = self._pace_gate() if self._enabled else None
         if gate is None:
             return None
@@ -379,10 +390,26 @@ class AdaptiveLimit:
             if self._pacer.active:
                 return None
             now = self._clock()
+            burst = self._pause
+            if generation is not None and not probe:
+                if self._old_news(generation, unknown_is_stale=False):
+                    return None
+                if not burst.pausing and self._pause_s > 0:
+                    self._check(burst, now, admitted_at)
+                    return None
+            if probe and burst.checking:
+                burst.end(now)  # confirmed: pacing answers it, no pause
             self._sampled = now
             if not self._pacer.throttled(gate, self._sending(now), gate._admitted):
                 return None
             return self._pacer.paced_per_minute
+
+    def _check(self, burst: BurstPause, now: float, admitted_at: float | None) -> None:
+        """Check a first throttle: one probe goes at once, the others wait its grace."""
+        answered = None if admitted_at is None else max(0.0, now - admitted_at)
+        self._generation += 1
+        self._checks += 1
+        burst.check(now, check_grace(answered, pause_s=self._pause_s))
 
     @ki_protected
     def on_concurrency(

@@ -211,7 +211,7 @@ class Retrier:
         if kind in ("concurrency", "overload"):
             return self.learn_concurrency(run, exact=kind == "concurrency")
         if kind == "rate":
-            adaptive.on_rate()
+            adaptive.on_rate(run.generation, probe=run.burst_probe, admitted_at=run.admitted_at)
         return False
 
     def _retry_scheduled(self, run: Run, decision: Retry) -> None:
