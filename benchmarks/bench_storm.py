@@ -84,6 +84,7 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
     ("outage", ["provider.outages=[{start_s: 30, end_s: 80}]"]),
     ("Retry-After on, slots 24", ["provider.retry_after_s=auto", "provider.slots=24"]),
     ("burst growth 1.6", ["provider.burst={window_s: 10, growth: 1.6, floor: 40}"]),
+    ("shared pool 3 %", ["provider.shared_pool={probability: 0.03, kind: burst}"]),
 )
 
 #: The capped peers anygate is held against (a semaphore around the user's retries).

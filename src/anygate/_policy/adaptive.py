@@ -333,6 +333,10 @@ class AdaptiveLimit:
                 # One throttle could be anyone's (a shared pool's): ask once more first.
                 self._check(burst, now, admitted_at)
                 return None
+            if probe and burst.checking and not burst.confirms():
+                # After noise, a check needs its probe turned away twice: ask once more.
+                self._check(burst, now, admitted_at)
+                return None
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already. A check's probe turned away confirms the throttle.
             continuing = probe and burst.pausing and not burst.checking
@@ -398,7 +402,10 @@ class AdaptiveLimit:
                     self._check(burst, now, admitted_at)
                     return None
             if probe and burst.checking:
-                burst.end(now)  # confirmed: pacing answers it, no pause
+                if not burst.confirms():
+                    self._check(burst, now, admitted_at)
+                    return None
+                burst.start(now, 0.0, probe=True)  # confirmed: pacing answers it, no pause
             self._sampled = now
             if not self._pacer.throttled(gate, self._sending(now), gate._admitted):
                 return None
