@@ -324,12 +324,8 @@ class AdaptiveLimit:
                 return None
             old = self._applied
             burst = self._pause
-            if (
-                not probe
-                and not burst.pausing
-                and self._pause_s > 0
-                and self._pace_gate() is not None
-            ):
+            gate = self._pace_gate()
+            if not probe and not burst.pausing and self._pause_s > 0 and gate is not None:
                 # One throttle could be anyone's (a shared pool's): ask once more first.
                 self._check(burst, now, admitted_at)
                 return None
@@ -341,8 +337,7 @@ class AdaptiveLimit:
             # limit was cut already. A check's probe turned away confirms the throttle.
             continuing = probe and burst.pausing and not burst.checking
             paced = False
-            gate = self._pace_gate() if not continuing else None
-            if gate is not None:
+            if gate is not None and not continuing:
                 paced = self._pacer.throttled(gate, self._sending(now), gate._admitted)
                 self._sampled = now
             # Paced, the rate answers the throttle and a learned limit stays put.

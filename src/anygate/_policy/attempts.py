@@ -32,6 +32,7 @@ from .._events.events import SlotAdmitted, SlotWaiting, emit
 from .attempt import make_attempt
 from .learn import headers_of, learn_from_headers
 from .retrying import NEUTRAL, SUCCESS, Stop
+from .run import hand_on_probe
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -308,9 +309,7 @@ class Attempts:
             # slot is ours until the caller has it, so it is ours to give back (and the
             # probe role, if this attempt had claimed it).
             token.release()
-            if run.burst_probe:
-                run.burst_probe = False
-                adaptive.probe_ended()
+            hand_on_probe(run, adaptive)
             raise
         return token
 
@@ -462,9 +461,7 @@ class Attempts:
             run.phase = "attempt"
         except BaseException:
             token.release()
-            if run.burst_probe:
-                run.burst_probe = False
-                adaptive.probe_ended()
+            hand_on_probe(run, adaptive)
             raise
         return token
 

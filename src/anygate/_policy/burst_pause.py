@@ -21,7 +21,7 @@ every such throttle crawled (measured: 2.97x the oracle's makespan with 5 % of a
 turned away at random). A spent window turns the probe away too, within its grace; that
 confirms the throttle, and the pause and the cut follow. Its cost where the window is
 spent: one more call with a 429, and a reject latency. A check whose probe got through
-was noise (:attr:`BurstPause.noisy`): until a throttle is confirmed again, a check needs
+was noise (``BurstPause._noisy``): until a throttle is confirmed again, a check needs
 its probe turned away twice, which took the shared pool's 1.16x to 1.02x and left the
 storm benchmark's tuning set as it was.
 
@@ -56,6 +56,7 @@ class BurstPause:
 
     __slots__ = (
         "_check_grace",
+        "_noisy",
         "_paused",
         "_paused_since",
         "_probe_out",
@@ -64,7 +65,6 @@ class BurstPause:
         "_resume",
         "_strikes",
         "_until",
-        "noisy",
         "pausing",
     )
 
@@ -81,9 +81,9 @@ class BurstPause:
         # A check (not a pause): its probe's grace; None for a pause.
         self._check_grace: float | None = None
         self._strikes = 0  # the current check's probes turned away so far
-        #: A check ended without its probe turned away (a 429 that was noise) since the last
-        #: confirmed throttle: the next check needs two probes turned away, not one.
-        self.noisy = False
+        # A check ended without its probe turned away (a 429 that was noise) since the last
+        # confirmed throttle: the next check needs two probes turned away, not one.
+        self._noisy = False
         # Seconds paused in all, not counting the current pause, and when that began.
         self._paused = 0.0
         self._paused_since: float | None = None
@@ -103,9 +103,9 @@ class BurstPause:
 
     def confirms(self) -> bool:
         """The check's probe was turned away: whether that confirms the throttle (one
-        probe, or two after noise: :attr:`noisy`); ``False``: check once more."""
+        probe, or two after noise: ``_noisy``); ``False``: check once more."""
         self._strikes += 1
-        return self._strikes >= (2 if self.noisy else 1)
+        return self._strikes >= (2 if self._noisy else 1)
 
     def paused_s(self, now: float) -> float:
         """Seconds the gate has been paused or checking in all, up to ``now``."""
@@ -152,7 +152,7 @@ class BurstPause:
         self._probe_out = False
         checked, self._check_grace = self._check_grace is not None, None
         if checked or probe:  # a probe turned away: no noise, one will do next time
-            self.noisy = False
+            self._noisy = False
             self._strikes = 0
         if seconds > 0:
             self._until = now + seconds
@@ -185,7 +185,7 @@ class BurstPause:
 
     def _cleared(self) -> None:
         if self._check_grace is not None:  # a check whose probe got through: noise
-            self.noisy = True
+            self._noisy = True
 
     def probe_ended(self) -> None:
         """The probe ended without an answer about the rate: the next to ask probes."""

@@ -29,6 +29,7 @@ from .attempts import Attempts
 from .blocks import AsyncBlocks, SyncBlocks, monotonic_deadline, refuse_event_loop
 from .policy_args import check_policy_args, policy_kwargs
 from .retrying import Retrier, Run, check_deadline
+from .run import hand_on_probe
 from .sharing import (
     reconcile_capacity,
     reconcile_rate,
@@ -597,7 +598,7 @@ class Policy:
         run.attempt = 1
         attempt = make_attempt(self._loop, run, testing_state(), bool(self._hooks), math.inf)
         token = await attempt.acquire(gate, timeout=timeout)
-        self._end_probe(run)
+        hand_on_probe(run, self._adaptive)  # a slot outside the loop is never classified
         return token
 
     def acquire_sync(self, gate: Gate | None = None, *, timeout: float | None = None) -> Token:
@@ -611,13 +612,5 @@ class Policy:
         run.attempt = 1
         attempt = make_attempt(self._loop, run, testing_state(), True, math.inf)
         token = attempt.acquire_sync(gate, timeout=timeout)
-        self._end_probe(run)
+        hand_on_probe(run, self._adaptive)  # a slot outside the loop is never classified
         return token
-
-    def _end_probe(self, run: Run) -> None:
-        # A slot taken outside the loop is never classified, so it cannot be the probe
-        # that ends a burst-rate pause: the next attempt to ask becomes the probe (kept,
-        # the role would never come back and the pause would last for ever).
-        if run.burst_probe:
-            run.burst_probe = False
-            self._adaptive.probe_ended()

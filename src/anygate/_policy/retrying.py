@@ -30,6 +30,7 @@ from .run import (
     Run,
     Stop,
     check_deadline,
+    hand_on_probe,
     report_outcome,
     take_permit,
 )
@@ -108,10 +109,7 @@ class Retrier:
     def attempt_ended(self, run: Run) -> None:
         """Report a failed attempt's outcome (:meth:`failed` set it) on its permit, and hand
         on the burst pause's probe role if it had it (a burst 429 started a new pause)."""
-        if run.burst_probe:
-            run.burst_probe = False
-            if self.adaptive is not None:
-                self.adaptive.probe_ended()
+        hand_on_probe(run, self.adaptive)
         permit = run.permit
         if permit is None:
             return

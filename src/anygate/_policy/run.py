@@ -17,6 +17,7 @@ from .._validation import FLOAT_MAX, check_number
 if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._events.events import BreakerStateChanged
+    from .adaptive import AdaptiveLimit
     from .breaker import CircuitBreaker, Permit
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Run",
     "Stop",
     "check_deadline",
+    "hand_on_probe",
     "report_outcome",
     "take_permit",
 ]
@@ -122,6 +124,16 @@ def take_permit(breaker: CircuitBreaker, run: Run) -> None:
     # Protected: between acquire() returning and the store, a Ctrl-C under trio would
     # otherwise leave a claimed probe that nobody reports.
     run.permit = breaker._admit(log=False)  # the policy logs through its hooks
+
+
+def hand_on_probe(run: Run, adaptive: AdaptiveLimit | None) -> None:
+    """If ``run``'s attempt was a burst pause's (or check's) probe and will not report its
+    outcome, hand the role on: the next attempt to ask becomes the probe (a role kept by
+    an attempt that is gone would never come back, and the pause would last for ever)."""
+    if run.burst_probe:
+        run.burst_probe = False
+        if adaptive is not None:
+            adaptive.probe_ended()
 
 
 @ki_protected
