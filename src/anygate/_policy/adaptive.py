@@ -35,7 +35,7 @@ own state machine (:mod:`anygate._policy.burst_pause`), as is pacing
 (:mod:`anygate._policy.pacer`); both run under this lock. The values and arithmetic live
 in :mod:`anygate._config.limit_values`; the per-gate lookup in
 :mod:`anygate._policy.sharing`. It never delays a call while the provider is happy.
-About 630 lines: one class under one lock, each public method with its full contract;
+About 650 lines: one class under one lock, each public method with its full contract;
 what could leave (the pause, the pacer, the values) has.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the

@@ -15,7 +15,12 @@ The block form (:mod:`anygate._policy.blocks`) drives the same steps from an ite
 attempt's slot is released before its failure is classified or the backoff sleep starts,
 so other callers use the slot meanwhile. What is shared by all of them is written once
 here (:meth:`Attempts.failed`, :meth:`~Attempts.admit`, :meth:`~Attempts.pass_breaker`),
-and the decisions (classification, budgets, delays, events) are the :class:`Retrier`'s.
+and the decisions (classification, budgets, delays) are :mod:`~anygate._policy.decide`'s,
+acted on by the :class:`Retrier`.
+
+One concern, just over ~500 lines: the loop, in its async and its blocking form. The two
+differ in how they wait at every step (AnyIO's clock and scopes, or ``time.monotonic`` and
+a deadline), so each step is written twice, side by side; the shared decisions are not here.
 """
 
 from __future__ import annotations

@@ -36,6 +36,11 @@ start.
 One concern: the breaker and the permit that is its only interface, with the statistics
 record (:func:`anygate.shared_breaker` lives in ``sharing``, with the other lookups).
 Waiting for it to close uses :class:`anygate._gate.latch.Latch`.
+
+One concern, a little over ~500 lines: the breaker and its :class:`Permit` are one state
+machine (a permit is bound to the episode it was admitted in, and only the breaker's lock
+may move either); the values and checks around it are short and live here because nothing
+else uses them.
 """
 
 from __future__ import annotations

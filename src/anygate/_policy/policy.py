@@ -9,6 +9,12 @@ the policy knows nothing of waiter internals.
 Timing on the async path uses AnyIO only (``anyio.sleep``, ``anyio.current_time``, cancel
 scopes), so trio's ``MockClock`` drives it in tests and the simulator; the sync path uses
 ``time.sleep`` and ``time.monotonic``.
+
+One concern, over ~500 lines: the public class. Most of its length is the contract of each
+entry point (``call`` and ``call_sync`` with their ``ParamSpec`` overloads, ``run``, the
+decorator, the block form, ``acquire``), each a few lines over the loop in
+:mod:`anygate._policy.attempts`; the argument checks live in ``policy_args``, the sharing of
+gates and breakers in ``sharing``.
 """
 
 from __future__ import annotations
