@@ -523,3 +523,62 @@ async def test_budget_timer_that_finds_no_slot_keeps_waiting(anyio_backend: Any)
         gate.capacity = 1
     assert admitted == pytest.approx([5.0])
     assert gate.statistics().timed_out == 0
+
+
+# ----------------------------------------------------------------------------- any period
+
+
+def test_rate_per_any_period_is_the_per_minute_rate() -> None:
+    """``Rate.per(T, requests=N, tokens=M)`` equals the per-minute spelling, any T."""
+    assert Rate.per(1, requests=5) == Rate(requests_per_minute=300)
+    assert Rate.per(30, requests=100, tokens=50_000) == Rate(
+        requests_per_minute=200, tokens_per_minute=100_000
+    )
+    assert Rate.per(3600, requests=600, ramp=2, burst_s=60) == Rate(
+        requests_per_minute=10, ramp=2, burst_s=60
+    )
+    assert Rate.per(10, ramp=1.5) == Rate(ramp=1.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"seconds": 0, "requests": 1}, ValueError, r"seconds must be > 0 \(got 0\)"),
+        ({"seconds": -2, "requests": 1}, ValueError, r"seconds.*-2"),
+        ({"seconds": math.nan, "requests": 1}, ValueError, r"seconds.*nan"),
+        ({"seconds": 86_401, "requests": 1}, ValueError, r"seconds.*86401"),
+        ({"seconds": "1", "requests": 1}, TypeError, r"seconds.*'1'.*str"),
+        ({"seconds": 1, "requests": 0}, ValueError, r"requests must be > 0 \(got 0\)"),
+        ({"seconds": 1, "tokens": True}, TypeError, r"tokens.*True"),
+        ({"seconds": 1e-300, "requests": 1e11}, ValueError, r"requests per seconds.*1e-300"),
+        ({"seconds": 1}, ValueError, "Rate.per needs requests, tokens or ramp"),
+        ({"seconds": 1, "requests": 1, "burst_s": 0}, ValueError, r"burst_s.*0"),
+    ],
+)
+def test_bad_rate_per_values_name_parameter_and_value(
+    kwargs: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    """Every bad ``Rate.per`` argument names the parameter (as the caller spelled it)."""
+    with pytest.raises(error, match=words):
+        Rate.per(**kwargs)
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_rate_per_second_paces_a_fleet(anyio_backend: Any) -> None:
+    """2 requests per 5 s admits a fleet that starts at once every 2.5 s.
+
+    The first waits the 1 s default ``burst_s`` (a request costs more than 1 s of refill,
+    so it needs a full budget), each next one a request's 2.5 s of refill.
+    """
+    gate = Gate(name="r", rate=Rate.per(5, requests=2), clock=anyio.current_time)
+    start = anyio.current_time()
+    times: list[float] = []
+
+    async def call() -> None:
+        async with gate.acquire():
+            times.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(call)
+    assert times == pytest.approx([1.0, 3.5, 6.0, 8.5])

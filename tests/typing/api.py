@@ -134,6 +134,7 @@ Rate(1200)  # type: ignore[call-arg]  # keyword-only
 rated = Gate(32, name="rated", rate=rate, clock=time.monotonic)
 assert_type(rated.rate, Rate | None)
 rated.rate = Rate(requests_per_minute=600)
+assert_type(Rate.per(30, requests=100, tokens=50_000), Rate)
 rated.rate = None
 rated.rate = 600  # type: ignore[assignment]
 Gate(rate=rate, clock=5)  # type: ignore[arg-type]

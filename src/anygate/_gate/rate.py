@@ -143,6 +143,68 @@ class Rate:
             )
             raise ValueError(msg)
 
+    @classmethod
+    def per(
+        cls,
+        seconds: float,
+        *,
+        requests: float | None = None,
+        tokens: float | None = None,
+        ramp: float | None = None,
+        window_s: float = 10.0,
+        burst_s: float = 1.0,
+        ramp_floor: int | None = None,
+    ) -> Rate:
+        """A rate of ``requests`` (and/or ``tokens``) per ``seconds``: aiolimiter's spelling.
+
+        ``Rate.per(1, requests=5)`` is ``Rate(requests_per_minute=300)``, and
+        ``Rate.per(30, requests=100, tokens=50_000)`` is 200 requests and 100,000 tokens
+        per minute: the result is an ordinary :class:`Rate` (it compares equal to the
+        per-minute spelling), so everything above applies to it.
+
+        Unlike ``aiolimiter.AsyncLimiter(max_rate, time_period)``, whose bucket starts
+        full and holds a whole period, the budget starts empty and holds ``burst_s``
+        seconds of refill (default 1 s): pass ``burst_s=seconds`` (at most 60) to allow a
+        period's worth at once after idle.
+
+        Args:
+            seconds: the period the counts are given over, in seconds (``> 0``, at most a
+                day).
+            requests: requests per period; ``None`` = no request-rate limit.
+            tokens: tokens per period; ``None`` = no token-rate limit.
+            ramp, window_s, burst_s, ramp_floor: as for :class:`Rate`.
+
+        Raises:
+            TypeError, ValueError: as for :class:`Rate`, naming ``seconds``, ``requests``
+                or ``tokens`` and the value.
+        """
+        period = _number("seconds", seconds, low=0, low_ok=False, high=_MAX_WINDOW_S)
+        if requests is None and tokens is None and ramp is None:
+            msg = (
+                "Rate.per needs requests, tokens or ramp (got none of them); "
+                "use rate=None for no rate limit"
+            )
+            raise ValueError(msg)
+        per_minute: dict[str, float] = {}
+        for name, count in (("requests", requests), ("tokens", tokens)):
+            if count is not None:
+                count = _number(name, count, low=0, low_ok=False, high=_MAX_PER_MINUTE)
+                per_minute[name] = count * 60.0 / period
+                if not per_minute[name] <= _MAX_PER_MINUTE:  # also catches an overflow to inf
+                    msg = (
+                        f"{name} per seconds must come to at most {_MAX_PER_MINUTE:g} per "
+                        f"minute (got {count!r} per {period!r} s)"
+                    )
+                    raise ValueError(msg)
+        return cls(
+            requests_per_minute=per_minute.get("requests"),
+            tokens_per_minute=per_minute.get("tokens"),
+            ramp=ramp,
+            window_s=window_s,
+            burst_s=burst_s,
+            ramp_floor=ramp_floor,
+        )
+
     @property
     def floor(self) -> int:
         """The slope bound's floor: ``ramp_floor``, or ``ceil(window_s)`` when unset."""
