@@ -17,6 +17,7 @@ subclasses are never wrapped: they propagate unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,41 @@ class CallFailed(AnygateError):
         self.verdict = verdict
         self.attempts = attempts
         self.user_message = user_message
+
+    @classmethod
+    def of(cls, exc: BaseException) -> CallFailed | None:
+        """The :class:`CallFailed` a policy with ``reraise=True`` gave up with, for the
+        provider exception it raised instead; ``None`` for any other exception.
+
+        ``except openai.RateLimitError as e: CallFailed.of(e).attempts``: the verdict and
+        the attempts stay reachable while the SDK's own type is what propagates.
+        """
+        found = getattr(exc, _ATTACHED, None)
+        return found if isinstance(found, CallFailed) else None
+
+    def _attach(self, exc: BaseException) -> None:
+        """Make this failure reachable from ``exc`` (:meth:`of`) and add its message to
+        ``exc``'s notes, so a traceback shows the attempts and the verdict.
+
+        An exception that takes no attributes (``__slots__``) gets the note only.
+        """
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(exc, _ATTACHED, self)
+        note = f"anygate: {self}"
+        notes = getattr(exc, "__notes__", None)
+        if isinstance(notes, list) and note in notes:
+            return  # the same exception given up on twice (nested policies): one note
+        with contextlib.suppress(AttributeError, TypeError):
+            if isinstance(notes, list):
+                notes.append(note)
+            else:
+                # BaseException.add_note is 3.11+; __notes__ is the PEP 678 spelling 3.10's
+                # backports (exceptiongroup, pytest) read.
+                exc.__notes__ = [note]  # type: ignore[attr-defined,unused-ignore]
+
+
+#: The attribute :meth:`CallFailed.attach` sets on a re-raised provider exception.
+_ATTACHED = "_anygate_call_failed"
 
 
 class CircuitOpen(AnygateError):

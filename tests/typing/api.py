@@ -241,6 +241,7 @@ def handle_errors() -> None:
         assert_type(failed.verdict, Verdict)
         assert_type(failed.attempts, int)
         assert_type(failed.user_message, str)
+        assert_type(CallFailed.of(failed), CallFailed | None)
     except ConfigError as config:
         assert_type(config.path, str)
         assert_type(config.value, object)
@@ -281,6 +282,7 @@ assert_type(policy.adaptive_limit, AdaptiveLimit)
 assert_type(policy.adaptive_limit.limit, float)
 assert_type(policy.adaptive_limit.statistics(), AdaptiveStatistics)
 assert_type(Policy(adaptive_concurrency=False), Policy)
+assert_type(Policy(reraise=True), Policy)
 assert_type(Policy(adaptive_concurrency=AdaptiveConfig(decrease_factor=0.5)), Policy)
 Policy(adaptive_concurrency="on")  # type: ignore[arg-type]  # bool or AdaptiveConfig
 

@@ -220,6 +220,11 @@ def _apply_rule(
     return reason, reason in _RETRIABLE
 
 
+def rule_decides(rule: RuleLike, exc: BaseException) -> bool:
+    """Whether ``rule`` has an opinion on ``exc`` (it matches, or returns non-``None``)."""
+    return _apply_rule(rule, exc, gather(exc)) is not None
+
+
 def _should_retry_header(headers: object) -> bool | None:
     raw = header(headers, "x-should-retry")
     if raw is None:

@@ -315,6 +315,11 @@ class PolicyConfig:
         rate: the gate's :class:`anygate.Rate` (YAML ``requests_per_minute``,
             ``tokens_per_minute``, ``ramp``, ``ramp_window_s``); ``None`` = no rate limit
             (a shared gate keeps whatever rate it has).
+        reraise: after giving up on a provider failure, raise the provider's own exception
+            (an SDK's typed error) instead of :class:`anygate.CallFailed`; the
+            ``CallFailed`` rides along (:meth:`anygate.CallFailed.of`, a note). Errors
+            that are not the provider's (a ``KeyError`` in the caller's code) always
+            propagate unchanged.
     """
 
     name: str = "llm"
@@ -329,9 +334,11 @@ class PolicyConfig:
     rules: tuple[Rule, ...] = ()
     control_flow: tuple[str, ...] = ()
     rate: Rate | None = None
+    reraise: bool = False
 
     def __post_init__(self) -> None:
         _PY.name("name", self.name)
+        _PY.boolean("reraise", self.reraise)
         if self.rate is not None and not isinstance(self.rate, Rate):
             raise _PY.bad_type("rate", self.rate, "an anygate.Rate or None")
         _PY.name("gate_name", self.gate_name, none=True)
@@ -369,6 +376,7 @@ class PolicyConfig:
                 "max_concurrent_calls": self.max_concurrent_calls,
                 "busy_wait_s": self.busy_wait_s,
                 "attempt_timeout_s": self.attempt_timeout_s,
+                "reraise": self.reraise,
                 "retry_max_attempts": r.max_attempts,
                 "retry_base_delay_ms": r.base_delay_ms,
                 "retry_cap_delay_ms": r.cap_delay_ms,

@@ -46,6 +46,7 @@ _LLM_KEYS = (
     "tokens_per_minute",
     "ramp",
     "ramp_window_s",
+    "reraise",
 )
 _BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec", "when_open")
 _SECTIONS = ("llm_call", "circuit_breaker")
@@ -251,6 +252,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         policy["gate_name"] = _FILE.name(p("gate_name"), llm["gate_name"], none=True)
     if "provider" in llm:
         policy["provider"] = _FILE.name(p("provider"), llm["provider"], none=True)
+    if "reraise" in llm:
+        policy["reraise"] = _FILE.boolean(p("reraise"), llm["reraise"])
     if "max_concurrent_calls" in llm:
         policy["max_concurrent_calls"] = _FILE.integer(
             p("max_concurrent_calls"), llm["max_concurrent_calls"], minimum=0, none=True

@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, final
 
 from .._classify.classify import Reason, RuleLike, Verdict, classify
+from .._classify.origin import from_provider
 from .._classify.throttle import throttle_kind
 from .backoff import Uniform, decorrelated_jitter
-from .run import FAILURE, NEUTRAL, Stop
+from .run import FAILURE, NEUTRAL, NOT_PROVIDER, Stop
 
 if TYPE_CHECKING:
     from .._config.config import RetryConfig
@@ -28,15 +29,19 @@ __all__ = ["Judgement", "Retry", "Tally", "budget", "decide", "judge"]
 @final
 class Judgement:
     """What one failed attempt says: the verdict, the kind of throttle (``"burst"``,
-    ``"rate"``, ``"concurrency"``, ``"overload"``, or ``None`` for other failures), and the
-    outcome the breaker hears of it."""
+    ``"rate"``, ``"concurrency"``, ``"overload"``, or ``None`` for other failures), the
+    outcome the breaker hears of it, and whether it is the provider's failure at all
+    (:func:`~anygate._classify.origin.from_provider`; the caller's own bug is not)."""
 
-    __slots__ = ("kind", "outcome", "verdict")
+    __slots__ = ("kind", "outcome", "provider", "verdict")
 
-    def __init__(self, verdict: Verdict, kind: str | None, outcome: str) -> None:
+    def __init__(
+        self, verdict: Verdict, kind: str | None, outcome: str, *, provider: bool = True
+    ) -> None:
         self.verdict = verdict
         self.kind = kind
         self.outcome = outcome
+        self.provider = provider
 
 
 def judge(exc: BaseException, rules: tuple[RuleLike, ...], provider: str | None) -> Judgement:
@@ -45,7 +50,9 @@ def judge(exc: BaseException, rules: tuple[RuleLike, ...], provider: str | None)
     breaker, and a failure that is not retriable says nothing of the provider's health."""
     verdict = classify(exc, rules=rules, provider=provider)
     kind = throttle_kind(verdict) if verdict.retriable else None
-    if not verdict.retriable or kind in ("concurrency", "rate", "burst"):
+    if not verdict.retriable:
+        return Judgement(verdict, None, NEUTRAL, provider=from_provider(exc, verdict, rules))
+    if kind in ("concurrency", "rate", "burst"):
         return Judgement(verdict, kind, NEUTRAL)
     return Judgement(verdict, kind, FAILURE)
 
@@ -142,6 +149,8 @@ def decide(
     """
     verdict = judgement.verdict
     limit = budget(retry, verdict, exc, testing, throttle=judgement.kind is not None)
+    if not judgement.provider:
+        return Stop(NOT_PROVIDER, limit)
     if not verdict.retriable:
         return Stop("not_retriable", limit)
     failures, throttles = tally.failures, tally.throttles

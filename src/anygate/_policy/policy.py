@@ -144,6 +144,14 @@ class Policy:
         reconfigure: if the shared gate, its adaptive limit or the breaker already exists
             with other settings, apply this policy's settings to it live instead of raising
             ``ConfigError``.
+        reraise: after giving up on a *provider* failure, raise the provider's own
+            exception (the SDK's ``RateLimitError``, a transport's ``ResponseError``)
+            instead of :class:`anygate.CallFailed`, with the ``CallFailed`` reachable
+            through :meth:`anygate.CallFailed.of` and its message added as a note
+            (tenacity's ``reraise=True``). :meth:`run` and the block forms take their own
+            ``reraise=`` that overrides this. Errors that are not the provider's (a
+            ``KeyError`` in the caller's code; see docs/policy.md) always propagate
+            unchanged, with or without it.
 
     Raises:
         TypeError: an argument of the wrong type.
@@ -184,6 +192,7 @@ class Policy:
         gate: Gate | None = None,
         breaker: CircuitBreaker | None = None,
         reconfigure: bool = False,
+        reraise: bool = False,
     ) -> None:
         args = check_policy_args(
             name=name,
@@ -201,6 +210,7 @@ class Policy:
             logging_hook=logging_hook,
             rate=rate,
             rng=rng,
+            reraise=reraise,
         )
         self._config = args.config
         self._hooks = args.hooks
@@ -267,6 +277,10 @@ class Policy:
     def config(self) -> PolicyConfig:
         """The validated settings (``config.to_mapping()`` prints them in YAML shape)."""
         return self._config
+
+    def _reraise(self, given: bool | None) -> bool:
+        """A form's ``reraise=``: the policy's own when not given."""
+        return self._config.reraise if given is None else check_flag("reraise", given)
 
     @property
     def gate(self) -> Gate:
@@ -398,6 +412,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
+        run.reraise = self._config.reraise
         try:
             # Each attempt takes its breaker permit inside this try, whose finally settles
             # it: nothing after a permit exists can strand it.
@@ -445,6 +460,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
+        run.reraise = self._config.reraise
         try:
             return self._loop.call_sync(run, testing, monotonic_deadline(seconds), fn, args, kwargs)
         finally:
@@ -458,7 +474,7 @@ class Policy:
         /,
         *,
         deadline: float | None = None,
-        reraise: bool = False,
+        reraise: bool | None = None,
     ) -> T:
         """Run ``await step(attempt)`` once per attempt until it returns or the policy gives up.
 
@@ -481,7 +497,8 @@ class Policy:
             deadline: as for :meth:`call`.
             reraise: after giving up, raise the last provider exception itself instead of
                 :class:`anygate.CallFailed` (logged and reported alike, ``GaveUp``
-                included), for callers that must keep a library's own error types.
+                included), for callers that must keep a library's own error types;
+                ``None`` (the default) takes the policy's ``reraise``.
 
         Raises:
             CallFailed: the call failed for good (not with ``reraise``).
@@ -494,7 +511,7 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = check_flag("reraise", reraise)
+        run.reraise = self._reraise(reraise)
         try:
             if seconds is None:
                 return await self._loop.run(run, testing, step, timed=False)
@@ -512,7 +529,7 @@ class Policy:
         /,
         *,
         deadline: float | None = None,
-        reraise: bool = False,
+        reraise: bool | None = None,
     ) -> T:
         """The blocking twin of :meth:`run`: ``step(attempt)`` in this (non-async) thread.
 
@@ -530,14 +547,14 @@ class Policy:
         testing = testing_state()
         retrier = self._retrier
         run = Run()
-        run.reraise = check_flag("reraise", reraise)
+        run.reraise = self._reraise(reraise)
         try:
             return self._loop.run_sync(run, testing, monotonic_deadline(seconds), step)
         finally:
             retrier.settle(run)
 
     def attempts(
-        self, *, deadline: float | None = None, reraise: bool = False
+        self, *, deadline: float | None = None, reraise: bool | None = None
     ) -> AsyncIterator[AttemptBlock]:
         """The block form: retry a block of code as a whole (``async for`` / ``async with``).
 
@@ -565,10 +582,10 @@ class Policy:
         Raises:
             CallFailed, CircuitOpen, Busy: as for :meth:`call`, from ``async with``.
         """
-        return AsyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
+        return AsyncBlocks(self._loop, check_deadline(deadline), self._reraise(reraise))
 
     def attempts_sync(
-        self, *, deadline: float | None = None, reraise: bool = False
+        self, *, deadline: float | None = None, reraise: bool | None = None
     ) -> Iterator[AttemptBlock]:
         """The blocking twin of :meth:`attempts`: ``for attempt in ...: with attempt: ...``.
 
@@ -579,7 +596,7 @@ class Policy:
             CallFailed, CircuitOpen, Busy: as for :meth:`call_sync`, from ``with``.
             RuntimeError: entered on a thread running an event loop.
         """
-        return SyncBlocks(self._loop, check_deadline(deadline), check_flag("reraise", reraise))
+        return SyncBlocks(self._loop, check_deadline(deadline), self._reraise(reraise))
 
     async def acquire(
         self,

@@ -58,6 +58,7 @@ def check_policy_args(
     logging_hook: Hook | None,
     rate: Rate | None,
     rng: Uniform | None,
+    reraise: bool = False,
 ) -> PolicyArgs:
     """Check :class:`anygate.Policy`'s arguments, always in the same order.
 
@@ -109,6 +110,7 @@ def check_policy_args(
         rules=declarative,
         control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
         rate=rate,
+        reraise=reraise,
     )
     hook_list = _sequence("hooks", hooks, "callables taking one event")
     for hook in hook_list:
@@ -146,6 +148,7 @@ def policy_kwargs(config: PolicyConfig) -> dict[str, Any]:
         "rules": config.rules,
         "rate": config.rate,
         "control_flow": config.control_flow,
+        "reraise": config.reraise,
     }
 
 

@@ -26,6 +26,7 @@ from .decide import Judgement, Retry, Tally, decide, judge
 from .run import (
     FAILURE,
     NEUTRAL,
+    NOT_PROVIDER,
     SUCCESS,
     Run,
     Stop,
@@ -300,6 +301,10 @@ class Retrier:
         verdict = run.verdict
         assert verdict is not None
         run.outcome = NEUTRAL
+        if why == NOT_PROVIDER and cause is not None:
+            # The caller's own error (a KeyError in their code): theirs, unchanged, as
+            # stamina and tenacity leave it; the breaker heard it as neutral.
+            raise cause
         text = user_message(verdict)
         if self.hooks:
             emit(
@@ -315,17 +320,18 @@ class Retrier:
                     gate=self.gate.name,
                 ),
             )
-        if run.reraise and cause is not None:
-            # The caller asked for the provider's own exception (an SDK's typed error, a
-            # transport's last response), logged and reported as a CallFailed would be.
-            raise cause
         message = redact(
             f"{self.name}: call failed after {run.attempt} attempt(s) ({why}): "
             f"{verdict.reason.value}: {verdict.detail}"
         )
-        raise CallFailed(
-            message, verdict=verdict, attempts=run.attempt, user_message=text
-        ) from cause
+        failure = CallFailed(message, verdict=verdict, attempts=run.attempt, user_message=text)
+        if run.reraise and cause is not None:
+            # The caller asked for the provider's own exception (an SDK's typed error, a
+            # transport's last response), logged and reported as a CallFailed would be;
+            # what the CallFailed would have said rides along (CallFailed.of, a note).
+            failure._attach(cause)
+            raise cause
+        raise failure from cause
 
     def deadline_failure(
         self,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FAILURE",
     "NEUTRAL",
+    "NOT_PROVIDER",
     "SUCCESS",
     "Run",
     "Stop",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 SUCCESS, FAILURE, NEUTRAL = "success", "failure", "neutral"
+#: The ``why`` of a :class:`Stop` for an error that is not the provider's (the caller's own
+#: bug): it propagates unchanged, with no ``GaveUp`` event (nothing was given up on).
+NOT_PROVIDER = "not_provider"
 
 
 class Stop:
