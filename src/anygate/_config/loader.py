@@ -21,7 +21,14 @@ from .._gate.rate import Rate
 from .._validation import FILE as _FILE
 from .._validation import show
 from .._yaml import read_yaml_file
-from .config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig, check_floor
+from .config import (
+    AdaptiveConfig,
+    BreakerConfig,
+    PolicyConfig,
+    RetryConfig,
+    check_floor,
+    check_provider,
+)
 
 __all__ = ["load_config"]
 
@@ -249,7 +256,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
     if "gate_name" in llm:
         policy["gate_name"] = _FILE.name(p("gate_name"), llm["gate_name"], none=True)
     if "provider" in llm:
-        policy["provider"] = _FILE.name(p("provider"), llm["provider"], none=True)
+        policy["provider"] = check_provider(_FILE, p("provider"), llm["provider"])
     if "max_concurrent_calls" in llm:
         policy["max_concurrent_calls"] = _FILE.integer(
             p("max_concurrent_calls"), llm["max_concurrent_calls"], minimum=0, none=True
