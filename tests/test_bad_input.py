@@ -273,3 +273,104 @@ async def test_a_key_in_a_url_query_never_reaches_text_we_write(
     assert any("[REDACTED]" in text for text in texts)
     for text in texts:
         assert GEMINI_KEY not in text
+
+
+# --- issue 28: one rule for names, known providers, Redis URLs read as written ---------------
+
+
+def _fleet(name: str = "f", url: str = "redis://127.0.0.1:6379/0") -> object:
+    pytest.importorskip("coredis")
+    from anygate.fleet import FleetGate
+
+    return FleetGate(name, capacity=1, url=url)
+
+
+NAME_TAKERS: list[tuple[str, Callable[[Any], object]]] = [
+    ("Gate(name=)", lambda v: Gate(1, name=v)),
+    ("shared_gate", anygate.shared_gate),
+    ("shared_breaker", anygate.shared_breaker),
+    ("Policy(name=)", lambda v: Policy(name=v)),
+    ("Policy(gate_name=)", lambda v: Policy(name="p", gate_name=v)),
+    ("load_config", lambda v: load_config({"llm_call": {"name": v}})),
+    ("FleetGate", lambda v: _fleet(name=v)),
+]
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t\n"], ids=["empty", "space", "blank"])
+@pytest.mark.parametrize(("where", "make"), NAME_TAKERS, ids=[w for w, _ in NAME_TAKERS])
+def test_every_name_refuses_empty_and_blank(
+    where: str, make: Callable[[Any], object], value: str
+) -> None:
+    """An empty or whitespace-only name is refused wherever a name is taken, with the
+    parameter, the rule and the value (issue 28: ``Gate(name='')`` and ``shared_gate(' ')``
+    were accepted, ``Policy(name='')`` refused)."""
+    with pytest.raises(ValueError, match="must be a non-empty string") as info:
+        make(value)
+    assert repr(value) in str(info.value)
+    assert "name" in str(info.value)
+
+
+def test_a_policy_provider_must_be_one_classification_knows() -> None:
+    """``provider`` is a classification hint that only the known providers change, so a
+    typo would silently drop the hint: it is refused, listing the known ones and the
+    closest (issue 28: ``Policy(provider='openia')`` was accepted). Any case is fine."""
+    with pytest.raises(ConfigError, match="did you mean 'openai'") as info:
+        Policy(name="p", provider="openia")
+    message = str(info.value)
+    assert "provider must be one of openai, anthropic, dashscope, ark or null" in message
+    assert "(got 'openia')" in message
+    assert info.value.path == "provider"
+    with pytest.raises(ConfigError, match=r"llm_call\.provider must be one of .*\(got 'azure'\)"):
+        load_config({"llm_call": {"provider": "azure"}})
+    with pytest.raises(TypeError, match="provider must be a non-empty string or null"):
+        Policy(name="p", provider=3)  # type: ignore[arg-type]
+    assert load_config({"llm_call": {"provider": "DashScope"}}).provider == "DashScope"
+    assert Policy(name="p", provider="ark").config.provider == "ark"
+    assert Policy(name="p").config.provider is None
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        ("http://127.0.0.1:6379/0", "must be a redis://, rediss:// or unix:// URL"),
+        ("localhost:6379", "must be a redis://, rediss:// or unix:// URL"),
+        ("redis://127.0.0.1:6379/abc", "must have a whole-number db after the host"),
+        ("redis://127.0.0.1/0/1", "must have a whole-number db after the host"),
+        ("rediss://127.0.0.1/0?db=x", "must have a whole-number db"),
+        ("redis://127.0.0.1:port/0", "must have a port number from 0 to 65535"),
+        ("unix://", "must name the socket"),
+        ("unix:///tmp/redis.sock?db=one", "must have a whole-number db"),
+    ],
+)
+def test_a_redis_url_is_read_as_written_or_refused(url: str, complaint: str) -> None:
+    """A URL the Redis client would misread (``/abc`` silently db 0, ``http://`` taken as
+    Redis) is refused naming ``url``, the rule and the URL (issue 28)."""
+    with pytest.raises(ValueError, match=complaint) as info:
+        _fleet(url=url)
+    assert str(info.value).startswith("url must")
+    assert repr(url) in str(info.value)
+
+
+def test_a_refused_redis_url_never_shows_its_password() -> None:
+    """The password in a refused URL is masked in the message."""
+    with pytest.raises(ValueError, match="whole-number db") as info:
+        _fleet(url="redis://app:s3cret-pw@redis.internal:6379/abc")
+    assert "s3cret-pw" not in str(info.value)
+    assert "'redis://app:***@redis.internal:6379/abc'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1",
+        "redis://127.0.0.1:6379/0",
+        "REDIS://127.0.0.1:6379/15/",
+        "rediss://user:pw@redis.example:6380/3",
+        "redis://127.0.0.1:6379?db=2",
+        "unix:///var/run/redis.sock?db=1",
+    ],
+)
+def test_good_redis_urls_are_taken(url: str) -> None:
+    """The documented URL forms are still accepted (nothing connects until first use)."""
+    fleet = _fleet(url=url)
+    assert fleet.name == "f"  # type: ignore[attr-defined]

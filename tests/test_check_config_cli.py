@@ -139,3 +139,85 @@ def test_plot_has_a_legend(tmp_path: Path) -> None:
     svg = target.read_text("utf-8")
     assert "requests in service (left axis)" in svg
     assert "429 answers per bucket (right axis)" in svg
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is empty"),
+        (
+            "llm_call:\n  busy_wait_s: 5\nllm_call:\n  retry_max_attempts: 2\n",
+            "duplicate key 'llm_call'",
+        ),
+    ],
+    ids=["empty", "duplicate"],
+)
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_simulate_config_goes_through_the_one_loader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str, sweep: bool
+) -> None:
+    """``simulate --config`` refuses an empty file and a key given twice, as
+    ``check-config`` and ``load_config`` do (issue 28: it used to run with the defaults,
+    or with the second ``llm_call:`` only), before simulating anything."""
+    pytest.importorskip("trio")
+    pytest.importorskip("rich")
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    argv = ["simulate", "steady", "--config", str(path)]
+    if sweep:
+        argv += ["--seeds", "1"]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_simulate_config_reads_exponent_numbers(tmp_path: Path) -> None:
+    """A config file with ``1e3`` is simulated with the number (YAML 1.2), the same file
+    ``load_config`` accepts; the simulator's own reading of it used to get a string."""
+    pytest.importorskip("trio")
+    pytest.importorskip("rich")
+    from anygate import sim
+
+    path = tmp_path / "config.yaml"
+    path.write_text("llm_call:\n  busy_wait_s: 6e1\n  max_concurrent_calls: 4\n")
+    scenario = sim.load_scenario("steady")
+    (strategy,) = sim.resolve_strategies(scenario, config=str(path), only=["anygate"])
+    assert strategy.policy["llm_call"]["busy_wait_s"] == 60.0
+    assert (
+        main(
+            [
+                "simulate",
+                "steady",
+                "--config",
+                str(path),
+                "--only",
+                "anygate",
+                "--json",
+                str(tmp_path / "out.json"),
+            ]
+        )
+        == 0
+    )
+
+
+def test_simulate_json_into_a_closed_pipe_ends_quietly() -> None:
+    """``anygate simulate --json | head`` with the reader gone: no BrokenPipeError
+    traceback, exit 0 (issue 28; only check-config handled it before)."""
+    pytest.importorskip("trio")
+    pytest.importorskip("rich")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "anygate.cli", "simulate", "steady", "--json"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "BrokenPipeError" not in done.stderr
+    assert done.returncode == 0

@@ -59,12 +59,78 @@ def test_the_example_file_documents_every_key_and_loads() -> None:
     assert policy.config.retry == RetryConfig()
 
 
-def test_an_empty_yaml_file_gives_the_defaults(tmp_path: Path) -> None:
-    """A file with nothing in it is valid."""
+@pytest.mark.parametrize("text", ["", "\n", "# nothing here\n"])
+def test_an_empty_yaml_file_is_refused_by_every_loader(tmp_path: Path, text: str) -> None:
+    """A file with nothing in it is refused by ``load_config`` and ``Policy.from_config``,
+    as ``check-config`` refuses it (issue 28: it used to load as every default); the
+    message says how to ask for the defaults."""
     pytest.importorskip("yaml")
     path = tmp_path / "empty.yaml"
-    path.write_text("# nothing here\n", encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
+    for load in (load_config, Policy.from_config):
+        with pytest.raises(ConfigError, match=r"is empty .*'llm_call: \{\}'") as info:
+            load(path)
+        assert info.value.path == ""
+    path.write_text("llm_call: {}\n", encoding="utf-8")
     assert load_config(path) == PolicyConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "first"),
+    [
+        ("llm_call:\n  busy_wait_s: 5\nllm_call:\n  retry_max_attempts: 2\n", 3, "llm_call", 1),
+        ("llm_call:\n  busy_wait_s: 5\n  busy_wait_s: 6\n", 3, "busy_wait_s", 2),
+        ("circuit_breaker: {enabled: true, enabled: false}\n", 1, "enabled", 1),
+    ],
+    ids=["section", "key", "flow-mapping"],
+)
+def test_duplicate_keys_are_refused_by_every_loader(
+    tmp_path: Path, text: str, line: int, key: str, first: int
+) -> None:
+    """A key given twice is refused with the file, both lines and the key by
+    ``load_config`` and ``Policy.from_config`` (issue 28: a second ``llm_call:`` silently
+    dropped the first)."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "dup.yaml"
+    path.write_text(text, encoding="utf-8")
+    expected = f"{path}:{line}: duplicate key {key!r} (first at line {first})"
+    for load in (load_config, Policy.from_config):
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            load(path)
+
+
+@pytest.mark.parametrize(
+    ("written", "value"),
+    [("1e3", 1000.0), ("1.5E3", 1500.0), ("2.5e-1", 0.25), ("+1e+2", 100.0), ("1000", 1000)],
+)
+def test_exponent_numbers_are_numbers_as_in_yaml_1_2(
+    tmp_path: Path, written: str, value: float
+) -> None:
+    """``1e3`` is a number (YAML 1.2) wherever a number is expected; YAML 1.1, which
+    PyYAML follows, read it as the string '1e3', refused as "of type str" (issue 28)."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"llm_call:\n  busy_wait_s: {written}\n  requests_per_minute: {written}\n"
+        f"circuit_breaker:\n  recovery_timeout_sec: {written}\n",
+        encoding="utf-8",
+    )
+    config = load_config(path)
+    assert config.busy_wait_s == value
+    assert config.rate is not None
+    assert config.rate.requests_per_minute == value
+    assert config.circuit_breaker.recovery_timeout_sec == value
+
+
+def test_the_yaml_1_2_numbers_do_not_leak_into_yaml_safe_load() -> None:
+    """The config reader's resolver is its own: PyYAML's ``safe_load`` (other code in the
+    same process) still reads ``1e3`` as YAML 1.1 does."""
+    yaml = pytest.importorskip("yaml")
+    load_config({"llm_call": {}})
+    from anygate._yaml import parse_yaml
+
+    assert parse_yaml("x: 1e3\n", "t") == {"x": 1000.0}
+    assert yaml.safe_load("x: 1e3\n") == {"x": "1e3"}
 
 
 FULL = {

@@ -520,7 +520,7 @@ def test_bad_timeout_is_rejected_before_anything_happens(
 
 def test_bad_name_is_rejected() -> None:
     """A non-string name raises TypeError naming it."""
-    with pytest.raises(TypeError, match="name must be a str"):
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
         Gate(1, name=3)  # type: ignore[arg-type]
 
 

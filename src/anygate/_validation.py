@@ -19,6 +19,7 @@ names its dotted key path. Messages say what is allowed and show the value:
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -36,7 +37,9 @@ __all__ = [
     "Check",
     "check_flag",
     "check_int",
+    "check_name",
     "check_number",
+    "check_redis_url",
     "show",
 ]
 
@@ -82,6 +85,92 @@ def check_flag(name: str, value: object, *, none: bool = False) -> bool | None:
     allowed = "a bool or None" if none else "a bool"
     msg = f"{name} must be {allowed} (got {show(value)} of type {type(value).__name__})"
     raise TypeError(msg)
+
+
+def check_name(param: str, value: object, *, value_error: ErrorFactory = ValueError) -> str:
+    """A name shown in metrics, logs and reprs: a ``str`` with something in it.
+
+    The one rule for every name anygate takes (gates, shared gates and breakers, policies,
+    fleet gates, config files): an empty or whitespace-only name is refused, since it
+    would label metrics and log lines with nothing (issue 28: ``Gate(name='')`` was
+    accepted where ``Policy(name='')`` was refused).
+
+    Raises:
+        TypeError: not a ``str``.
+        ValueError (or what ``value_error`` makes): empty or only whitespace.
+    """
+    if not isinstance(value, str):
+        msg = (
+            f"{param} must be a non-empty string (got {show(value)} of type {type(value).__name__})"
+        )
+        raise TypeError(msg)
+    if not value.strip():
+        raise value_error(f"{param} must be a non-empty string (got {show(value)})")
+    return value
+
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_DB_PATH = re.compile(r"/?(?P<db>[0-9]*)/?")
+
+
+def _masked_url(url: str) -> str:
+    """``url`` with the password of its user part replaced, for error messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+def check_redis_url(param: str, value: object) -> str:
+    """A Redis URL the client will read as written, or an error saying what is wrong.
+
+    ``redis://[user:password@]host[:port][/db]``, ``rediss://`` likewise (TLS), or
+    ``unix://[user:password@]/path/to/socket[?db=N]``. The db, from the path or a
+    ``?db=`` query, must be a whole number: the Redis client silently reads ``/abc`` as
+    db 0, and takes ``http://`` for plain Redis (issue 28). The password never appears in
+    a message.
+
+    Raises:
+        TypeError: not a ``str``.
+        ValueError: another scheme, a port that is not a number, a unix URL without a
+            socket path, or a db that is not a whole number.
+    """
+    from urllib.parse import parse_qs, urlsplit
+
+    if not isinstance(value, str):
+        msg = f"{param} must be a redis://, rediss:// or unix:// URL string (got {show(value)} of type {type(value).__name__})"
+        raise TypeError(msg)
+    shown = repr(_masked_url(value))
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in _REDIS_SCHEMES or "://" not in value:
+        msg = f"{param} must be a redis://, rediss:// or unix:// URL (got {shown})"
+        raise ValueError(msg)
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked
+    except ValueError:
+        msg = f"{param} must have a port number from 0 to 65535 (got {shown})"
+        raise ValueError(msg) from None
+    dbs = parse_qs(parts.query).get("db", [])
+    if parts.scheme.lower() == "unix":
+        if not parts.path.strip("/"):
+            msg = f"{param} must name the socket: unix:///path/to/redis.sock (got {shown})"
+            raise ValueError(msg)
+    else:
+        match = _DB_PATH.fullmatch(parts.path)
+        if match is None:
+            msg = f"{param} must have a whole-number db after the host, such as /0 (got {shown})"
+            raise ValueError(msg)
+        if match["db"]:
+            dbs.append(match["db"])
+    for db in dbs:
+        if not db.isdigit() or not db.isascii():
+            msg = f"{param} must have a whole-number db, such as /0 or ?db=0 (got {shown})"
+            raise ValueError(msg)
+    return value
 
 
 def _type_error(name: str, value: object, allowed: str, factory: ErrorFactory) -> Exception:

@@ -116,11 +116,26 @@ def _console(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False)
 
 
+def _check_policy_file(path: str | None) -> None:
+    """Read ``--config`` through :func:`anygate.load_config` first, so the simulator takes
+    exactly the files a program could load (an empty file, a key given twice refused),
+    before minutes of simulating rather than after.
+
+    Raises:
+        ConfigError: as :func:`anygate.load_config`.
+    """
+    if path is not None:
+        from . import load_config
+
+        load_config(path)
+
+
 def _sweep(args: argparse.Namespace, extra: list[tuple[str, str]], only: list[str] | None) -> int:
     from . import sim
     from .sim._scenarios import scenario_mapping
     from .sim._sweep import format_sweep, parse_seeds, parse_vary, run_sweep
 
+    _check_policy_file(args.config)
     source = args.target if args.scenario == "sweep" else args.scenario
     base, base_dir = scenario_mapping(source or sim.DEFAULT_SCENARIO)
     scenario = sim.load_scenario(source or sim.DEFAULT_SCENARIO)
@@ -190,6 +205,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.target is not None:
         print(f"anygate: unexpected argument {args.target!r}", file=sys.stderr)
         return 2
+    _check_policy_file(args.config)
     scenario = sim.load_scenario(args.scenario or sim.DEFAULT_SCENARIO)
     strategies = sim.resolve_strategies(scenario, config=args.config, extra=extra, only=only)
     if args.plot:
@@ -321,14 +337,22 @@ def _write_stdout(text: str) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Python would otherwise report the failed flush again at exit, with a traceback.
-        # Point stdout at /dev/null (the Python docs' recipe for SIGPIPE) and stop quietly.
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        _stdout_gone()
     return 0
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout went away (``| head``): stop writing, quietly, as Unix tools do.
+
+    Python would otherwise report the failed flush again at exit, with a traceback. Point
+    stdout at /dev/null (the Python docs' recipe for SIGPIPE); the exit code stays 0, as
+    for ``check-config --json | head``, since the command itself did its work.
+    """
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -342,6 +366,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         code: int = args.handler(args)
+        # Inside the try: a reader gone before the last buffered write fails here, not in
+        # the interpreter's exit-time flush, where it can no longer be caught.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Every command, not only check-config: `anygate simulate --json - | head` ended in
+        # a BrokenPipeError traceback (issue 28).
+        _stdout_gone()
+        return 0
     except ConfigError as exc:
         print(f"anygate: error: {exc}", file=sys.stderr)
         return 2

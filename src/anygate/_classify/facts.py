@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Facts", "decode_body", "detect_provider", "gather", "loaded_content", "read_attr"]
+__all__ = [
+    "KNOWN_PROVIDERS",
+    "Facts",
+    "decode_body",
+    "detect_provider",
+    "gather",
+    "loaded_content",
+    "read_attr",
+]
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,13 @@ def gather(exc: BaseException) -> Facts:
         modules=tuple(c.__module__ or "" for c in mro),
         host=_host_of(exc),
     )
+
+
+#: The providers whose errors classification tells apart, by hint or by host. A hint is
+#: only worth giving for these (``dashscope``'s per-window 429 wording collides with
+#: OpenAI's billing one); a config naming another (a typo such as ``openia``) would
+#: change nothing, so the config refuses it (issue 28). Grows with ``detect_provider``.
+KNOWN_PROVIDERS = ("openai", "anthropic", "dashscope", "ark")
 
 
 def detect_provider(facts: Facts, provider: str | None) -> str:

@@ -1,10 +1,10 @@
 """``anygate check-config``'s stricter reading of a config file: every error, not the first.
 
 :func:`anygate.load_config` stops at the first problem, which suits a program starting up.
-A person checking a file wants the whole list, and wants mistakes that ``yaml.safe_load``
-lets through caught too: a duplicated key (the last one silently wins) and an empty file
-(which would "validate" as all defaults). This module reads the YAML itself, then asks
-:func:`load_config` repeatedly, setting aside each offending key until the rest validates.
+A person checking a file wants the whole list. This module reads the YAML with the reader
+``load_config`` uses (``anygate._yaml``: duplicate keys refused, YAML 1.2 numbers), then asks
+:func:`load_config` repeatedly with the parsed mapping, setting aside each offending key
+until the rest validates.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
+from .._yaml import read_yaml_file
 from .loader import load_config
 
 if TYPE_CHECKING:
@@ -25,49 +26,6 @@ __all__ = ["check_file"]
 # A runaway guard: each round removes one key, and real files have a few dozen at most.
 _MAX_ROUNDS = 200
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-
-def read_strict(path: str) -> object:
-    """Parse ``path`` as YAML, refusing duplicate keys; ``None`` for an empty document.
-
-    Raises:
-        ImportError: PyYAML is missing (the message names the extra).
-        ConfigError: unreadable file, invalid YAML (the message names the file, line and
-            column), or a key given twice in one mapping.
-    """
-    try:
-        import yaml
-    except ImportError as exc:
-        msg = "check-config needs PyYAML: pip install 'anygate[yaml]'"
-        raise ImportError(msg, name="yaml") from exc
-
-    class _StrictLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen: dict[Any, Any] = {}
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    first = seen[key]
-                    msg = (
-                        f"{path}:{key_node.start_mark.line + 1}: duplicate key {key!r} "
-                        f"(first at line {first.line + 1}); YAML would silently keep the last"
-                    )
-                    raise ConfigError(msg, path=str(key), value=key)
-                seen[key] = key_node.start_mark
-            mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
-            return mapping
-
-    try:
-        # A stream, not its text: PyYAML then names the file (not "<unicode string>") in
-        # its error marks.
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_StrictLoader)
-    except OSError as exc:
-        msg = f"cannot read config file {path!r}: {exc.strerror or exc}"
-        raise ConfigError(msg, path="", value=path) from exc
-    except yaml.YAMLError as exc:
-        msg = f"config file {path!r} is not valid YAML: {exc}"
-        raise ConfigError(msg, path="", value=path) from exc
 
 
 def _remove(data: Any, path: str) -> bool:
@@ -107,7 +65,7 @@ def check_file(path: str) -> tuple[PolicyConfig | None, list[ConfigError]]:
         ImportError: PyYAML is missing.
     """
     try:
-        data = read_strict(path)
+        data = read_yaml_file(path)
     except ConfigError as exc:
         return None, [exc]
     if data is None:

@@ -14,10 +14,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._classify.classify import Rule
+from .._classify.facts import KNOWN_PROVIDERS
 from .._errors import ConfigError
 from .._gate.rate import Rate
 from .._validation import PY as _PY
-from .._validation import show
+from .._validation import Check, show
 from .limit_values import (
     DEFAULT_DECREASE_FACTOR,
     DEFAULT_ENABLED,
@@ -290,6 +291,32 @@ class AdaptiveConfig:
         }
 
 
+def check_provider(check: Check, path: str, value: object) -> str | None:
+    """``provider``: ``None`` or a provider classification tells apart (any case).
+
+    Refused rather than ignored: an unknown hint changes nothing, so a typo such as
+    ``openia`` would silently give up the hint the user meant (issue 28).
+
+    Raises:
+        TypeError (Python API) or ConfigError: not a string; ConfigError: empty, or not
+            one of :data:`KNOWN_PROVIDERS` (the message lists them and suggests the
+            closest).
+    """
+    name = check.name(path, value, none=True)
+    if name is None or name.lower() in KNOWN_PROVIDERS:
+        return name
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), KNOWN_PROVIDERS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    msg = (
+        f"{path} must be one of {', '.join(KNOWN_PROVIDERS)} or null, the providers whose "
+        f"errors classification tells apart; for any other leave it null (got {show(value)})"
+        f"{hint}"
+    )
+    raise ConfigError(msg, path=path, value=value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     """A whole policy's settings, as loaded from YAML or a mapping by :func:`load_config`.
@@ -305,7 +332,9 @@ class PolicyConfig:
         busy_wait_s: how long one attempt may wait for a slot before ``Busy``; ``None`` (the
             default) = as long as the call's deadline and enclosing cancel scopes allow.
         attempt_timeout_s: per-attempt timeout (async calls only); ``None`` = none.
-        provider: provider hint for classification (``"dashscope"``...), or ``None``.
+        provider: provider hint for classification, one of ``"openai"``,
+            ``"anthropic"``, ``"dashscope"``, ``"ark"`` (any case), or ``None`` (the
+            default: told from the request's host where it can be).
         retry: the :class:`RetryConfig`.
         circuit_breaker: the :class:`BreakerConfig`.
         adaptive_concurrency: the :class:`AdaptiveConfig`.
@@ -342,7 +371,7 @@ class PolicyConfig:
         if self.rate is not None and not isinstance(self.rate, Rate):
             raise _PY.bad_type("rate", self.rate, "an anygate.Rate or None")
         _PY.name("gate_name", self.gate_name, none=True)
-        _PY.name("provider", self.provider, none=True)
+        check_provider(_PY, "provider", self.provider)
         _PY.integer("max_concurrent_calls", self.max_concurrent_calls, minimum=0, none=True)
         _PY.number("busy_wait_s", self.busy_wait_s, none=True)
         _PY.number("attempt_timeout_s", self.attempt_timeout_s, strict=True, none=True)

@@ -3,8 +3,9 @@
 The YAML shape generalises deer-flow's ``llm_call`` and ``circuit_breaker`` sections; every
 key is optional. Validation is strict: an unknown key, a wrong type, a negative or
 non-finite number raises :class:`anygate.ConfigError` naming the dotted key path, the value
-and what is allowed, so a typo never silently falls back to a default. Files are read with
-``yaml.safe_load`` only.
+and what is allowed, so a typo never silently falls back to a default. Files are read by
+``anygate._yaml``, the one reader every entry point shares (safe loading only, duplicate keys
+and empty files refused, ``1e3`` a number as in YAML 1.2).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from .._errors import ConfigError
 from .._gate.rate import Rate
 from .._validation import FILE as _FILE
 from .._validation import show
-from .config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig, check_floor
+from .._yaml import read_yaml_file
+from .config import (
+    AdaptiveConfig,
+    BreakerConfig,
+    PolicyConfig,
+    RetryConfig,
+    check_floor,
+    check_provider,
+)
 
 __all__ = ["load_config"]
 
@@ -187,37 +196,34 @@ def _read_source(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[ob
         raise TypeError(msg)
     path = os.fspath(source)
     try:
-        import yaml
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        msg = "reading YAML needs PyYAML: pip install 'anygate[yaml]'"
-        raise ConfigError(msg, path="", value=path) from exc
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        msg = f"cannot read config file {path!r}: {exc.strerror or exc}"
-        raise ConfigError(msg, path="", value=path) from exc
-    try:
-        # safe_load only: a config file must never construct arbitrary Python objects.
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        msg = f"config file {path!r} is not valid YAML: {exc}"
-        raise ConfigError(msg, path="", value=path) from exc
-    return ({} if data is None else data), path
+        data = read_yaml_file(path)
+    except ImportError as exc:
+        raise ConfigError(str(exc), path="", value=path) from exc
+    if data is None:
+        # Refused, as check-config does: a file that states nothing is more likely the
+        # wrong file (or one truncated by a failed write) than a wish for every default.
+        msg = (
+            f"config file {path!r} is empty (a policy config has llm_call: and/or "
+            "circuit_breaker: sections; for every default write 'llm_call: {}')"
+        )
+        raise ConfigError(msg, path="", value=None)
+    return data, path
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyConfig:
     """Read and validate a policy configuration.
 
     Args:
-        source: a YAML file path (read with ``yaml.safe_load``; needs the ``yaml`` extra)
-            or a mapping of the same shape: top-level ``llm_call`` and ``circuit_breaker``
-            sections, every key optional. An empty file gives the defaults.
+        source: a YAML file path (safe loading only; needs the ``yaml`` extra) or a
+            mapping of the same shape: top-level ``llm_call`` and ``circuit_breaker``
+            sections, every key optional (``{}`` gives the defaults). A file is read as
+            ``anygate check-config`` reads it: YAML 1.2 numbers (``1e3`` is 1000.0).
 
     Raises:
-        ConfigError: unreadable file, invalid YAML, unknown key, wrong type, or a value out
-            of range; the message names the key path (``llm_call.busy_wait_s``), the value
-            and what is allowed.
+        ConfigError: unreadable, empty or invalid YAML file, a key given twice in one
+            mapping, unknown key, wrong type, or a value out of range; the message names
+            the key path (``llm_call.busy_wait_s``) or the file and line, the value and
+            what is allowed.
         TypeError: ``source`` is neither a path nor a mapping.
     """
     data, origin = _read_source(source)
@@ -251,7 +257,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
     if "gate_name" in llm:
         policy["gate_name"] = _FILE.name(p("gate_name"), llm["gate_name"], none=True)
     if "provider" in llm:
-        policy["provider"] = _FILE.name(p("provider"), llm["provider"], none=True)
+        policy["provider"] = check_provider(_FILE, p("provider"), llm["provider"])
     if "reraise" in llm:
         policy["reraise"] = _FILE.boolean(p("reraise"), llm["reraise"])
     if "max_concurrent_calls" in llm:

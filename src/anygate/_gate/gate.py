@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, final
 import anyio
 
 from .._errors import Busy
+from .._validation import check_name
 from . import waiters as _waiters
 from .gate_args import (
     MAX_TOKENS,
@@ -112,7 +113,8 @@ class Gate(Ledger):
     Args:
         capacity: maximum unreleased tokens; an ``int >= 0``, or ``math.inf`` (the default)
             for no limit. ``0`` pauses admissions until raised.
-        name: shown in reprs, statistics and :class:`Busy` messages.
+        name: shown in reprs, statistics and :class:`Busy` messages (not empty); default
+            ``gate-<id>``.
         rate: a :class:`Rate`, or ``None`` (the default) for no rate limit.
         clock: the monotonic clock in seconds the rate budgets run on; default
             ``time.monotonic``, shared by every runtime. Inject a virtual clock (such as
@@ -132,7 +134,8 @@ class Gate(Ledger):
         TypeError: ``capacity`` is not a number (or is a bool), ``name`` is not a string,
             ``rate`` is not a :class:`Rate`, ``clock`` is not callable, ``fast_acquire``
             is not a bool.
-        ValueError: ``capacity`` is negative, NaN or a non-integral float.
+        ValueError: ``capacity`` is negative, NaN or a non-integral float; ``name`` is empty
+            or only whitespace.
     """
 
     __slots__ = ("_fast_acquire", "_name")
@@ -148,14 +151,8 @@ class Gate(Ledger):
     ) -> None:
         cap = check_capacity(capacity)
         fast = check_fast_acquire(fast_acquire)
-        # Typed as object: the check is for callers that are not type-checked, and mypy
-        # would otherwise call it unreachable.
-        label: object = name
-        if label is None:
-            label = f"gate-{id(self):x}"
-        elif not isinstance(label, str):
-            msg = f"name must be a str (got {label!r} of type {type(label).__name__})"
-            raise TypeError(msg)
+        # One rule for every name (issue 28): empty and whitespace-only names are refused.
+        label = f"gate-{id(self):x}" if name is None else check_name("name", name)
         checked = check_rate(rate)
         given: object = clock
         if given is not None and not callable(given):

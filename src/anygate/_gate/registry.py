@@ -11,6 +11,7 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from .._validation import check_name
 from .gate import Gate
 from .gate_args import check_capacity as _check_capacity
 from .gate_args import check_fast_acquire as _check_fast_acquire
@@ -37,12 +38,7 @@ class Registry(Generic[T]):
         Returns the object and whether this call created it. ``factory`` runs under the
         registry's lock, so it must be quick and must not touch this registry.
         """
-        # Typed as object: the check is for callers that are not type-checked, and mypy
-        # would otherwise call it redundant.
-        label: object = name
-        if not isinstance(label, str) or not label:
-            msg = f"{self._kind} name must be a non-empty str (got {label!r})"
-            raise TypeError(msg) if not isinstance(label, str) else ValueError(msg)
+        check_name("name", name)  # whitespace-only too, as Gate(name=) (issue 28)
         with self._lock:
             item = self._items.get(name)
             if item is not None:

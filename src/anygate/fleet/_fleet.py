@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, final
 import anyio
 
 from .._gate.gate_args import check_rate
-from .._validation import check_number, show
+from .._validation import check_name, check_number, check_redis_url, show
 from ._acquire import _FleetAcquire
 from ._agent import Agent, Settings
 from ._errors import FleetUnavailable
@@ -183,6 +183,9 @@ class FleetGate:
         cluster: bool = False,
         rate: Rate | None = None,
     ) -> None:
+        # The shared checks first (issue 28: empty names, and URLs the client would misread).
+        check_name("name", name)
+        check_redis_url("url", url)
         label: object = name
         if not isinstance(label, str):
             msg = f"name must be a str (got {label!r} of type {type(label).__name__})"

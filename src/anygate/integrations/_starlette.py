@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.responses import StreamingResponse as _StarletteStreamingResponse
 
 from .. import Busy, Gate
-from ._asgi import _check_seconds, acquire_watching, retry_after_seconds
+from ._asgi import _check_seconds, admit_at_once, retry_after_seconds, wait_watching
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -151,19 +151,13 @@ class RouteGate:
 
     async def _admit(self, request: Request) -> Token:
         """Wait for a slot, watching for the client leaving; raise the 429 or a disconnect."""
-        # Read (and cache on the request) the body first: afterwards the only message the
-        # server can send is http.disconnect, so watching for it consumes nothing the
-        # endpoint needs. A stream the app already consumed cannot be watched.
-        watchable = True
         try:
-            await request.body()
-        except RuntimeError:
-            watchable = False
-        try:
-            if watchable:
-                token = await acquire_watching(self._gate, self._timeout, request.receive, deque())
+            if self._timeout == 0:
+                token: Token | None = await self._gate.acquire(timeout=0)
             else:
-                token = await self._gate.acquire(timeout=self._timeout)
+                token = admit_at_once(self._gate)
+                if token is None:
+                    token = await self._wait(request)
         except Busy as exc:
             raise HTTPException(
                 status_code=429,
@@ -175,6 +169,21 @@ class RouteGate:
             # reads it, but the exception stops the endpoint from running.
             raise HTTPException(status_code=499, detail="client disconnected while queued")
         return token
+
+    async def _wait(self, request: Request) -> Token | None:
+        """Queue for a slot (the gate is busy), watching the client from before queueing."""
+        # Read (and cache on the request) the body first: afterwards the only message the
+        # server can send is http.disconnect, so watching for it consumes nothing the
+        # endpoint needs. Only here, not for a request admitted at once: that one needs no
+        # watching, and its body is the endpoint's to read (or not) as it streams.
+        try:
+            await request.body()
+        except ClientDisconnect:
+            return None  # hung up before even queueing
+        except RuntimeError:
+            # A stream the app already consumed cannot be watched (nor be read twice).
+            return await self._gate.acquire(timeout=self._timeout)
+        return await wait_watching(self._gate, self._timeout, request.receive, deque())
 
     async def __call__(self, request: Request) -> AsyncIterator[Token]:
         """The FastAPI dependency: hold a slot for the request, yield its token."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import ConfigError
+from .._yaml import parse_yaml
 from ._spec import (
     BUILTIN_STRATEGIES,
     BurstRule,
@@ -405,7 +406,7 @@ def load_yaml(file: Path, path: str = "") -> Mapping[str, Any]:
         raise ConfigError(msg, path=path, value=str(file)) from exc
     try:
         text = file.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
+        data = parse_yaml(text, str(file))  # the config reader's YAML (issue 28)
     except OSError as exc:
         msg = f"{path or 'file'}: cannot read {str(file)!r}: {exc.strerror or exc}"
         raise ConfigError(msg, path=path, value=str(file)) from exc
