@@ -289,6 +289,7 @@ NAME_TAKERS: list[tuple[str, Callable[[Any], object]]] = [
     ("Gate(name=)", lambda v: Gate(1, name=v)),
     ("shared_gate", anygate.shared_gate),
     ("shared_breaker", anygate.shared_breaker),
+    ("CircuitBreaker(name=)", lambda v: CircuitBreaker(v)),
     ("Policy(name=)", lambda v: Policy(name=v)),
     ("Policy(gate_name=)", lambda v: Policy(name="p", gate_name=v)),
     ("load_config", lambda v: load_config({"llm_call": {"name": v}})),

@@ -57,7 +57,7 @@ from .._events.events import BreakerStateChanged
 from .._events.logging_hook import log_breaker_change
 from .._gate.latch import Latch
 from .._gate.waiters import ki_protected
-from .._validation import check_int, check_number
+from .._validation import check_int, check_name, check_number
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -179,9 +179,7 @@ class CircuitBreaker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         given: tuple[object, object] = (name, clock)
-        if not isinstance(given[0], str) or not name:
-            msg = f"name must be a non-empty str (got {name!r})"
-            raise TypeError(msg) if not isinstance(given[0], str) else ValueError(msg)
+        check_name("name", name)
         if not callable(given[1]):
             msg = f"clock must be a callable returning seconds (got {clock!r})"
             raise TypeError(msg)
