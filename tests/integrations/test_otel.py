@@ -83,6 +83,7 @@ async def test_attempts_retries_give_ups_and_throttles_are_counted() -> None:
         "anygate.reason",
         "anygate.throttle.kind",
         "anygate.give_up.why",
+        "error.type",
     }
     for series in points.values():
         for attrs, _ in series:
@@ -187,6 +188,6 @@ def test_arguments_are_checked() -> None:
     """Bad arguments name the parameter and the value."""
     with pytest.raises(TypeError, match=r"spans must be a bool \(got 1 of type int\)"):
         Telemetry(spans=1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"observe\(\) takes a Gate, CircuitBreaker or Policy"):
+    with pytest.raises(TypeError, match=r"observe\(\) takes a Gate, CircuitBreaker, Policy"):
         Telemetry().observe("llm")  # type: ignore[arg-type]
     assert Telemetry.__module__ == "anygate.otel"
