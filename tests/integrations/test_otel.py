@@ -355,3 +355,22 @@ async def test_rate_and_learned_limits_are_observable(anyio_backend: Any) -> Non
     assert _value(points, "anygate.rate.requests.limit", gate_name="learned") == 540
     assert _value(points, "anygate.rate.tokens.limit", gate_name="learned") == 81000
     assert not [a for a, _ in points["anygate.rate.requests.limit"] if "free" in a.values()]
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_the_adaptive_limits_learning_is_observable(anyio_backend: Any) -> None:
+    """After a burst throttle an observed ``AdaptiveLimit`` reports its lowered limit and
+    the pause left (counting down on the clock); a limit that is not pacing has no
+    paced-rate series."""
+    reader, provider = _reader()
+    telemetry = Telemetry(meter_provider=provider)
+    gate = anygate.Gate(32, name="llm")
+    limit = anygate.AdaptiveLimit(gate, clock=anyio.current_time, decrease_factor=0.5)
+    telemetry.observe(limit)
+    assert limit.on_throttle(limit.generation, None) is not None
+    points = _points(reader)
+    assert _value(points, "anygate.adaptive.limit", gate_name="llm") == 16
+    assert _value(points, "anygate.adaptive.pause", gate_name="llm") == 5
+    assert "anygate.adaptive.paced_rate" not in points
+    await anyio.sleep(2)
+    assert _value(_points(reader), "anygate.adaptive.pause", gate_name="llm") == 3
