@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
 
 import anygate
@@ -155,3 +156,31 @@ async def test_a_give_up_says_error_type(sdk: Sdk) -> None:
     ((give_up, _),) = readers.points("anygate.give_ups")
     assert give_up["error.type"] == "burst_rate"
     assert readers.points("gen_ai.client.token.usage") == []
+
+
+async def test_the_blocking_sdk_in_a_thread_is_labelled_too() -> None:
+    """The sync OpenAI client on ``SyncGatedTransport`` in a worker thread, inside
+    ``telemetry.span(policy)`` there (no event loop in that thread: the span falls back to
+    the monotonic clock): the same span attributes and token points."""
+    sdk = Sdk("openai", "httpx2")
+    readers = Readers()
+    policy = _policy(readers)
+    provider = FakeProvider()
+
+    def call(client: Any) -> str:
+        with readers.telemetry.span(policy):
+            return sdk.text_of(sdk.create(client))
+
+    async with serve(provider) as url:
+        client = sdk.client(url, sdk.gated(policy=policy, sync=True), sync=True)
+        assert await anyio.to_thread.run_sync(call, client) == "Hello world"
+        client.close()
+    (span,) = readers.spans.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    expected = _expected(sdk, url)
+    assert {k: attrs.get(k) for k in expected} == expected
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (1, 4)
+    sums = {a["gen_ai.token.type"]: p.sum for a, p in readers.points("gen_ai.client.token.usage")}
+    assert sums == {"input": 1, "output": 4}
+    ((_, duration),) = readers.points("gen_ai.client.operation.duration")
+    assert duration.count == 1
