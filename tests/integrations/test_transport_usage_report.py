@@ -241,3 +241,13 @@ def test_the_blocking_transport_reports_too(flavour: Flavour) -> None:
     with flavour.lib.Client(transport=transport) as client:
         assert client.post(URL, json=CHAT).json() == answer
     assert _reports(events) == [_expected(response_model="m", input_tokens=2, output_tokens=3)]
+
+
+async def test_an_error_answer_handed_back_reports_nothing(flavour: Flavour) -> None:
+    """A 400 the policy does not retry reaches the client as it came; it is no answer to
+    label, so no ``UsageReported`` (the give-up's ``GaveUp`` says what happened)."""
+    events: list[Any] = []
+    error = {"error": {"type": "invalid_request_error", "message": "bad"}, "model": "m"}
+    await _send(flavour, _policy(events), lambda request: flavour.lib.Response(400, json=error))
+    assert _reports(events) == []
+    assert any(isinstance(e, anygate.SlotAdmitted) for e in events)  # the call did happen

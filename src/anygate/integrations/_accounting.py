@@ -168,7 +168,9 @@ class Accounting:
         if self.estimator is not None:
             rate = self.gate.rate  # _token_budget() inline, as in estimate()
             settles = rate is not None and rate.tokens_per_minute is not None
-        reporter = self._reporter(request)
+        # Successes only: an error handed back unretried (a streamed upload, a give-up's
+        # final answer) has no usage, and its model would label a failure as a call.
+        reporter = self._reporter(request) if 200 <= response.status_code < 300 else None
         if not settles and reporter is None:
             return None
         headers = response.headers
