@@ -2,8 +2,9 @@
 
 Everything comes from two public sources: the events a policy delivers to its hooks
 (:class:`~anygate.SlotAdmitted`, :class:`~anygate.RetryScheduled`, :class:`~anygate.GaveUp`,
-...) and the ``statistics()`` snapshots of gates, breakers and adaptive limits, read by
-observable instruments when the SDK collects. Nothing here reaches into anygate's internals,
+...) and the snapshots of gates, breakers, adaptive limits and rate learners
+(``statistics()``, ``state``, ``limits``), read by observable instruments when the SDK
+collects (``_otel_observe``). Nothing here reaches into anygate's internals,
 so this module could live outside the package.
 
 Where the OpenTelemetry GenAI semantic conventions name a thing anygate knows, the standard
@@ -82,8 +83,9 @@ def error_type(failure: BaseException | Verdict) -> str:
     A classified failure (a :class:`~anygate.Verdict`, or an exception carrying one, as
     :class:`~anygate.CallFailed` does) is named by its reason (``"burst_rate"``,
     ``"quota"``...): what an operator groups by. Any other exception by its class's
-    qualified name (``"anygate.CircuitOpen"``, ``"openai.APIConnectionError"``,
-    ``"TimeoutError"``), the conventions' fallback.
+    fully qualified name, the conventions' fallback: ``"TimeoutError"``,
+    ``"anygate.CircuitOpen"``, ``"openai._exceptions.APIConnectionError"`` (a class keeps
+    the module it says it is from).
     """
     verdict = failure if isinstance(failure, Verdict) else getattr(failure, "verdict", None)
     if isinstance(verdict, Verdict):
@@ -111,7 +113,8 @@ def genai_attributes(event: UsageReported) -> dict[str, Any]:
 
 @final
 class _CallRecord:
-    """What the answers inside one :meth:`Telemetry.call` reported, for its span and duration."""
+    """What happened inside one :meth:`Telemetry.call` or :meth:`Telemetry.span`, for its
+    span and duration: the answers' attributes and usage, and a give-up's reason."""
 
     __slots__ = ("attributes", "failure", "input_tokens", "output_tokens")
 
@@ -191,10 +194,10 @@ class Telemetry:
     With ``spans=True``, :meth:`call` runs a policy call inside a span (a child of the
     caller's current span; the SDK's HTTP spans nest inside it) and every hook event adds
     a span event (``anygate.attempt``, ``anygate.retry``, ``anygate.give_up``) to the
-    current span. :meth:`call` (spans or not) also records
-    ``gen_ai.client.operation.duration`` per call, and labels its span with what the
-    call's answers reported (``gen_ai.request.model``, ``gen_ai.usage.input_tokens``,
-    ``server.address``...) and, on failure, ``error.type``.
+    current span. :meth:`call` (and :meth:`span`, for a policy that runs inside a gated
+    transport) also records ``gen_ai.client.operation.duration`` per call, and labels its
+    span with what the call's answers reported (``gen_ai.request.model``,
+    ``gen_ai.usage.input_tokens``, ``server.address``...) and, on failure, ``error.type``.
 
     Args:
         meter_provider: where instruments come from; default the global provider.
