@@ -201,8 +201,9 @@ class UsageReported:
     """A provider's answer ended and said which model served it and how many tokens it used.
 
     Delivered by the gated transports (:mod:`anygate.httpx`, :mod:`anygate.httpx2`) built
-    with a policy, to that policy's hooks, once per successful response, when its body has
-    been read (or closed): in the task or thread that read it. It is for telemetry
+    with a policy, to that policy's hooks, once per successful (2xx) response, when its
+    body has been read or closed, in the task or thread that read it (an answer whose
+    usage cannot be read, not JSON nor a stream, reports as its headers arrive). It is for telemetry
     (:class:`anygate.otel.Telemetry` turns it into the OpenTelemetry GenAI attributes and
     ``gen_ai.client.token.usage``), not for accounting: the gate's token budget is settled
     by the transport itself. Every field is a name or a number read from the exchange;

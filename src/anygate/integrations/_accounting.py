@@ -17,8 +17,8 @@ The transport engine (``_transport``) calls four things, a line each:
   :class:`anygate.UsageReported` to them (model, server, input and output tokens).
 
 Token work happens only while the gate has a token budget (learned or configured) or the
-policy has hooks to report to: a gate without either pays a ``gate.rate`` read per request. Bodies are decoded here when
-content-encoded (gzip and deflate always, br and zstd when their libraries are installed;
+policy has hooks to report to: a gate without either pays a ``gate.rate`` read per
+request. Bodies are decoded here when content-encoded (gzip and deflate always, br and zstd when their libraries are installed;
 otherwise the estimate stands).
 """
 
@@ -154,10 +154,7 @@ class Accounting:
         if report:
             RateLearner.of(self.gate).observe(report)
 
-    def _reporter(self, request: Any) -> UsageReporter | None:
-        policy = self.policy
-        if policy is None or not policy.hooks or request is None:
-            return None  # nobody to tell: no request parsed, no body buffered for it
+    def _reporter(self, policy: Policy, request: Any) -> UsageReporter:
         facts = describe_request(request, policy.config.provider)
         return UsageReporter(policy, self.gate.name, facts)
 
@@ -168,9 +165,14 @@ class Accounting:
         if self.estimator is not None:
             rate = self.gate.rate  # _token_budget() inline, as in estimate()
             settles = rate is not None and rate.tokens_per_minute is not None
+        reporter = None
+        policy = self.policy
+        # Nobody to tell (no policy, no hooks): no request parsed, no body buffered for it.
         # Successes only: an error handed back unretried (a streamed upload, a give-up's
         # final answer) has no usage, and its model would label a failure as a call.
-        reporter = self._reporter(request) if 200 <= response.status_code < 300 else None
+        ok = 200 <= response.status_code < 300
+        if policy is not None and policy.hooks and ok and request is not None:
+            reporter = self._reporter(policy, request)
         if not settles and reporter is None:
             return None
         headers = response.headers
