@@ -251,3 +251,34 @@ async def test_an_error_answer_handed_back_reports_nothing(flavour: Flavour) -> 
     await _send(flavour, _policy(events), lambda request: flavour.lib.Response(400, json=error))
     assert _reports(events) == []
     assert any(isinstance(e, anygate.SlotAdmitted) for e in events)  # the call did happen
+
+
+@pytest.mark.parametrize(
+    ("body", "model"),
+    [
+        pytest.param({"model": "gpt-4o", "messages": []}, "gpt-4o", id="plain"),
+        pytest.param(
+            {
+                "messages": [{"content": [{"type": "tool_use", "input": {"model": "inner"}}]}],
+                "model": "claude-x",
+            },
+            "claude-x",
+            id="nested-model-key-first",
+        ),
+        pytest.param(
+            {"messages": [{"content": 'say "model": "x"'}], "model": "m2"}, "m2", id="quoted"
+        ),
+        pytest.param({"model": 'a"b'}, 'a"b', id="escaped"),
+        pytest.param({"model": 3}, None, id="not-a-string"),
+        pytest.param({"model": "m" * 129}, None, id="too-long"),
+    ],
+)
+async def test_the_request_model_is_the_top_level_one(
+    flavour: Flavour, body: dict[str, Any], model: str | None
+) -> None:
+    """The request's own ``model``, not one nested in a tool's input or quoted in a prompt;
+    a value that is not a short string is no model name."""
+    events: list[Any] = []
+    await _send(flavour, _policy(events), lambda r: flavour.lib.Response(200, text=""), body=body)
+    (report,) = _reports(events)
+    assert report.request_model == model
