@@ -381,7 +381,9 @@ class Telemetry:
 
         (:meth:`call` there would run the policy twice, once around the transport's own
         run.) A plain ``with``, usable in async and blocking code; the duration is by the
-        event loop's clock inside one, else by :func:`time.monotonic`.
+        event loop's clock inside one, else by :func:`time.monotonic`. An answer is
+        reported when its body ends: read a stream inside the block, or its usage counts in
+        ``gen_ai.client.token.usage`` but not on the span.
         """
         with self._measured(policy, _clock()):
             yield
