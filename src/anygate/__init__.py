@@ -42,6 +42,7 @@ from ._events.events import LimitChanged as LimitChanged
 from ._events.events import RetryScheduled as RetryScheduled
 from ._events.events import SlotAdmitted as SlotAdmitted
 from ._events.events import SlotWaiting as SlotWaiting
+from ._events.events import UsageReported as UsageReported
 from ._events.logging_hook import LoggingHook as LoggingHook
 from ._gate.acquisition import Acquisition as Acquisition
 from ._gate.gate import Gate as Gate
@@ -112,6 +113,7 @@ __all__ = [
     "SlotHolder",
     "SlotWaiting",
     "Token",
+    "UsageReported",
     "Verdict",
     "chars_counter",
     "classify",

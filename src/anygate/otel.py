@@ -18,10 +18,11 @@ except ImportError as _exc:  # pragma: no cover - exercised in a venv without th
     _msg = "anygate.otel needs the OpenTelemetry API: pip install 'anygate[otel]'"
     raise ImportError(_msg) from _exc
 
-from .integrations._otel import Telemetry, throttle_kind
+from .integrations._otel import Telemetry, error_type, throttle_kind
 
-__all__ = ["Telemetry", "throttle_kind"]
+__all__ = ["Telemetry", "error_type", "throttle_kind"]
 
 # Show the public path in reprs, docs and tracebacks.
 Telemetry.__module__ = __name__
+error_type.__module__ = __name__
 throttle_kind.__module__ = __name__

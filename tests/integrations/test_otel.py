@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from anygate.otel import Telemetry, throttle_kind
+from anygate.otel import Telemetry, error_type, throttle_kind
+from tests.conftest import mock_clock
 
 pytestmark = pytest.mark.anyio
 
@@ -83,6 +84,7 @@ async def test_attempts_retries_give_ups_and_throttles_are_counted() -> None:
         "anygate.reason",
         "anygate.throttle.kind",
         "anygate.give_up.why",
+        "error.type",
     }
     for series in points.values():
         for attrs, _ in series:
@@ -187,6 +189,188 @@ def test_arguments_are_checked() -> None:
     """Bad arguments name the parameter and the value."""
     with pytest.raises(TypeError, match=r"spans must be a bool \(got 1 of type int\)"):
         Telemetry(spans=1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"observe\(\) takes a Gate, CircuitBreaker or Policy"):
+    with pytest.raises(TypeError, match=r"observe\(\) takes a Gate, CircuitBreaker, Policy"):
         Telemetry().observe("llm")  # type: ignore[arg-type]
     assert Telemetry.__module__ == "anygate.otel"
+
+
+# --------------------------------------------------------------------------- GenAI conventions
+
+
+def _spans() -> tuple[InMemorySpanExporter, TracerProvider]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, provider
+
+
+def _usage(**fields: Any) -> anygate.UsageReported:
+    given: dict[str, Any] = {
+        "policy": "chat",
+        "gate": "chat",
+        "input_tokens": 12,
+        "output_tokens": 30,
+        "request_model": "gpt-4o",
+        "response_model": "gpt-4o-2024-08-06",
+        "server_address": "api.openai.com",
+        "server_port": 443,
+        "operation": "chat",
+        "provider": "openai",
+    }
+    return anygate.UsageReported(**(given | fields))
+
+
+async def test_failures_carry_error_type_beside_the_reason() -> None:
+    """Retries and give-ups carry the standard ``error.type`` (the verdict's reason) next to
+    ``anygate.reason``, which stays for existing dashboards."""
+    reader, provider = _reader()
+    telemetry = Telemetry(meter_provider=provider)
+    policy = Policy(name="chat", circuit_breaker=None, hooks=[telemetry])
+    with anygate.set_testing(True), pytest.raises(CallFailed):
+        await policy.call(Script(burst(), quota()))
+    points = _points(reader)
+    ((retry, _),) = points["anygate.retries"]
+    assert (retry["error.type"], retry["anygate.reason"]) == ("burst_rate", "burst_rate")
+    ((give_up, _),) = points["anygate.give_ups"]
+    assert (give_up["error.type"], give_up["anygate.reason"]) == ("quota", "quota")
+
+
+async def test_usage_events_feed_the_token_usage_histogram() -> None:
+    """A ``UsageReported`` records ``gen_ai.client.token.usage`` once per token type, with the
+    GenAI and server attributes; a count the answer did not report is not recorded."""
+    reader, provider = _reader()
+    telemetry = Telemetry(meter_provider=provider)
+    telemetry(_usage())
+    telemetry(_usage(input_tokens=5, output_tokens=None, response_model=None))
+    by_type: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    for attrs, point in _points(reader)["gen_ai.client.token.usage"]:
+        by_type.setdefault(attrs["gen_ai.token.type"], []).append((attrs, point))
+    assert sorted((p.count, p.sum) for _, p in by_type["input"]) == [(1, 5), (1, 12)]
+    ((attrs, point),) = by_type["output"]
+    assert (point.count, point.sum) == (1, 30)
+    assert attrs == {
+        "anygate.policy.name": "chat",
+        "anygate.gate.name": "chat",
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.response.model": "gpt-4o-2024-08-06",
+        "server.address": "api.openai.com",
+        "server.port": 443,
+        "gen_ai.token.type": "output",
+    }
+    unlabelled = [a for a, _ in by_type["input"] if "gen_ai.response.model" not in a]
+    assert len(unlabelled) == 1  # an unknown attribute is left out, never sent as ""
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_call_spans_carry_usage_and_the_duration_is_exact(anyio_backend: Any) -> None:
+    """Inside ``Telemetry.call`` the answers' usage (summed) and model land on the call's
+    span, and ``gen_ai.client.operation.duration`` records the call's virtual duration,
+    backoff included, with the same attributes."""
+    reader, meter_provider = _reader()
+    exporter, tracer_provider = _spans()
+    telemetry = Telemetry(meter_provider=meter_provider, tracer_provider=tracer_provider)
+    policy = Policy(name="chat", circuit_breaker=None, hooks=[telemetry])
+
+    async def answer() -> str:
+        await anyio.sleep(7)
+        telemetry(_usage())  # what a gated transport reports as the body ends
+        telemetry(_usage(input_tokens=3, output_tokens=4))
+        return "ok"
+
+    assert await telemetry.call(policy, answer) == "ok"
+    (span,) = exporter.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (15, 34)
+    assert attrs["gen_ai.request.model"] == "gpt-4o"
+    assert (attrs["server.address"], attrs["server.port"]) == ("api.openai.com", 443)
+    assert "error.type" not in attrs
+    ((labels, point),) = _points(reader)["gen_ai.client.operation.duration"]
+    assert (point.count, point.sum) == (1, 7)
+    assert labels["gen_ai.operation.name"] == "chat"
+    assert labels["anygate.policy.name"] == "chat"
+    assert "error.type" not in labels
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_failed_call_sets_error_type_on_span_and_duration(anyio_backend: Any) -> None:
+    """A call that gives up after a 503 and its 1 s backoff: its span and duration say
+    ``error.type`` = the give-up's reason; the duration includes the backoff."""
+    reader, meter_provider = _reader()
+    exporter, tracer_provider = _spans()
+    telemetry = Telemetry(meter_provider=meter_provider, tracer_provider=tracer_provider)
+    config = anygate.RetryConfig(max_attempts=2, base_delay_ms=1000, cap_delay_ms=1000)
+    policy = Policy(name="chat", circuit_breaker=None, retry=config, hooks=[telemetry])
+    with pytest.raises(CallFailed):
+        await telemetry.call(policy, Script(transient(), transient()))
+    (span,) = exporter.get_finished_spans()
+    assert (span.attributes or {})["error.type"] == "transient"
+    ((labels, point),) = _points(reader)["gen_ai.client.operation.duration"]
+    assert labels["error.type"] == "transient"
+    assert point.sum == 1
+
+
+def test_error_type_names_the_reason_else_the_class() -> None:
+    """``error_type``: a verdict's reason where there is one, else the exception's class."""
+    assert error_type(anygate.classify(quota())) == "quota"
+    failed = CallFailed("x", verdict=anygate.classify(quota()), attempts=1, user_message="x")
+    assert error_type(failed) == "quota"
+    assert error_type(TimeoutError("slow")) == "TimeoutError"
+    assert error_type(anygate.CircuitOpen(name="llm", retry_after=3.0)) == "anygate.CircuitOpen"
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_rate_and_learned_limits_are_observable(anyio_backend: Any) -> None:
+    """The gate's rate view (budget, what is left, the next admission) and what a rate
+    learner took from OpenAI headers are gauges; a gate without a Rate has no series."""
+    reader, provider = _reader()
+    telemetry = Telemetry(meter_provider=provider)
+    rate = anygate.Rate(requests_per_minute=60)
+    gate = anygate.Gate(4, name="paced", rate=rate, clock=anyio.current_time)
+    telemetry.observe(gate)
+    telemetry.observe(anygate.Gate(4, name="free"))
+    learned_gate = anygate.Gate(4, name="learned", clock=anyio.current_time)
+    learner = anygate.RateLearner(learned_gate, confirm=1, headroom=0.1)
+    telemetry.observe(learner)
+    headers = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": "500",
+        "x-ratelimit-reset-requests": "10s",
+        "x-ratelimit-limit-tokens": "90000",
+        "x-ratelimit-remaining-tokens": "80000",
+        "x-ratelimit-reset-tokens": "6s",
+    }
+    assert learner.observe_headers(headers)
+    points = _points(reader)
+    assert _value(points, "anygate.rate.requests.limit", gate_name="paced") == 60
+    # A budget starts empty (docs/rates.md): nothing available, the next admission in 1 s.
+    assert _value(points, "anygate.rate.requests.available", gate_name="paced") == 0
+    assert _value(points, "anygate.rate.next_admission", gate_name="paced") == 1
+    await anyio.sleep(30)  # refills to the burst (1 request by default), not beyond
+    assert _value(_points(reader), "anygate.rate.requests.available", gate_name="paced") == 1
+    assert _value(points, "anygate.learned.requests.limit", gate_name="learned") == 600
+    assert _value(points, "anygate.learned.tokens.limit", gate_name="learned") == 90000
+    # The learner's gate is observed with it: what it set, after its 10 % headroom.
+    assert _value(points, "anygate.rate.requests.limit", gate_name="learned") == 540
+    assert _value(points, "anygate.rate.tokens.limit", gate_name="learned") == 81000
+    assert not [a for a, _ in points["anygate.rate.requests.limit"] if "free" in a.values()]
+
+
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_the_adaptive_limits_learning_is_observable(anyio_backend: Any) -> None:
+    """After a burst throttle an observed ``AdaptiveLimit`` reports its lowered limit and
+    the pause left (counting down on the clock); a limit that is not pacing has no
+    paced-rate series."""
+    reader, provider = _reader()
+    telemetry = Telemetry(meter_provider=provider)
+    gate = anygate.Gate(32, name="llm")
+    limit = anygate.AdaptiveLimit(gate, clock=anyio.current_time, decrease_factor=0.5)
+    telemetry.observe(limit)
+    assert limit.on_throttle(limit.generation, None) is not None
+    points = _points(reader)
+    assert _value(points, "anygate.adaptive.limit", gate_name="llm") == 16
+    assert _value(points, "anygate.adaptive.pause", gate_name="llm") == 5
+    assert "anygate.adaptive.paced_rate" not in points
+    await anyio.sleep(2)
+    assert _value(_points(reader), "anygate.adaptive.pause", gate_name="llm") == 3

@@ -56,6 +56,7 @@ from anygate import (
     SlotHolder,
     SlotWaiting,
     Token,
+    UsageReported,
     Verdict,
     classify,
     classify_response,
@@ -422,6 +423,10 @@ def on_event(event: Event) -> None:
     elif isinstance(event, LimitChanged):
         assert_type(event.new, float)
         assert_type(event.pause_s, float)
+    elif isinstance(event, UsageReported):
+        assert_type(event.input_tokens, int | None)
+        assert_type(event.response_model, str | None)
+        assert_type(event.server_port, int | None)
     else:
         assert_type(event, BreakerStateChanged)
 

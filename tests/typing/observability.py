@@ -20,8 +20,15 @@ policy = anygate.Policy(name="llm", hooks=[anygate.otel.Telemetry()])
 telemetry = anygate.otel.Telemetry(spans=True)
 telemetry.observe(policy)
 telemetry.observe(gate)
+telemetry.observe(policy.adaptive_limit)
+telemetry.observe(anygate.RateLearner.of(gate))
 telemetry.observe("llm")  # type: ignore[arg-type]
 assert_type(anygate.otel.throttle_kind(anygate.classify(ValueError("x"))), str | None)
+assert_type(anygate.otel.error_type(ValueError("x")), str)
+assert_type(anygate.otel.error_type(anygate.classify(ValueError("x"))), str)
+usage = anygate.UsageReported("llm", "llm", input_tokens=3, request_model="gpt-4o")
+telemetry(usage)
+anygate.UsageReported("llm", "llm", input_tokens="3")  # type: ignore[arg-type]
 
 
 async def ask() -> str:
@@ -30,6 +37,8 @@ async def ask() -> str:
 
 async def traced() -> None:
     assert_type(await telemetry.call(policy, ask), str)
+    with telemetry.span(policy):
+        await ask()
 
 
 route_gate = anygate.starlette.RouteGate(gate, timeout=30)

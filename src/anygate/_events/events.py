@@ -37,6 +37,7 @@ __all__ = [
     "RetryScheduled",
     "SlotAdmitted",
     "SlotWaiting",
+    "UsageReported",
     "circuit_open_message",
     "emit",
     "retry_message",
@@ -195,8 +196,54 @@ class LimitChanged:
     paced_per_minute: float | None = None
 
 
+@dataclass(frozen=True)
+class UsageReported:
+    """A provider's answer ended and said which model served it and how many tokens it used.
+
+    Delivered by the gated transports (:mod:`anygate.httpx`, :mod:`anygate.httpx2`) built
+    with a policy, to that policy's hooks, once per successful (2xx) response, when its
+    body has been read or closed, in the task or thread that read it (an answer whose
+    usage cannot be read, not JSON nor a stream, reports as its headers arrive). It is for telemetry
+    (:class:`anygate.otel.Telemetry` turns it into the OpenTelemetry GenAI attributes and
+    ``gen_ai.client.token.usage``), not for accounting: the gate's token budget is settled
+    by the transport itself. Every field is a name or a number read from the exchange;
+    never a message, a URL path, a header value or a prompt.
+
+    Attributes:
+        policy, gate: names.
+        input_tokens, output_tokens: the usage the response reported (input including
+            cached prompt tokens), or ``None`` when it reported none (a stream without
+            ``stream_options.include_usage``, a body closed early).
+        request_model: the ``model`` the request body named, or ``None``.
+        response_model: the ``model`` the response named, or ``None``.
+        server_address: the host the request went to (``api.openai.com``), or ``None``.
+        server_port: its port (the scheme's default when the URL names none), or ``None``.
+        operation: the GenAI operation the URL's path is an endpoint of (``"chat"``,
+            ``"text_completion"``, ``"embeddings"``), or ``None`` when not recognised.
+        provider: the policy's ``provider`` hint, else the API family the path belongs to
+            (``"openai"`` or ``"anthropic"``), or ``None``.
+    """
+
+    policy: str
+    gate: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    request_model: str | None = None
+    response_model: str | None = None
+    server_address: str | None = None
+    server_port: int | None = None
+    operation: str | None = None
+    provider: str | None = None
+
+
 Event: TypeAlias = (
-    RetryScheduled | GaveUp | BreakerStateChanged | SlotWaiting | SlotAdmitted | LimitChanged
+    RetryScheduled
+    | GaveUp
+    | BreakerStateChanged
+    | SlotWaiting
+    | SlotAdmitted
+    | LimitChanged
+    | UsageReported
 )
 Hook: TypeAlias = Callable[[Event], object]
 

@@ -13,10 +13,12 @@ The transport engine (``_transport``) calls four things, a line each:
   replaces the estimate (``Token.settle`` sets the charge, it does not add to it), so
   nothing is counted twice; a body that never reports usage (a stream without
   ``stream_options.include_usage``, a closed-early response, an error) keeps the estimate.
+  When the transport's policy has hooks, the same reading also delivers one
+  :class:`anygate.UsageReported` to them (model, server, input and output tokens).
 
-Token work happens only while the gate has a token budget (learned or configured): a
-gate without one pays a ``gate.rate`` read per request. Bodies are decoded here when
-content-encoded (gzip and deflate always, br and zstd when their libraries are installed;
+Token work happens only while the gate has a token budget (learned or configured) or the
+policy has hooks to report to: a gate without either pays a ``gate.rate`` read per
+request. Bodies are decoded here when content-encoded (gzip and deflate always, br and zstd when their libraries are installed;
 otherwise the estimate stands).
 """
 
@@ -34,11 +36,12 @@ from .. import RateLearner, estimate_tokens, parse_limit_headers, usage_tokens
 from .._validation import check_flag
 from ._body import aclose_stream, close_stream
 from ._stream_usage import StreamUsage
+from ._usage_report import UsageReporter, describe_request, document_report
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from .. import Gate, Token
+    from .. import Gate, Policy, Token
 
 __all__ = ["Accounting", "Estimator", "check_tokens_option"]
 
@@ -46,6 +49,7 @@ __all__ = ["Accounting", "Estimator", "check_tokens_option"]
 Estimator = Callable[[Mapping[str, Any]], "int | None"]
 
 _name = itemgetter(0)  # of a (name, value) header pair
+_NOTHING: tuple[int | None, int | None, str | None] = (None, None, None)
 
 # JSON bodies are buffered to read their usage; beyond this the estimate stands.
 _MAX_JSON = 8 << 20
@@ -70,13 +74,16 @@ def check_tokens_option(tokens: object) -> Estimator | None:
 class Accounting:
     """The learning and token-accounting settings of one gated transport."""
 
-    __slots__ = ("estimator", "gate", "learn")
+    __slots__ = ("estimator", "gate", "learn", "policy")
 
-    def __init__(self, gate: Gate, *, learn_limits: object, tokens: object) -> None:
+    def __init__(
+        self, gate: Gate, *, learn_limits: object, tokens: object, policy: Policy | None = None
+    ) -> None:
         check_flag("learn_limits", learn_limits)
         self.gate = gate
         self.learn = learn_limits
         self.estimator = check_tokens_option(tokens)
+        self.policy = policy
 
     # ------------------------------------------------------------------ before sending
 
@@ -147,26 +154,42 @@ class Accounting:
         if report:
             RateLearner.of(self.gate).observe(report)
 
-    def meter(self, response: Any, token: Token) -> _Meter | None:
-        """A meter that settles ``token`` from ``response``'s usage, or ``None`` if none can."""
-        if self.estimator is None:
-            return None
-        rate = self.gate.rate  # _token_budget() inline, as in estimate()
-        if rate is None or rate.tokens_per_minute is None:
+    def _reporter(self, policy: Policy, request: Any) -> UsageReporter:
+        facts = describe_request(request, policy.config.provider)
+        return UsageReporter(policy, self.gate.name, facts)
+
+    def meter(self, response: Any, token: Token, request: Any = None) -> _Meter | None:
+        """A meter that settles ``token`` from ``response``'s usage and reports it to the
+        policy's hooks (each only when wanted), or ``None`` if there is nothing to do."""
+        settles = False
+        if self.estimator is not None:
+            rate = self.gate.rate  # _token_budget() inline, as in estimate()
+            settles = rate is not None and rate.tokens_per_minute is not None
+        reporter = None
+        policy = self.policy
+        # Nobody to tell (no policy, no hooks): no request parsed, no body buffered for it.
+        # Successes only: an error handed back unretried (a streamed upload, a give-up's
+        # final answer) has no usage, and its model would label a failure as a call.
+        ok = 200 <= response.status_code < 300
+        if policy is not None and policy.hooks and ok and request is not None:
+            reporter = self._reporter(policy, request)
+        if not settles and reporter is None:
             return None
         headers = response.headers
         kind = headers.get("content-type", "").partition(";")[0].strip().lower()
-        if kind == "text/event-stream":
-            stream = True
-        elif kind == "application/json" or kind.endswith("+json"):
-            stream = False
-        else:
+        stream = kind == "text/event-stream"
+        readable = stream or kind == "application/json" or kind.endswith("+json")
+        decode = None
+        if readable:
+            try:
+                decode = _decoder(headers.get("content-encoding", ""))
+            except LookupError:
+                readable = False  # an encoding we cannot read: the estimate stands
+        if not readable:
+            if reporter is not None:  # no usage to read, but the model and server still count
+                reporter.report(None, None, None)
             return None
-        try:
-            decode = _decoder(headers.get("content-encoding", ""))
-        except LookupError:
-            return None  # an encoding we cannot read: the estimate stands
-        return _Meter(token, stream, decode)
+        return _Meter(token, stream, decode, settles=settles, reporter=reporter)
 
 
 def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
@@ -221,10 +244,29 @@ class _Deflate:
 class _Meter:
     """Reads one response body's usage as it passes and settles its token once."""
 
-    __slots__ = ("_buffer", "_decode", "_done", "_size", "_stream", "_token")
+    __slots__ = (
+        "_buffer",
+        "_decode",
+        "_done",
+        "_reporter",
+        "_settles",
+        "_size",
+        "_stream",
+        "_token",
+    )
 
-    def __init__(self, token: Token, stream: bool, decode: Callable[[bytes], bytes] | None) -> None:
+    def __init__(
+        self,
+        token: Token,
+        stream: bool,
+        decode: Callable[[bytes], bytes] | None,
+        *,
+        settles: bool = True,
+        reporter: UsageReporter | None = None,
+    ) -> None:
         self._token = token
+        self._settles = settles
+        self._reporter = reporter
         self._decode = decode
         self._stream: StreamUsage | None = StreamUsage() if stream else None
         self._buffer: list[bytes] | None = None if stream else []
@@ -256,22 +298,21 @@ class _Meter:
             return
         if self._stream is not None:
             self._stream.close()
-            used = self._stream.tokens
+            self._settle(self._stream.tokens, self._stream.parts)
         elif self._buffer is not None:
-            used = usage_tokens(b"".join(self._buffer))
+            self._end_document(b"".join(self._buffer))
         else:
-            used = None
-        self._settle(used)
+            self._settle(None, _NOTHING)
 
     def abandon(self) -> None:
         """The body was closed before its end: a stream's usage so far, else the estimate."""
         if self._done:
             return
-        used = None
         if self._stream is not None:
             self._stream.close()
-            used = self._stream.tokens
-        self._settle(used)
+            self._settle(self._stream.tokens, self._stream.parts)
+        else:
+            self._settle(None, _NOTHING)
 
     def finish_read(self, content: bytes) -> None:
         """The body was already read and decoded (a closed response): settle from it."""
@@ -279,14 +320,24 @@ class _Meter:
             self._stream.feed(content)
             self.finish()
         else:
-            self._settle(usage_tokens(content))
+            self._end_document(content)
 
-    def _settle(self, used: int | None) -> None:
+    def _end_document(self, content: bytes) -> None:
+        # Parsed once for both readers (usage_tokens takes the document as well as bytes).
+        try:
+            doc: object = json.loads(content)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            doc = None
+        self._settle(usage_tokens(doc), document_report(doc))
+
+    def _settle(self, used: int | None, parts: tuple[int | None, int | None, str | None]) -> None:
         self._done = True
         self._buffer = None
-        if used is not None:
+        if used is not None and self._settles:
             with suppress(TypeError, ValueError):  # an absurd count: the estimate stands
                 self._token.settle(tokens=used)
+        if self._reporter is not None:
+            self._reporter.report(*parts)
 
     def wrap_async(self, inner: Any) -> _AsyncMetered:
         return _AsyncMetered(inner, self)

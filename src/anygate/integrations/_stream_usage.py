@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from ._usage_report import document_report
+
 __all__ = ["StreamUsage"]
 
 _MAX_TOKENS = 2**53  # as anygate.usage_tokens: a larger count is garbage, not usage
@@ -33,12 +35,20 @@ class StreamUsage:
     tokens (cumulative) in each ``message_delta``; the largest of each field seen counts.
     """
 
-    __slots__ = ("_fields", "_rest", "_total")
+    __slots__ = ("_fields", "_input", "_model", "_output", "_rest", "_total")
 
     def __init__(self) -> None:
         self._rest = b""
         self._total: int | None = None
         self._fields: dict[str, int] = {}
+        self._input: int | None = None
+        self._output: int | None = None
+        self._model: str | None = None
+
+    @property
+    def parts(self) -> tuple[int | None, int | None, str | None]:
+        """``(input, output, model)`` as reported so far (for telemetry; ``None``: unsaid)."""
+        return self._input, self._output, self._model
 
     @property
     def tokens(self) -> int | None:
@@ -73,6 +83,14 @@ class StreamUsage:
             return
         if not isinstance(event, Mapping):
             return
+        given, output, model = document_report(event)
+        # Anthropic's message_delta repeats the output so far: the largest seen counts.
+        if given is not None:
+            self._input = max(given, self._input or 0)
+        if output is not None:
+            self._output = max(output, self._output or 0)
+        if model is not None:
+            self._model = model
         usage = event.get("usage")
         if usage is None:
             message = event.get("message") or event.get("response")  # message_start / Responses

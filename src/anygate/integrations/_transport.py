@@ -163,7 +163,7 @@ class TransportCore:
         self.policy = policy
         self.timeout = None if timeout is None else float(timeout)
         self.attempt_timeout = None if policy is None else policy.config.attempt_timeout_s
-        self.accounting = Accounting(gate, learn_limits=learn_limits, tokens=tokens)
+        self.accounting = Accounting(gate, learn_limits=learn_limits, tokens=tokens, policy=policy)
 
     def _retriable(self, request: Any) -> bool:
         # Only a body held in memory can be sent again; a streamed upload is sent once.
@@ -379,7 +379,7 @@ class TransportCore:
         self, response: Any, token: Token, request: Any, body: type[AsyncBody] | type[SyncBody]
     ) -> Any:
         """Make ``response`` give ``token`` back when its body ends or it is closed."""
-        meter = self.accounting.meter(response, token)
+        meter = self.accounting.meter(response, token, request)
         if response.is_closed:
             # Already read into memory (httpx.MockTransport, caching transports): the client
             # will never iterate or close its stream, and there is nothing left to wait for.
