@@ -317,8 +317,13 @@ class ProviderModel:
         if spec.rpm is not None and self._rpm_full(now):
             return max(self._admissions[0] + 60.0 - now, tiny)
         burst = spec.burst
-        if burst is not None and self._window_count >= self._roll(now):
-            return max((self._window + 1) * burst.window_s - now, tiny)
+        if burst is not None:
+            # Roll first: ``count >= self._roll(now)`` read the count of the last window
+            # with admissions before the roll reset it, so after a quiet window (an outage)
+            # the oracle idled a whole window the rules allowed (issue 29).
+            allowed = self._roll(now)
+            if self._window_count >= allowed:
+                return max((self._window + 1) * burst.window_s - now, tiny)
         if self._slots.in_flight >= spec.slots:
             return None
         return 0.0
