@@ -109,6 +109,22 @@ def test_litellm_delay_and_its_integer_retry_after() -> None:
     assert litellm_retry_delay(0, {"retry-after": "2.500"}, Pinned(0.0)) == 0.5
 
 
+def test_each_peer_reads_the_retry_after_the_provider_sends() -> None:
+    """The provider's Retry-After of 2.5 s goes out as ``retry-after-ms: 2500`` and
+    ``retry-after: 3``, as real providers send it. openai-python reads the milliseconds
+    first (2.5 s); LiteLLM's int() parse reads the integer seconds (3 s plus its jitter).
+    Issue 29: the old "2.500" failed int(), so LiteLLM never honoured Retry-After."""
+    headers = ProviderError("rpm", 2.5).response.headers
+    assert openai_retry_delay(0, headers, Pinned()) == 2.5
+    assert litellm_retry_delay(0, headers, Pinned(0.0)) == 3.0
+    assert litellm_retry_delay(2, headers, Pinned(1.0)) == 3.75
+    # Below a second the header says 1 (never 0, which LiteLLM would not honour).
+    small = ProviderError("rpm", 0.2).response.headers
+    assert (small["retry-after"], small["retry-after-ms"]) == ("1", "200")
+    assert openai_retry_delay(0, small, Pinned()) == pytest.approx(0.2)
+    assert litellm_retry_delay(0, small, Pinned(0.0)) == 1.0
+
+
 # ---------------------------------------------------------------------- loops on a clock
 
 

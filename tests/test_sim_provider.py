@@ -153,12 +153,13 @@ async def test_outage_answers_503_then_recovers(anyio_backend: Any) -> None:
 
 
 async def test_fixed_retry_after_is_sent_on_429s(anyio_backend: Any) -> None:
-    """A numeric retry_after is sent verbatim in both headers; without one there is none."""
+    """A numeric retry_after is sent in milliseconds and in whole seconds rounded up, as
+    real providers do; without one there is none."""
     provider = _provider(slots=1, retry_after=2.5)
     outcomes = await _burst_of(provider, 2)
     assert outcomes == ["ok", "concurrency"]
     exc = ProviderError("concurrency", 2.5)
-    assert exc.response.headers == {"retry-after-ms": "2500", "retry-after": "2.500"}
+    assert exc.response.headers == {"retry-after-ms": "2500", "retry-after": "3"}
     assert ProviderError("burst").response.headers == {}
 
 

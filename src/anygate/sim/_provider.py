@@ -95,6 +95,14 @@ def sample(dist: Lognormal, rng: random.Random) -> float:
     return min(max(value, dist.min_s), dist.max_s)
 
 
+def retry_after_seconds(seconds: float) -> int:
+    """The ``retry-after`` header's value: whole seconds, rounded up, at least 1.
+
+    Rounded after 6 decimals first so float noise (``2.0000000001``) does not add a second.
+    """
+    return max(1, math.ceil(round(seconds, 6)))
+
+
 class _Response:
     """The bit of an HTTP response the SDK errors expose: status and headers."""
 
@@ -115,8 +123,9 @@ class ProviderError(Exception):
         type: the provider's error type.
         message: the provider's message.
         body: ``{"error": {"code", "type", "message"}}`` as the SDKs expose it.
-        response: has ``status_code`` and ``headers`` (with ``retry-after`` and
-            ``retry-after-ms`` when the provider sends Retry-After).
+        response: has ``status_code`` and ``headers`` (with ``retry-after`` in whole
+            seconds, rounded up, and the precise ``retry-after-ms`` when the provider
+            sends Retry-After).
         retry_after: the Retry-After seconds sent, or ``None``.
     """
 
@@ -134,7 +143,10 @@ class ProviderError(Exception):
         headers: dict[str, str] = {}
         if retry_after is not None:
             headers["retry-after-ms"] = str(round(retry_after * 1000))
-            headers["retry-after"] = f"{retry_after:.3f}"
+            # Integer seconds, rounded up, as OpenAI and Anthropic send them (the precise
+            # value rides in retry-after-ms). The "%.3f" form sent before is no real
+            # provider's, and LiteLLM's int() parse rejected it (issue 29).
+            headers["retry-after"] = str(retry_after_seconds(retry_after))
         self.headers = headers
         self.response: _Response = _Response(status, headers)
         self.retry_after = retry_after
