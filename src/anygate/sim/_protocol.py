@@ -26,10 +26,11 @@ Select your own with ``anygate simulate --strategy NAME=module:factory`` or
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
 
 from .. import ConfigError
@@ -72,28 +73,42 @@ class CallLost(Exception):
 class StrategyContext:
     """What a strategy factory is given for one run.
 
+    Args:
+        seed: the run's seed. It is not kept: the provider's, the workload's and trio's
+            draws are seeded from it, so a strategy holding it could rebuild them (issue
+            29). The context keeps only a one-way digest of it, for :meth:`rng`.
+
     Attributes:
         name: the strategy's name in this comparison.
         published: the provider's published facts (rpm, concurrency); the only provider
             facts a strategy gets.
-        seed: the run's seed.
         call_deadline_s: the fleet's per-call deadline (``None``: none); the simulator
             already enforces it around each call, a client may also use it.
     """
 
     name: str
     published: Published
-    seed: int
+    seed: InitVar[int]
     call_deadline_s: float | None = None
     _stats: object = field(default=None, repr=False, compare=False)
+    _stream: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self, seed: int) -> None:
+        # A digest under its own label, so no stream the simulator draws from (provider,
+        # workload, trio) is reachable from it. (In-process code can always search the
+        # few seeds a benchmark uses; the rule "published facts only" forbids it, and no
+        # built-in strategy reads anything but ``rng``.)
+        digest = hashlib.sha256(f"anygate.sim:{seed}:client-stream".encode()).hexdigest()
+        object.__setattr__(self, "_stream", digest)
 
     def rng(self, purpose: str = "") -> random.Random:
-        """A ``random.Random`` seeded from the run's seed and ``purpose``, never the global one.
+        """A ``random.Random`` seeded from the run and ``purpose``, never the global one.
 
         The stream does not depend on the strategy's name, so two strategies with equal
-        settings draw equal numbers (their results are then equal too).
+        settings draw equal numbers (their results are then equal too), and it is
+        independent of every stream the provider and the workload draw from.
         """
-        return random.Random(f"anygate.sim:{self.seed}:client:{purpose}")
+        return random.Random(f"anygate.sim:client:{self._stream}:{purpose}")
 
 
 #: Builds a client for one run.
