@@ -292,7 +292,9 @@ def test_the_oracle_admits_at_the_end_of_an_outage() -> None:
     assert oracle.failed == 0
     assert oracle.count_429 == 0
     admissions = [
-        t for (t, n), (_, before) in zip(oracle.in_service[1:], oracle.in_service) if n > before
+        t
+        for (t, n), (_, before) in zip(oracle.in_service[1:], oracle.in_service, strict=False)
+        if n > before
     ]
     assert any(t < 5 for t in admissions)
     after = [t for t in admissions if t >= 5]

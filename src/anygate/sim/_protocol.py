@@ -8,7 +8,8 @@ client makes the fleet's logical calls::
         summary: str                                    # one line for the report
         async def call(self, send: Send) -> None: ...  # one logical call
 
-``send()`` sends one request to the simulated provider and returns when it was served; a
+``send()`` sends one request to the simulated provider and returns its answer
+(:class:`~anygate.sim.ProviderResponse`: ``headers``, ``usage``) when it was served; a
 rejection raises :class:`~anygate.sim.ProviderError`, shaped like the openai / anthropic SDK
 errors (``status_code``, ``response.headers`` with ``retry-after`` when the provider sends
 one, ``body``). ``call`` returns when the logical call succeeded and raises when it gave up:
@@ -31,17 +32,51 @@ import importlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import InitVar, dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast, final
 
 from .. import ConfigError
 
 if TYPE_CHECKING:
     from ._spec import Published
 
-__all__ = ["CallLost", "Client", "Send", "StrategyContext", "StrategyFactory", "load_factory"]
+__all__ = [
+    "CallLost",
+    "Client",
+    "Request",
+    "Send",
+    "StrategyContext",
+    "StrategyFactory",
+    "load_factory",
+]
 
-#: Sends one request to the simulated provider (raises ``ProviderError`` when turned away).
-Send = Callable[[], Awaitable[None]]
+#: Sends one request to the simulated provider: returns its
+#: :class:`~anygate.sim.ProviderResponse` (headers, usage), raises ``ProviderError`` when
+#: turned away. The simulator's ``send`` is a :class:`Request`.
+Send = Callable[[], Awaitable[Any]]
+
+
+@final
+class Request:
+    """The ``send`` a client is handed: call it to send, read what the caller knows.
+
+    Attributes:
+        prompt_tokens: the request's prompt size (0 without ``fleet.tokens``): a client
+            knows its own prompt before sending it.
+        max_tokens: the request's ``max_tokens`` (0 without ``fleet.tokens``).
+
+    The completion's size is not here: it is known only from the answer's ``usage``.
+    """
+
+    __slots__ = ("_send", "max_tokens", "prompt_tokens")
+
+    def __init__(self, send: Send, *, prompt_tokens: int = 0, max_tokens: int = 0) -> None:
+        self._send = send
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+
+    def __call__(self) -> Awaitable[Any]:
+        """Send the request once."""
+        return self._send()
 
 
 class Client(Protocol):
@@ -80,8 +115,8 @@ class StrategyContext:
 
     Attributes:
         name: the strategy's name in this comparison.
-        published: the provider's published facts (rpm, concurrency); the only provider
-            facts a strategy gets.
+        published: the provider's published facts (rpm, concurrency, token limits); the
+            only provider facts a strategy gets.
         call_deadline_s: the fleet's per-call deadline (``None``: none); the simulator
             already enforces it around each call, a client may also use it.
     """
