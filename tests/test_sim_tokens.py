@@ -300,3 +300,33 @@ def test_the_oracle_knows_the_buckets() -> None:
     workload = build_workload(scenario.fleet, scenario.provider, seed=scenario.seed)
     served = sum(c.prompt_tokens + c.completion_tokens for c in workload.calls)
     assert oracle.tokens_per_s == pytest.approx(served / oracle.makespan_s)
+
+
+def test_background_load_slows_the_refill_and_shows_only_in_the_headers() -> None:
+    """Another service spending half the refill: the bucket refills at half the rate, the
+    headers still report the full limit, and the oracle's makespan on a token-bound fleet
+    grows accordingly (the bound follows)."""
+    half = Bucket("tpm", "tokens", 60, 60.0, 0.5)
+    half.take(60, 0.0)
+    assert half.level(10.0) == pytest.approx(5.0)
+    assert half.limit == 60
+    base: dict[str, Any] = {
+        "provider": {"slots": 50, "tokens": {"tpm": 60_000}, "latency": 1.0},
+        "fleet": {"agents": 20, "calls_per_agent": 5, "tokens": _TOKENS},
+    }
+    busy = {**base, "provider": {**base["provider"], "tokens": {"tpm": 60_000, "background": 0.5}}}
+    only = ["oracle"]
+    quiet = sim.simulate(
+        sim.load_scenario(base),
+        strategies=sim.resolve_strategies(sim.load_scenario(base), only=only),
+    )
+    loaded = sim.simulate(
+        sim.load_scenario(busy),
+        strategies=sim.resolve_strategies(sim.load_scenario(busy), only=only),
+    )
+    assert quiet.strategies[0].failed == loaded.strategies[0].failed == 0
+    assert loaded.strategies[0].count_429 == 0
+    assert loaded.bound.seconds > 1.5 * quiet.bound.seconds
+    assert loaded.strategies[0].makespan_s > 1.5 * quiet.strategies[0].makespan_s
+    # Tight here: the buckets bind from start to end (float slack aside).
+    assert loaded.strategies[0].makespan_s >= loaded.bound.seconds - 1e-6

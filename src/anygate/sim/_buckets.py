@@ -37,11 +37,15 @@ class Bucket:
 
     __slots__ = ("_at", "_level", "capacity", "dimension", "kind", "limit", "rate")
 
-    def __init__(self, kind: str, dimension: str, limit: int, capacity_s: float) -> None:
+    def __init__(
+        self, kind: str, dimension: str, limit: int, capacity_s: float, background: float = 0.0
+    ) -> None:
         self.kind = kind  # the rejection kind: rpm, tpm, itpm, otpm
         self.dimension = dimension  # the header name: requests, tokens, input-tokens, ...
         self.limit = limit
-        self.rate = limit / 60.0
+        # Another service on the same key spending ``background`` of the refill, steadily:
+        # what is left for this client refills that much slower (the limit stays the same).
+        self.rate = limit * (1.0 - background) / 60.0
         self.capacity = limit * capacity_s / 60.0
         self._level = self.capacity
         self._at = 0.0
@@ -85,7 +89,7 @@ class Buckets:
             ("otpm", "output-tokens", limits.otpm),
         )
         self.all = tuple(
-            Bucket(kind, dimension, limit, limits.capacity_s)
+            Bucket(kind, dimension, limit, limits.capacity_s, limits.background)
             for kind, dimension, limit in spec
             if limit is not None
         )

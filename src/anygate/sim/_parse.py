@@ -193,14 +193,18 @@ def _token_limits(value: object, path: str) -> TokenLimits | None:
         return None
     data = _mapping(value, path)
     keys = ("rpm", "tpm", "itpm", "otpm")
-    _check_keys(data, path, (*keys, "capacity_s", "charge_rejected"))
+    _check_keys(data, path, (*keys, "capacity_s", "charge_rejected", "background"))
     limits = {key: _optional_int(data, key, path, minimum=1) for key in keys}
     if all(v is None for v in limits.values()):
         raise _fail(path, dict(data), "a mapping setting at least one of rpm, tpm, itpm, otpm")
+    background = _number(data, "background", path, 0.0)
+    if background >= 1.0:
+        raise _fail(_join(path, "background"), background, "a number >= 0 and < 1")
     return TokenLimits(
         **limits,
         capacity_s=_number(data, "capacity_s", path, 60.0, strict=True),
         charge_rejected=_boolean(data, "charge_rejected", path, False),
+        background=background,
     )
 
 

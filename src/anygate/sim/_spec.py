@@ -179,6 +179,9 @@ class TokenLimits:
         charge_rejected: a request turned away by a bucket still takes one request from
             the request bucket (OpenAI: "unsuccessful requests contribute to your
             per-minute limit").
+        background: the share of every bucket's refill another service on the same API
+            key spends, steadily (``0 <= background < 1``); the client sees it only in
+            the headers' ``remaining`` and in its 429s.
     """
 
     rpm: int | None = None
@@ -187,6 +190,7 @@ class TokenLimits:
     otpm: int | None = None
     capacity_s: float = 60.0
     charge_rejected: bool = False
+    background: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

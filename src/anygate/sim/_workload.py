@@ -144,7 +144,8 @@ class Workload:
                 (limits.otpm, math.fsum(c.completion_tokens for c in self.calls)),
             )
             waits = [
-                max(0.0, cost - limit * limits.capacity_s / 60.0) / (limit / 60.0)
+                max(0.0, cost - limit * limits.capacity_s / 60.0)
+                / (limit * (1.0 - limits.background) / 60.0)
                 for limit, cost in costs
                 if limit is not None
             ]
