@@ -16,6 +16,11 @@ Variations (each one change to ``morning-peak``, so each row says what it tests)
   arrivals counted toward the slope;
 * a shared pool that turns 5 % of arrivals away at random (``limit_burst_rate``).
 
+Then issue 29's token-limited cells, each one change to ``openai-tier1-tpm``: hidden TPM a
+tier below the published one, background load from another service on the key, plain 429s,
+prompts growing along the chain, a long-context workload, and an Anthropic-like ITPM/OTPM
+provider with a 529 outage. Their tables add tokens per second against the oracle's.
+
 Besides every built-in it runs one diagnostic strategy, ``anygate+cap32``: the library's
 defaults with the cap people pick when nothing is published (32, as the ``+cap`` peers
 use; ``anygate_cap32.yaml``), to separate what the missing cap costs from what the policy
@@ -71,6 +76,34 @@ SWEEP: tuple[tuple[str, list[str]], ...] = (
     # whatever the client sends. Every strategy gets ~5 % 429s; the 429 target here is the
     # oracle's share plus 0.5 %.
     ("shared pool", ["provider.shared_pool={probability: 0.05, kind: burst}"]),
+)
+
+#: Issue 29's token-limited cells: one change each to ``openai-tier1-tpm`` (500 RPM,
+#: 200,000 TPM, token buckets, OpenAI headers). Reported, never tuned on.
+TOKEN_SWEEP: tuple[tuple[str, list[str]], ...] = (
+    # The docs say 200,000 TPM; the project really has a tier below (published unchanged).
+    ("hidden TPM a tier below", ["provider.tokens.tpm=100000"]),
+    # Another service on the same API key steadily spends 40 % of every budget.
+    ("background load 40 %", ["provider.tokens.background=0.4"]),
+    ("plain 429s", ["provider.plain_429=true"]),
+    ("prompts grow along the chain", ["fleet.tokens.grow=true"]),
+    (
+        "long context (few calls, huge prompts)",
+        [
+            "fleet.tokens.prompt={median: 60000, sigma: 0.3, min: 20000, max: 120000}",
+            "fleet.agents=20",
+        ],
+    ),
+    (
+        "Anthropic-like ITPM/OTPM, 529s",
+        [
+            "provider.tokens={rpm: 50, itpm: 30000, otpm: 8000}",
+            "published={rpm: 50, itpm: 30000, otpm: 8000}",
+            "provider.headers=anthropic",
+            "provider.outages=[{start_s: 120, end_s: 150}]",
+            "fleet.agents=40",
+        ],
+    ),
 )
 
 #: The tuning set: where defaults were chosen (``--tuning``). Disjoint from SWEEP and from
@@ -199,6 +232,15 @@ def main() -> None:
             results.append(result)
             print(f"-- sweep: {label} (morning-peak with one change)")
             print(format_sweep(result), end="\n\n", flush=True)
+        if not args.tuning:
+            base, _ = scenario_mapping("openai-tier1-tpm")
+            for label, vary in TOKEN_SWEEP:
+                result = run_sweep(
+                    base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs
+                )
+                results.append(result)
+                print(f"-- sweep: {label} (openai-tier1-tpm with one change)")
+                print(format_sweep(result), end="\n\n", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([r.to_dict() for r in results], fh, indent=1)

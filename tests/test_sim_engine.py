@@ -270,3 +270,32 @@ def test_policy_strategy_really_runs_the_policy() -> None:
     assert one_shot.retries == 0
     assert patient.ok == 20
     assert patient.retries > 0
+
+
+def test_the_oracle_admits_at_the_end_of_an_outage() -> None:
+    """After an outage the burst rule allows its floor at once (the window before was
+    empty), so the oracle's first admission after the outage is at its end: it idles no
+    window the rules allow (issue 29: it waited one whole burst window)."""
+    scenario = sim.load_scenario(
+        {
+            "provider": {
+                "slots": 8,
+                "burst": {"window_s": 10, "growth": 2.0, "floor": 4},
+                "latency": 1.0,
+                "outages": [{"start_s": 5, "end_s": 33}],
+            },
+            "fleet": {"agents": 20, "calls_per_agent": 3, "ramp_s": 0.5},
+        }
+    )
+    only = sim.resolve_strategies(scenario, only=["oracle"])
+    (oracle,) = sim.simulate(scenario, strategies=only).strategies
+    assert oracle.failed == 0
+    assert oracle.count_429 == 0
+    admissions = [
+        t
+        for (t, n), (_, before) in zip(oracle.in_service[1:], oracle.in_service, strict=False)
+        if n > before
+    ]
+    assert any(t < 5 for t in admissions)
+    after = [t for t in admissions if t >= 5]
+    assert after[0] == pytest.approx(33.0)

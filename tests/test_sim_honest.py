@@ -204,8 +204,34 @@ def test_published_facts_are_the_only_provider_facts_a_strategy_sees() -> None:
     for obj in _reachable(context):
         assert not isinstance(obj, ProviderModel | ProviderSpec | Trace), obj
     fields = {f.name for f in dataclasses.fields(context)}
-    assert fields == {"name", "published", "seed", "call_deadline_s", "_stats"}
+    assert fields == {"name", "published", "call_deadline_s", "_stats", "_stream"}
     assert isinstance(context._stats, Recorder)
+
+
+def test_a_strategy_gets_no_seed_from_which_the_provider_draws_follow() -> None:
+    """The run's seed seeds the provider's, the workload's and trio's draws, so a strategy
+    holding it could rebuild them (issue 29). The context a factory gets holds no seed:
+    nothing reachable from it is the seed or names it; its rng streams are still fixed by
+    the seed (equal for equal seeds, other for others)."""
+    seed = 7919
+    SEEN.clear()
+    scenario = sim.load_scenario(
+        {**SMALL, "seed": seed, "strategies": {"spy": {"factory": "tests.test_sim_honest:Spy"}}}
+    )
+    sim.simulate(scenario, strategies=sim.resolve_strategies(scenario, only=["spy"]))
+    (context,) = SEEN
+    assert not hasattr(context, "seed")
+    for obj in _reachable(context):
+        assert not (isinstance(obj, int) and obj == seed), obj
+        assert not (isinstance(obj, str) and str(seed) in obj), obj
+
+    def draws(run_seed: int) -> list[float]:
+        rng = sim.StrategyContext(name="x", published=sim.Published(), seed=run_seed).rng("j")
+        return [rng.random() for _ in range(3)]
+
+    same = context.rng("j")
+    assert draws(seed) == [same.random() for _ in range(3)]
+    assert draws(seed) != draws(seed + 1)
 
 
 def test_builtins_use_published_concurrency_never_the_hidden_slots() -> None:
@@ -274,7 +300,23 @@ def test_oracle_is_never_rejected_when_the_rpm_window_binds() -> None:
     assert not oracle.failed
 
 
-@pytest.mark.parametrize("name", sim.builtin_scenarios())
+#: Built-in scenarios where the library's defaults are known to lose calls today. Issue 29
+#: builds the yardstick only (no tuning): the token-limited fleet is where anygate loses,
+#: measured for the controller issue. Strict, so fixing it flags this list.
+_KNOWN_LOSSES = {
+    "openai-tier1-tpm": "issue 29: the policy does not pace by tokens (~30 % of calls lost)",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_KNOWN_LOSSES[n]))
+        if n in _KNOWN_LOSSES
+        else n
+        for n in sim.builtin_scenarios()
+    ],
+)
 def test_the_library_defaults_lose_no_work_in_any_builtin_scenario(name: str) -> None:
     """Issue 12: the built-in anygate strategy (defaults + published facts) loses no call
     where the oracle loses none, and at most 1.5 % of its calls get a 429. (Checking a

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from anygate.sim import CallLost, Published, StrategyContext
+from anygate.sim import CallLost, Published, Request, StrategyContext
 from anygate.sim._peers import (
     PEERS,
     Cookbook,
@@ -107,6 +107,22 @@ def test_litellm_delay_and_its_integer_retry_after() -> None:
     assert litellm_retry_delay(0, {"retry-after": "3"}, Pinned(0.0)) == 3.0
     assert litellm_retry_delay(0, {"retry-after": "61"}, Pinned(0.0)) == 0.5
     assert litellm_retry_delay(0, {"retry-after": "2.500"}, Pinned(0.0)) == 0.5
+
+
+def test_each_peer_reads_the_retry_after_the_provider_sends() -> None:
+    """The provider's Retry-After of 2.5 s goes out as ``retry-after-ms: 2500`` and
+    ``retry-after: 3``, as real providers send it. openai-python reads the milliseconds
+    first (2.5 s); LiteLLM's int() parse reads the integer seconds (3 s plus its jitter).
+    Issue 29: the old "2.500" failed int(), so LiteLLM never honoured Retry-After."""
+    headers = ProviderError("rpm", 2.5).response.headers
+    assert openai_retry_delay(0, headers, Pinned()) == 2.5
+    assert litellm_retry_delay(0, headers, Pinned(0.0)) == 3.0
+    assert litellm_retry_delay(2, headers, Pinned(1.0)) == 3.75
+    # Below a second the header says 1 (never 0, which LiteLLM would not honour).
+    small = ProviderError("rpm", 0.2).response.headers
+    assert (small["retry-after"], small["retry-after-ms"]) == ("1", "200")
+    assert openai_retry_delay(0, small, Pinned()) == pytest.approx(0.2)
+    assert litellm_retry_delay(0, small, Pinned(0.0)) == 1.0
 
 
 # ---------------------------------------------------------------------- loops on a clock
@@ -230,3 +246,73 @@ async def test_capped_peer_holds_its_permit_through_the_backoff(anyio_backend: A
         tg.start_soon(one)
     assert [t - begin for t in starts] == pytest.approx([0, 0.45, 1.25, 1.25, 1.7, 2.5])
     assert "semaphore cap 1" in client.summary
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_cookbook_parallel_spends_half_the_published_budget_refilled_continuously(
+    anyio_backend: Any,
+) -> None:
+    """api_request_parallel_processor at 50 % of 4 RPM: 2 requests at once (the budget
+    starts full), then one every 30 s; with 1,200 TPM (600 at 50 %), a 500-token request
+    after a 500-token one waits until 500 are there again (400 to refill at 10 a second:
+    40 s)."""
+    context = StrategyContext(name="t", published=Published(rpm=4), seed=1)
+    client = PEERS["cookbook-parallel"](context)  # type: ignore[operator]
+    start = anyio.current_time()
+    times: list[float] = []
+
+    async def ok() -> None:
+        times.append(anyio.current_time() - start)
+
+    for _ in range(4):
+        await client.call(ok)
+    assert times == [0.0, 0.0, pytest.approx(30.0), pytest.approx(60.0)]
+    context = StrategyContext(name="t", published=Published(rpm=6000, tpm=1200), seed=1)
+    client = PEERS["cookbook-parallel"](context)  # type: ignore[operator]
+    times.clear()
+    start = anyio.current_time()
+    for _ in range(2):
+        await client.call(Request(ok, prompt_tokens=400, max_tokens=100))
+    assert times == [0.0, pytest.approx(40.0)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_cookbook_parallel_pauses_15_s_after_a_rate_limit_message_only(
+    anyio_backend: Any,
+) -> None:
+    """Every attempt after an error whose message says "Rate limit" waits 15 s; 5 attempts
+    in all. A plain 429 says nothing of a rate limit, so the script retries at once."""
+    from anygate.sim._answers import answer
+
+    async def instants(plain: bool) -> list[float]:
+        context = StrategyContext(name="t", published=Published(rpm=6000), seed=1)
+        client = PEERS["cookbook-parallel"](context)  # type: ignore[operator]
+        start = anyio.current_time()
+        times: list[float] = []
+
+        async def reject() -> None:
+            times.append(anyio.current_time() - start)
+            raise ProviderError("rpm", said=answer("rpm", plain=plain))
+
+        with pytest.raises(CallLost):
+            await client.call(reject)
+        return times
+
+    assert await instants(plain=False) == [pytest.approx(t) for t in (0, 15, 30, 45, 60)]
+    assert await instants(plain=True) == [0.0] * 5
+
+
+def test_cookbook_parallel_budget_does_not_spin_on_float_dust() -> None:
+    """After sleeping the computed time, float rounding can leave a shortfall far below
+    what the clock can advance by; the budget counts that as enough (a 20-agent run of
+    the TPM scenario spun forever at one instant before)."""
+    from anygate.sim._processor import _Budget
+
+    budget = _Budget(100_000.0)
+    budget.refill(0.0)
+    budget.available = 2_999.999_999_9
+    assert budget.wait(3_000.0) == 0.0
+    budget.available = 2_000.0
+    assert budget.wait(3_000.0) == pytest.approx(0.6)

@@ -153,12 +153,13 @@ async def test_outage_answers_503_then_recovers(anyio_backend: Any) -> None:
 
 
 async def test_fixed_retry_after_is_sent_on_429s(anyio_backend: Any) -> None:
-    """A numeric retry_after is sent verbatim in both headers; without one there is none."""
+    """A numeric retry_after is sent in milliseconds and in whole seconds rounded up, as
+    real providers do; without one there is none."""
     provider = _provider(slots=1, retry_after=2.5)
     outcomes = await _burst_of(provider, 2)
     assert outcomes == ["ok", "concurrency"]
     exc = ProviderError("concurrency", 2.5)
-    assert exc.response.headers == {"retry-after-ms": "2500", "retry-after": "2.500"}
+    assert exc.response.headers == {"retry-after-ms": "2500", "retry-after": "3"}
     assert ProviderError("burst").response.headers == {}
 
 
@@ -223,3 +224,21 @@ async def _error_of(provider: ProviderModel) -> ProviderError | None:
     except ProviderError as exc:
         return exc
     return None
+
+
+async def test_admission_wait_after_an_outage_never_idles_an_allowed_window(
+    anyio_backend: Any,
+) -> None:
+    """The oracle's view agrees with the rules after a quiet window: 2 admitted in window 0
+    (floor 2), then an outage until 30 s. At 30 s (window 3, window 2 empty) the floor
+    allows 2 again, so admission_wait says 0 and the request is served; issue 29's oracle
+    read window 0's count before the roll and waited until 40 s."""
+    rule = BurstRule(window_s=10.0, growth=2.0, floor=2)
+    provider = _provider(slots=10, burst=rule, outages=(Outage(start_s=5.0, end_s=30.0),))
+    start = anyio.current_time()
+    assert await _burst_of(provider, 2, 0.1) == ["ok", "ok"]
+    assert provider.admission_wait() == pytest.approx(10.0 - 0.1)
+    await anyio.sleep_until(start + 30.0)
+    assert provider.admission_wait() == 0.0
+    assert await _burst_of(provider, 3, 0.1) == ["ok", "ok", "burst"]
+    assert provider.admission_wait() == pytest.approx(10.0 - 0.1)

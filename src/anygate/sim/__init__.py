@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING
 from ._engine import run_scenario
 from ._protocol import CallLost as CallLost
 from ._protocol import Client as Client
+from ._protocol import Request as Request
 from ._protocol import Send as Send
 from ._protocol import StrategyContext as StrategyContext
 from ._protocol import StrategyFactory as StrategyFactory
 from ._provider import ProviderError as ProviderError
+from ._provider import ProviderResponse as ProviderResponse
 from ._results import Percentiles as Percentiles
 from ._results import SimulationResult as SimulationResult
 from ._results import StrategyResult as StrategyResult
@@ -53,7 +55,9 @@ __all__ = [
     "LowerBound",
     "Percentiles",
     "ProviderError",
+    "ProviderResponse",
     "Published",
+    "Request",
     "Scenario",
     "Send",
     "SimulationResult",

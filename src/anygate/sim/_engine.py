@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._protocol import CallLost, Client, StrategyContext, load_factory
-from ._provider import ProviderError, ProviderModel
+from ._protocol import CallLost, Client, Request, StrategyContext, load_factory
+from ._provider import ProviderError, ProviderModel, ProviderResponse
 from ._results import Recorder, SimulationResult, StrategyResult, summarize
 from ._spec import Scenario, StrategySpec
 from ._workload import AgentPlan, CallPlan, FanOutPlan, LowerBound, Workload, build_workload
@@ -140,13 +140,17 @@ class _Invoker:
         record = recorder.begin(call.index)
         provider = self._provider
 
-        async def send() -> None:
+        async def send_once() -> ProviderResponse:
             record.attempts += 1
             try:
-                await provider.serve(call.service_s)
+                return await provider.serve(
+                    call.service_s, call.prompt_tokens, call.max_tokens, call.completion_tokens
+                )
             except ProviderError as exc:
                 record.got_429 |= exc.status_code == 429
                 raise
+
+        send = Request(send_once, prompt_tokens=call.prompt_tokens, max_tokens=call.max_tokens)
 
         deadline = recorder.call_deadline_s
         outcome = "deadline"

@@ -2,8 +2,9 @@
 
 It serves the fleet's calls in FIFO order (by the time each call was asked for) and sends
 the head of its queue only at an instant when the provider would admit it: outside any
-outage, under the RPM window, under the burst rule's allowance for the current window (the
-dynamic growth factor included) and with a slot free. So it is never rejected, and every
+outage, under the RPM window, with every token bucket holding what the request costs, under
+the burst rule's allowance for the current window (the dynamic growth factor included) and
+with a slot free. So it is never rejected, and every
 strategy's makespan can be put next to it. It is the one strategy that reads the hidden
 provider (:meth:`~anygate.sim._provider.ProviderModel.admission_wait`); no other strategy
 is given it.
@@ -57,9 +58,12 @@ class Oracle:
         that): then it goes again as soon as the rules allow, ahead of every call that was
         asked for later.
         """
+        # The request's size is what its caller knows before sending (a Request says it).
+        prompt = int(getattr(send, "prompt_tokens", 0))
+        max_tokens = int(getattr(send, "max_tokens", 0))
         retry = False
         while True:
-            await self._wait_turn(retry=retry)
+            await self._wait_turn(prompt, max_tokens, retry=retry)
             # No await between the check in _wait_turn and the provider's admission:
             # send() checks the rules and takes the slot before it first blocks.
             try:
@@ -71,7 +75,7 @@ class Oracle:
             else:
                 return
 
-    async def _wait_turn(self, *, retry: bool) -> None:
+    async def _wait_turn(self, prompt: int, max_tokens: int, *, retry: bool) -> None:
         turn = anyio.Event()
         queue = self._queue
         if retry and queue:
@@ -84,7 +88,7 @@ class Oracle:
             # Only the head of the queue watches the provider; the others wait their turn,
             # so a slot freed wakes one task, not the whole queue.
             await turn.wait()
-            while (wait := self._provider.admission_wait()) != 0.0:
+            while (wait := self._provider.admission_wait(prompt, max_tokens)) != 0.0:
                 self._changed = changed = anyio.Event()
                 if wait is None:
                     await changed.wait()

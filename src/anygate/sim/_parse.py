@@ -31,6 +31,8 @@ from ._spec import (
     Scenario,
     SharedPool,
     StrategySpec,
+    TokenLimits,
+    TokenSpec,
 )
 
 #: Built-in strategies configured by a policy mapping (the rest take no settings).
@@ -177,10 +179,69 @@ def _burst(value: object, path: str) -> BurstRule | None:
 
 def _published(value: object, path: str) -> Published:
     data = _mapping({} if value is None else value, path)
-    _check_keys(data, path, ("rpm", "concurrency"))
+    _check_keys(data, path, ("rpm", "concurrency", "tpm", "itpm", "otpm"))
     return Published(
         rpm=_optional_int(data, "rpm", path, minimum=1),
         concurrency=_optional_int(data, "concurrency", path, minimum=1),
+        tpm=_optional_int(data, "tpm", path, minimum=1),
+        itpm=_optional_int(data, "itpm", path, minimum=1),
+        otpm=_optional_int(data, "otpm", path, minimum=1),
+    )
+
+
+def _token_limits(value: object, path: str) -> TokenLimits | None:
+    if value is None:
+        return None
+    data = _mapping(value, path)
+    keys = ("rpm", "tpm", "itpm", "otpm")
+    _check_keys(data, path, (*keys, "capacity_s", "charge_rejected", "background"))
+    limits = {key: _optional_int(data, key, path, minimum=1) for key in keys}
+    if all(v is None for v in limits.values()):
+        raise _fail(path, dict(data), "a mapping setting at least one of rpm, tpm, itpm, otpm")
+    background = _number(data, "background", path, 0.0)
+    if background >= 1.0:
+        raise _fail(_join(path, "background"), background, "a number >= 0 and < 1")
+    return TokenLimits(
+        **limits,
+        capacity_s=_number(data, "capacity_s", path, 60.0, strict=True),
+        charge_rejected=_boolean(data, "charge_rejected", path, False),
+        background=background,
+    )
+
+
+def _size(value: object, path: str, default: Lognormal) -> Lognormal:
+    """A token count: a bare number, or ``{median, sigma, min, max}`` (lognormal)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Lognormal(median_s=_number({"v": value}, "v", path, 0.0, minimum=1.0))
+    data = _mapping(value, path)
+    _check_keys(data, path, ("median", "sigma", "min", "max"))
+    low = _number(data, "min", path, 1.0, minimum=1.0)
+    high = _number(data, "max", path, math.inf, allow_inf=True)
+    if high < low:
+        raise _fail(_join(path, "max"), high, f">= min ({low:g})")
+    return Lognormal(
+        median_s=_number(data, "median", path, default.median_s, minimum=1.0),
+        sigma=_number(data, "sigma", path, 0.0),
+        min_s=low,
+        max_s=high,
+    )
+
+
+def _tokens(value: object, path: str) -> TokenSpec | None:
+    if value is None:
+        return None
+    data = _mapping(value, path)
+    _check_keys(data, path, ("prompt", "completion", "max_tokens", "grow"))
+    for key in ("prompt", "max_tokens"):
+        if key not in data:
+            raise _fail(_join(path, key), None, "set when fleet.tokens is")
+    max_tokens = _integer(data, "max_tokens", path, 1, minimum=1)
+    half = Lognormal(median_s=max(1.0, max_tokens / 2))
+    return TokenSpec(
+        prompt=_size(data["prompt"], _join(path, "prompt"), Lognormal(median_s=1000.0)),
+        completion=_size(data.get("completion", {}), _join(path, "completion"), half),
+        max_tokens=max_tokens,
+        grow=_boolean(data, "grow", path, False),
     )
 
 
@@ -235,8 +296,14 @@ def _provider(value: object, path: str) -> ProviderSpec:
             "reject_latency",
             "outages",
             "shared_pool",
+            "tokens",
+            "headers",
+            "plain_429",
         ),
     )
+    headers = data.get("headers", base.headers)
+    if headers not in ("none", "openai", "anthropic"):
+        raise _fail(_join(path, "headers"), headers, '"none", "openai" or "anthropic"')
     on_full = data.get("on_full", base.on_full)
     if on_full not in ("reject", "queue"):
         raise _fail(_join(path, "on_full"), on_full, '"reject" or "queue"')
@@ -260,6 +327,9 @@ def _provider(value: object, path: str) -> ProviderSpec:
         ),
         outages=_outages(data.get("outages"), _join(path, "outages")),
         shared_pool=_shared_pool(data.get("shared_pool"), _join(path, "shared_pool")),
+        tokens=_token_limits(data.get("tokens"), _join(path, "tokens")),
+        headers=headers,
+        plain_429=_boolean(data, "plain_429", path, False),
     )
 
 
@@ -293,6 +363,7 @@ def _fleet(value: object, path: str) -> FleetSpec:
             "fanout",
             "call_deadline_s",
             "on_failure",
+            "tokens",
         ),
     )
     on_failure = data.get("on_failure", base.on_failure)
@@ -314,6 +385,7 @@ def _fleet(value: object, path: str) -> FleetSpec:
         if deadline is None
         else _number(data, "call_deadline_s", path, 0.0, strict=True),
         on_failure=on_failure,
+        tokens=_tokens(data.get("tokens"), _join(path, "tokens")),
     )
 
 
@@ -447,13 +519,20 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     description = top.get("description", "")
     if not isinstance(description, str):
         raise _fail("description", description, "a string")
+    provider = _provider(top.get("provider"), "provider")
+    fleet = _fleet(top.get("fleet"), "fleet")
+    limits = provider.tokens
+    if limits is not None and fleet.tokens is None and (limits.tpm or limits.itpm or limits.otpm):
+        raise _fail(
+            "fleet.tokens", None, "set when provider.tokens limits tokens (calls need sizes)"
+        )
     return Scenario(
         name=name,
         description=" ".join(description.split()),
         seed=_integer(top, "seed", "", 1, minimum=0),
         time_limit_s=_number(top, "time_limit_s", "", 3600.0, strict=True),
-        provider=_provider(top.get("provider"), "provider"),
-        fleet=_fleet(top.get("fleet"), "fleet"),
+        provider=provider,
+        fleet=fleet,
         published=_published(top.get("published"), "published"),
         strategies=_strategies(top.get("strategies"), "strategies", base_dir),
     )

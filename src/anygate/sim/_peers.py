@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 
+from ._processor import ParallelProcessor
 from ._protocol import CallLost
 from ._provider import ProviderError
 
@@ -384,4 +385,5 @@ PEERS: Final = {
     "stamina": Stamina,
     "stamina+cap": _capped(Stamina),
     "litellm": LiteLLM,
+    "cookbook-parallel": ParallelProcessor,
 }

@@ -8,7 +8,8 @@ client makes the fleet's logical calls::
         summary: str                                    # one line for the report
         async def call(self, send: Send) -> None: ...  # one logical call
 
-``send()`` sends one request to the simulated provider and returns when it was served; a
+``send()`` sends one request to the simulated provider and returns its answer
+(:class:`~anygate.sim.ProviderResponse`: ``headers``, ``usage``) when it was served; a
 rejection raises :class:`~anygate.sim.ProviderError`, shaped like the openai / anthropic SDK
 errors (``status_code``, ``response.headers`` with ``retry-after`` when the provider sends
 one, ``body``). ``call`` returns when the logical call succeeded and raises when it gave up:
@@ -26,21 +27,56 @@ Select your own with ``anygate simulate --strategy NAME=module:factory`` or
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast
+from dataclasses import InitVar, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, cast, final
 
 from .. import ConfigError
 
 if TYPE_CHECKING:
     from ._spec import Published
 
-__all__ = ["CallLost", "Client", "Send", "StrategyContext", "StrategyFactory", "load_factory"]
+__all__ = [
+    "CallLost",
+    "Client",
+    "Request",
+    "Send",
+    "StrategyContext",
+    "StrategyFactory",
+    "load_factory",
+]
 
-#: Sends one request to the simulated provider (raises ``ProviderError`` when turned away).
-Send = Callable[[], Awaitable[None]]
+#: Sends one request to the simulated provider: returns its
+#: :class:`~anygate.sim.ProviderResponse` (headers, usage), raises ``ProviderError`` when
+#: turned away. The simulator's ``send`` is a :class:`Request`.
+Send = Callable[[], Awaitable[Any]]
+
+
+@final
+class Request:
+    """The ``send`` a client is handed: call it to send, read what the caller knows.
+
+    Attributes:
+        prompt_tokens: the request's prompt size (0 without ``fleet.tokens``): a client
+            knows its own prompt before sending it.
+        max_tokens: the request's ``max_tokens`` (0 without ``fleet.tokens``).
+
+    The completion's size is not here: it is known only from the answer's ``usage``.
+    """
+
+    __slots__ = ("_send", "max_tokens", "prompt_tokens")
+
+    def __init__(self, send: Send, *, prompt_tokens: int = 0, max_tokens: int = 0) -> None:
+        self._send = send
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+
+    def __call__(self) -> Awaitable[Any]:
+        """Send the request once."""
+        return self._send()
 
 
 class Client(Protocol):
@@ -72,28 +108,42 @@ class CallLost(Exception):
 class StrategyContext:
     """What a strategy factory is given for one run.
 
+    Args:
+        seed: the run's seed. It is not kept: the provider's, the workload's and trio's
+            draws are seeded from it, so a strategy holding it could rebuild them (issue
+            29). The context keeps only a one-way digest of it, for :meth:`rng`.
+
     Attributes:
         name: the strategy's name in this comparison.
-        published: the provider's published facts (rpm, concurrency); the only provider
-            facts a strategy gets.
-        seed: the run's seed.
+        published: the provider's published facts (rpm, concurrency, token limits); the
+            only provider facts a strategy gets.
         call_deadline_s: the fleet's per-call deadline (``None``: none); the simulator
             already enforces it around each call, a client may also use it.
     """
 
     name: str
     published: Published
-    seed: int
+    seed: InitVar[int]
     call_deadline_s: float | None = None
     _stats: object = field(default=None, repr=False, compare=False)
+    _stream: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self, seed: int) -> None:
+        # A digest under its own label, so no stream the simulator draws from (provider,
+        # workload, trio) is reachable from it. (In-process code can always search the
+        # few seeds a benchmark uses; the rule "published facts only" forbids it, and no
+        # built-in strategy reads anything but ``rng``.)
+        digest = hashlib.sha256(f"anygate.sim:{seed}:client-stream".encode()).hexdigest()
+        object.__setattr__(self, "_stream", digest)
 
     def rng(self, purpose: str = "") -> random.Random:
-        """A ``random.Random`` seeded from the run's seed and ``purpose``, never the global one.
+        """A ``random.Random`` seeded from the run and ``purpose``, never the global one.
 
         The stream does not depend on the strategy's name, so two strategies with equal
-        settings draw equal numbers (their results are then equal too).
+        settings draw equal numbers (their results are then equal too), and it is
+        independent of every stream the provider and the workload draw from.
         """
-        return random.Random(f"anygate.sim:{self.seed}:client:{purpose}")
+        return random.Random(f"anygate.sim:client:{self._stream}:{purpose}")
 
 
 #: Builds a client for one run.

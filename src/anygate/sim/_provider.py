@@ -3,9 +3,12 @@
 A request arrives, is checked against the rules in a fixed order, and is either answered
 with an error after a short "reject latency" or served for its service time:
 
-1. inside an outage window            -> 503 ``overloaded``
+1. inside an outage window            -> 503 ``overloaded`` (529 ``overloaded_error`` with
+                                         Anthropic headers)
    a shared pool's random share         -> its kind's answer, counted toward nothing
 2. the sliding-window RPM limit       -> 429 ``rate_limit_exceeded``        (kind ``rpm``)
+   the token buckets (``tokens``)     -> 429 per bucket    (kinds ``rpm``, ``tpm``, ``itpm``,
+                                         ``otpm``; see :mod:`._buckets`)
 3. the burst-slope rule               -> 429 ``limit_burst_rate``           (kind ``burst``)
 4. every slot busy, ``on_full=reject`` -> 429 ``concurrency_limit_exceeded`` (kind ``concurrency``)
    ``on_full=queue``: wait FIFO for a slot; beyond ``max_queue`` waiting -> 503 (``queue_full``)
@@ -22,12 +25,15 @@ documentation says only that a sudden surge is throttled and that the threshold 
 dynamically". The dynamic threshold and ``count_rejected`` exist to test that a strategy does
 not depend on one particular slope rule.
 
+Every answer, success or error, carries the rate-limit headers ``provider.headers`` names,
+and the errors' wording follows :mod:`._answers`.
+
 The errors are shaped like the openai / anthropic SDK errors (``status_code``, ``code``,
 ``type``, ``body["error"]``, ``response.headers``) so :func:`anygate.classify` recognises
 them by duck typing, the same way it recognises the real ones.
 
 This is a model for comparing client strategies, not a faithful copy of any provider: real
-rate limiters are undisclosed and differ in details (token limits, window alignment).
+rate limiters are undisclosed and differ in details (window alignment, per-model pools).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from .. import Busy, Gate
+from ._answers import Answer, Dimension, Used, answer, limit_headers
+from ._buckets import Buckets
 
 if TYPE_CHECKING:
     import random
@@ -48,42 +56,21 @@ if TYPE_CHECKING:
     from .. import Token
     from ._spec import Lognormal, ProviderSpec
 
-__all__ = ["KINDS", "ProviderError", "ProviderModel", "Trace", "sample"]
+__all__ = [
+    "KINDS",
+    "ProviderError",
+    "ProviderModel",
+    "ProviderResponse",
+    "Trace",
+    "retry_after_seconds",
+    "sample",
+]
 
 # The marker _check_rules returns for a shared pool's random rejection.
 _POOL: Final = "pool"
 
 #: Every way the provider can turn a request away, in report order.
-KINDS: Final = ("burst", "rpm", "concurrency", "overloaded", "queue_full")
-
-_ERRORS: Final = {
-    "burst": (
-        429,
-        "limit_burst_rate",
-        "rate_limit_error",
-        "Request rate increased too quickly. To ensure system stability, please adjust your "
-        "client logic to scale requests more smoothly over time.",
-    ),
-    "rpm": (
-        429,
-        "rate_limit_exceeded",
-        "rate_limit_error",
-        "Rate limit reached for requests per minute (RPM). Please slow down.",
-    ),
-    "concurrency": (
-        429,
-        "concurrency_limit_exceeded",
-        "rate_limit_error",
-        "Too many concurrent requests for this model.",
-    ),
-    "overloaded": (503, "overloaded", "overloaded_error", "The server is overloaded."),
-    "queue_full": (
-        503,
-        "server_busy",
-        "server_error",
-        "server busy, please try again. maximum pending requests exceeded",
-    ),
-}
+KINDS: Final = ("burst", "rpm", "tpm", "itpm", "otpm", "concurrency", "overloaded", "queue_full")
 
 
 def sample(dist: Lognormal, rng: random.Random) -> float:
@@ -93,6 +80,14 @@ def sample(dist: Lognormal, rng: random.Random) -> float:
     else:
         value = dist.median_s * math.exp(dist.sigma * rng.gauss(0.0, 1.0))
     return min(max(value, dist.min_s), dist.max_s)
+
+
+def retry_after_seconds(seconds: float) -> int:
+    """The ``retry-after`` header's value: whole seconds, rounded up, at least 1.
+
+    Rounded after 6 decimals first so float noise (``2.0000000001``) does not add a second.
+    """
+    return max(1, math.ceil(round(seconds, 6)))
 
 
 class _Response:
@@ -105,38 +100,72 @@ class _Response:
         self.headers: dict[str, str] = headers
 
 
+class ProviderResponse:
+    """A successful answer, as a client sees it: ``send()`` returns it.
+
+    Attributes:
+        status_code: 200.
+        headers: the rate-limit headers (``provider.headers``), as of admission; empty
+            with ``headers: none``.
+        usage: ``{"prompt_tokens", "completion_tokens", "total_tokens"}`` (0s without
+            ``fleet.tokens``), as the response body's ``usage`` says.
+    """
+
+    __slots__ = ("headers", "status_code", "usage")
+
+    def __init__(self, headers: dict[str, str], prompt: int, completion: int) -> None:
+        self.status_code = 200
+        self.headers = headers
+        self.usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+
 class ProviderError(Exception):
-    """Raised by the simulated provider when it turns a request away (429 or 503).
+    """Raised by the simulated provider when it turns a request away (429, 503 or 529).
 
     Attributes:
         kind: one of :data:`KINDS`.
-        status_code: 429 or 503.
-        code: the provider's error code, such as ``limit_burst_rate``.
+        status_code: 429, 503 or 529 (Anthropic's overload).
+        code: the provider's error code, such as ``limit_burst_rate`` (``""`` for a plain
+            429).
         type: the provider's error type.
         message: the provider's message.
-        body: ``{"error": {"code", "type", "message"}}`` as the SDKs expose it.
-        response: has ``status_code`` and ``headers`` (with ``retry-after`` and
-            ``retry-after-ms`` when the provider sends Retry-After).
+        body: the error body as the SDKs expose it (``{"error": {...}}``).
+        response: has ``status_code`` and ``headers`` (with ``retry-after`` in whole
+            seconds, rounded up, and the precise ``retry-after-ms`` when the provider
+            sends Retry-After, and the rate-limit headers of ``provider.headers``).
         retry_after: the Retry-After seconds sent, or ``None``.
     """
 
-    def __init__(self, kind: str, retry_after: float | None = None) -> None:
-        status, code, type_, message = _ERRORS[kind]
-        super().__init__(f"Error code: {status} - {code}: {message}")
+    def __init__(
+        self,
+        kind: str,
+        retry_after: float | None = None,
+        *,
+        said: Answer | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if said is None:
+            said = answer(kind)
+        super().__init__(f"Error code: {said.status} - {said.code}: {said.message}")
         self.kind = kind
-        self.status_code = status
-        self.code = code
-        self.type = type_
-        self.message = message
-        self.body: dict[str, dict[str, str]] = {
-            "error": {"code": code, "type": type_, "message": message}
-        }
-        headers: dict[str, str] = {}
+        self.status_code = said.status
+        self.code = said.code
+        self.type = said.type
+        self.message = said.message
+        self.body = said.body
+        headers = dict(headers or {})
         if retry_after is not None:
             headers["retry-after-ms"] = str(round(retry_after * 1000))
-            headers["retry-after"] = f"{retry_after:.3f}"
+            # Integer seconds, rounded up, as OpenAI and Anthropic send them (the precise
+            # value rides in retry-after-ms). The "%.3f" form sent before is no real
+            # provider's, and LiteLLM's int() parse rejected it (issue 29).
+            headers["retry-after"] = str(retry_after_seconds(retry_after))
         self.headers = headers
-        self.response: _Response = _Response(status, headers)
+        self.response: _Response = _Response(said.status, headers)
         self.retry_after = retry_after
 
 
@@ -149,6 +178,7 @@ class Trace:
         counts: requests by outcome: ``ok`` plus every kind in :data:`KINDS`.
         max_in_service: the most requests served at once.
         admitted: requests that got a slot.
+        tokens: prompt plus completion tokens of every request served.
     """
 
     def __init__(self) -> None:
@@ -157,6 +187,7 @@ class Trace:
         self.counts: dict[str, int] = dict.fromkeys(("ok", *KINDS), 0)
         self.max_in_service = 0
         self.admitted = 0
+        self.tokens = 0
 
 
 class ProviderModel:
@@ -199,6 +230,7 @@ class ProviderModel:
         self._window = -1  # index of the burst window being counted
         self._window_count = 0
         self._previous_count = 0
+        self._buckets = None if spec.tokens is None else Buckets(spec.tokens)
         self.trace = Trace()
 
     @property
@@ -206,24 +238,59 @@ class ProviderModel:
         """Requests being served right now."""
         return self._in_service
 
-    async def serve(self, service_s: float) -> None:
+    async def serve(
+        self,
+        service_s: float,
+        prompt_tokens: int = 0,
+        max_tokens: int = 0,
+        completion_tokens: int = 0,
+    ) -> ProviderResponse:
         """Handle one request that needs ``service_s`` seconds of a slot.
+
+        With token buckets it costs ``prompt_tokens`` and ``max_tokens`` at admission and
+        its answer is ``completion_tokens`` long (the output bucket is settled to it).
 
         Raises:
             ProviderError: the request was turned away (after the reject latency).
         """
         now = anyio.current_time() - self._epoch
-        kind, retry_after = self._check_rules(now)
+        kind, until_free, used = self._check_rules(now, prompt_tokens, max_tokens)
+        headers = self._limit_headers(now)
         slot = kind if kind is not None else await self._take_slot()
         if isinstance(slot, str):
-            raise await self._rejection(now, slot, retry_after)
+            raise await self._rejection(now, slot, until_free, used, headers)
         with slot:
             self._enter()
             try:
                 await anyio.sleep(service_s)
             finally:
+                if self._buckets is not None:
+                    # Before _leave: the oracle re-checks the buckets when a request leaves.
+                    end = anyio.current_time() - self._epoch
+                    self._buckets.settle(max_tokens, completion_tokens, end)
                 self._leave()
-        self.trace.counts["ok"] += 1
+        trace = self.trace
+        trace.counts["ok"] += 1
+        trace.tokens += prompt_tokens + completion_tokens
+        return ProviderResponse(headers, prompt_tokens, completion_tokens)
+
+    def _limit_headers(self, now: float) -> dict[str, str]:
+        """The rate-limit headers of a response to a request that arrived at ``now``."""
+        style = self._spec.headers
+        if style == "none":
+            return {}
+        dims: list[Dimension] = []
+        buckets = self._buckets
+        rpm = self._spec.rpm
+        if rpm is not None and (buckets is None or "rpm" not in buckets.by_kind):
+            window = self._admissions
+            reset = window[-1] + 60.0 - now if window else 0.0
+            dims.append(Dimension("requests", rpm, rpm - len(window), max(reset, 0.0)))
+        if buckets is not None:
+            dims += [
+                Dimension(b.dimension, b.limit, b.level(now), b.reset_s(now)) for b in buckets.all
+            ]
+        return limit_headers(style, dims, now)
 
     async def _take_slot(self) -> Token | str:
         """Rule 4: a slot, or the kind of rejection when none can be had."""
@@ -268,36 +335,59 @@ class ProviderModel:
             window.popleft()
         return self._spec.rpm is not None and len(window) >= self._spec.rpm
 
-    def _check_rules(self, now: float) -> tuple[str | None, float | None]:
-        """Rules 1-3 of the module docstring; records the admission when all pass."""
+    def _check_rules(
+        self, now: float, prompt: int = 0, max_tokens: int = 0
+    ) -> tuple[str | None, float | None, Used | None]:
+        """Rules 1-3 of the module docstring; records the admission when all pass.
+
+        Returns the rejection kind (``None``: admitted so far), how long until the rule
+        that objected would admit (``None``: no such time) and, for a per-minute limit, the
+        numbers its 429 quotes.
+        """
         spec = self._spec
         for outage in spec.outages:
             if outage.start_s <= now < outage.end_s:
-                return "overloaded", None
+                return "overloaded", None, None
         pool = spec.shared_pool
         if pool is not None and self._pool_rng.random() < pool.probability:
             if spec.burst is not None and spec.burst.count_rejected:
                 self._roll(now)
                 self._window_count += 1
-            return _POOL, None
+            return _POOL, None, None
         burst = spec.burst
         allowed = self._roll(now) if burst is not None else 0
         counts_all = burst is not None and burst.count_rejected
         if spec.rpm is not None and self._rpm_full(now):
             if counts_all:
                 self._window_count += 1
-            return "rpm", self._retry_after(self._admissions[0] + 60.0 - now)
+            used = Used(spec.rpm, len(self._admissions), 1)
+            return "rpm", self._admissions[0] + 60.0 - now, used
+        buckets = self._buckets
+        if buckets is not None and (short := buckets.short(prompt, max_tokens, now)):
+            bucket, wait = short
+            if counts_all:
+                self._window_count += 1
+            requests = buckets.by_kind.get("rpm")
+            # OpenAI: "unsuccessful requests contribute to your per-minute limit".
+            charged = requests if buckets.limits.charge_rejected else None
+            if charged is not None and charged is not bucket and charged.wait(1.0, now) == 0.0:
+                charged.take(1.0, now)
+            cost = Buckets.cost(bucket, prompt, max_tokens)
+            used = Used(bucket.limit, round(bucket.capacity - bucket.level(now)), round(cost))
+            return bucket.kind, wait, used
         if burst is not None:
             if self._window_count >= allowed:
                 if counts_all:
                     self._window_count += 1
-                return "burst", self._retry_after((self._window + 1) * burst.window_s - now)
+                return "burst", (self._window + 1) * burst.window_s - now, None
             self._window_count += 1
         if spec.rpm is not None:
             self._admissions.append(now)
-        return None, None
+        if buckets is not None:
+            buckets.take(prompt, max_tokens, now)
+        return None, None, None
 
-    def admission_wait(self) -> float | None:
+    def admission_wait(self, prompt_tokens: int = 0, max_tokens: int = 0) -> float | None:
         """For the oracle only: how long until a request sent now would be admitted.
 
         ``0``: a request sent now passes every rule and gets a slot at once; a positive
@@ -317,15 +407,24 @@ class ProviderModel:
         if spec.rpm is not None and self._rpm_full(now):
             return max(self._admissions[0] + 60.0 - now, tiny)
         burst = spec.burst
-        if burst is not None and self._window_count >= self._roll(now):
-            return max((self._window + 1) * burst.window_s - now, tiny)
+        if burst is not None:
+            # Roll first: ``count >= self._roll(now)`` read the count of the last window
+            # with admissions before the roll reset it, so after a quiet window (an outage)
+            # the oracle idled a whole window the rules allowed (issue 29).
+            allowed = self._roll(now)
+            if self._window_count >= allowed:
+                return max((self._window + 1) * burst.window_s - now, tiny)
+        if self._buckets is not None:
+            short = self._buckets.short(prompt_tokens, max_tokens, now)
+            if short is not None:
+                return max(short[1], tiny)
         if self._slots.in_flight >= spec.slots:
             return None
         return 0.0
 
-    def _retry_after(self, until_free: float) -> float | None:
+    def _retry_after(self, until_free: float | None) -> float | None:
         setting = self._spec.retry_after
-        if setting is None:
+        if setting is None or until_free is None or not math.isfinite(until_free):
             return None
         if setting == "auto":
             return max(until_free, 0.001)
@@ -336,19 +435,29 @@ class ProviderModel:
         (which no client can avoid, so the oracle sends again at once)."""
         return exc in self._pool_errors
 
-    async def _rejection(self, now: float, kind: str, retry_after: float | None) -> ProviderError:
+    async def _rejection(
+        self,
+        now: float,
+        kind: str,
+        until_free: float | None,
+        used: Used | None,
+        headers: dict[str, str],
+    ) -> ProviderError:
         """Count a rejection, wait the reject latency, and return the error to raise."""
+        spec = self._spec
         if kind == _POOL:
-            pool = self._spec.shared_pool
+            pool = spec.shared_pool
             assert pool is not None
-            error = await self._rejection(now, pool.kind, None)
+            error = await self._rejection(now, pool.kind, None, None, headers)
             self._pool_errors.add(error)
             return error
         trace = self.trace
         trace.counts[kind] += 1
         trace.rejects.append((now, kind))
-        await anyio.sleep(sample(self._spec.reject_latency, self._rng))
-        return ProviderError(kind, retry_after)
+        await anyio.sleep(sample(spec.reject_latency, self._rng))
+        wait = until_free if until_free is not None and math.isfinite(until_free) else None
+        said = answer(kind, style=spec.headers, plain=spec.plain_429, used=used, wait_s=wait)
+        return ProviderError(kind, self._retry_after(until_free), said=said, headers=headers)
 
     def _enter(self) -> None:
         self._in_service += 1

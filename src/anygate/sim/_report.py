@@ -44,7 +44,16 @@ def _causes(s: StrategyResult) -> str:
 
 
 def _rejects(s: StrategyResult) -> str:
-    short = {"burst": "b", "rpm": "r", "concurrency": "c", "overloaded": "o", "queue_full": "q"}
+    short = {
+        "burst": "b",
+        "rpm": "r",
+        "tpm": "t",
+        "itpm": "i",
+        "otpm": "u",
+        "concurrency": "c",
+        "overloaded": "o",
+        "queue_full": "q",
+    }
     parts = [f"{short[k]}{s.responses[k]}" for k in KINDS if s.responses.get(k)]
     return " ".join(parts) or "0"
 
@@ -55,11 +64,16 @@ def _cuts(s: StrategyResult) -> str:
     return f"{s.limit_cuts} (to {s.lowest_limit:g})"
 
 
-def _columns() -> list[tuple[str, Callable[[StrategyResult], str]]]:
-    return [
+def _columns(*, tokens: bool = False) -> list[tuple[str, Callable[[StrategyResult], str]]]:
+    columns: list[tuple[str, Callable[[StrategyResult], str]]] = [
         ("lost", lambda s: _count(s.failed)),
         ("lost by cause", _causes),
         ("makespan", lambda s: _seconds(s.makespan_s)),
+    ]
+    if tokens:
+        columns.append(("tokens/s", lambda s: f"{s.tokens_per_s or 0:,.0f}"))
+    return [
+        *columns,
         ("÷ bound", lambda s: _ratio(s.ratio, 1.10, 1.5)),
         ("÷ oracle", lambda s: _ratio(s.oracle_ratio, 1.05, 1.3)),
         (
@@ -91,17 +105,19 @@ def print_report(
         parts.append(f"RPM {_seconds(bound.rpm_s)}")
     if bound.burst_s is not None:
         parts.append(f"burst slope {_seconds(bound.burst_s)}")
+    if bound.tokens_s is not None:
+        parts.append(f"token buckets {_seconds(bound.tokens_s)}")
     table = Table(
         title=f"anygate simulate: {result.scenario} (seed {result.seed}, {result.calls} calls)",
         caption=f"lower bound {_seconds(bound.seconds)}, set by {bound.binding} ("
         + ", ".join(parts)
         + "); makespan = until the last call ended, lost or not; — = calls were lost, "
-        "so no ratio; rejections: b burst rate, r RPM, c concurrency (429), "
-        "o overloaded, q queue full (503)",
+        "so no ratio; rejections: b burst rate, r RPM, t TPM, i input TPM, u output TPM, "
+        "c concurrency (429), o overloaded (503/529), q queue full (503)",
         title_style="bold",
     )
     table.add_column("strategy", style="bold", no_wrap=True)
-    columns = _columns()
+    columns = _columns(tokens=any(s.tokens_per_s for s in result.strategies))
     for label, _ in columns:
         table.add_column(label, justify="left" if label == "lost by cause" else "right")
     for strategy in result.strategies:

@@ -161,6 +161,8 @@ class StrategyResult:
             (``None`` when calls were lost, or when no oracle ran).
         bound_ratio: ``makespan_s`` / the lower bound even when calls were lost (for the
             record; reports show ``ratio``).
+        tokens_per_s: prompt plus completion tokens served / ``makespan_s`` (``None``
+            when the calls carry no tokens).
     """
 
     name: str
@@ -184,6 +186,7 @@ class StrategyResult:
     lowest_limit: float | None = None
     oracle_ratio: float | None = None
     bound_ratio: float = math.nan
+    tokens_per_s: float | None = None
 
     @property
     def failed(self) -> int:
@@ -198,11 +201,12 @@ class StrategyResult:
     @property
     def count_429(self) -> int:
         """429 responses, every kind."""
-        return sum(self.responses.get(kind, 0) for kind in ("burst", "rpm", "concurrency"))
+        kinds = ("burst", "rpm", "tpm", "itpm", "otpm", "concurrency")
+        return sum(self.responses.get(kind, 0) for kind in kinds)
 
     @property
     def count_503(self) -> int:
-        """503 responses (outage, full queue)."""
+        """503 responses (outage, full queue), and Anthropic's 529 overloads."""
         return sum(self.responses.get(kind, 0) for kind in ("overloaded", "queue_full"))
 
     def to_dict(self, *, horizon: float, buckets: int = 120) -> dict[str, Any]:
@@ -341,4 +345,5 @@ def summarize(
         limit_cuts=recorder.limit_cuts,
         lowest_limit=recorder.lowest_limit,
         bound_ratio=raw,
+        tokens_per_s=trace.tokens / makespan if trace.tokens and makespan > 0 else None,
     )

@@ -29,6 +29,8 @@ __all__ = [
     "Scenario",
     "SharedPool",
     "StrategySpec",
+    "TokenLimits",
+    "TokenSpec",
 ]
 
 #: Every built-in strategy, in display order (each selectable with ``--only``).
@@ -41,6 +43,7 @@ BUILTIN_STRATEGIES = (
     "stamina",
     "stamina+cap",
     "litellm",
+    "cookbook-parallel",
     "seed",
     "anygate",
     "oracle",
@@ -48,8 +51,11 @@ BUILTIN_STRATEGIES = (
 
 #: What a run compares unless told otherwise (``--only all`` for every built-in). The
 #: uncapped ``cookbook`` and ``stamina`` are left out only to keep the default run a few
-#: seconds: their retry storms cost the most CPU (they are in every benchmark run).
-DEFAULT_STRATEGIES = tuple(s for s in BUILTIN_STRATEGIES if s not in ("cookbook", "stamina"))
+#: seconds: their retry storms cost the most CPU (they are in every benchmark run), and
+#: ``cookbook-parallel`` (a batch script, issue 29's token peer) to keep it unchanged.
+DEFAULT_STRATEGIES = tuple(
+    s for s in BUILTIN_STRATEGIES if s not in ("cookbook", "stamina", "cookbook-parallel")
+)
 
 
 # ---------------------------------------------------------------------- value objects
@@ -128,6 +134,12 @@ class ProviderSpec:
         reject_latency: how long a 429/503 answer takes to arrive.
         outages: windows in which the provider answers 503.
         shared_pool: random throttles from other tenants (``None``: none).
+        tokens: request and token buckets with continuous refill (``None``: none).
+        headers: the rate-limit headers sent on every response: ``"openai"``
+            (``x-ratelimit-*``), ``"anthropic"`` (``anthropic-ratelimit-*``, and outages
+            answer 529 ``overloaded_error``) or ``"none"``.
+        plain_429: every 429 says only "Too Many Requests": no code or wording names the
+            limit that was hit.
     """
 
     slots: int = 32
@@ -142,6 +154,68 @@ class ProviderSpec:
     )
     outages: tuple[Outage, ...] = ()
     shared_pool: SharedPool | None = None
+    tokens: TokenLimits | None = None
+    headers: Literal["none", "openai", "anthropic"] = "none"
+    plain_429: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenLimits:
+    """Per-minute limits enforced as token buckets with continuous refill.
+
+    OpenAI and Anthropic both document their limits this way: a bucket of ``limit``
+    units refilled at ``limit / 60`` per second, so capacity comes back gradually rather
+    than at a minute boundary. A request is admitted only when every bucket holds what it
+    costs: 1 request; ``prompt + max_tokens`` tokens (``tpm``: OpenAI counts the
+    request's ``max_tokens`` at admission and, like Azure OpenAI, refunds nothing);
+    ``prompt`` input tokens (``itpm``); ``max_tokens`` output tokens (``otpm``, settled to
+    the real completion size when the answer ends, as Anthropic documents).
+
+    Attributes:
+        rpm: requests per minute (``None``: no request bucket).
+        tpm: total tokens per minute (OpenAI's TPM).
+        itpm: input tokens per minute (Anthropic's ITPM).
+        otpm: output tokens per minute (Anthropic's OTPM).
+        capacity_s: how many seconds of refill a bucket holds: 60 (a full minute's budget,
+            full at the start) or less for a provider that enforces a per-minute limit over
+            shorter intervals (OpenAI: "60,000 TPM may be enforced as 1,000 tokens per
+            second"; Azure OpenAI: 1 s or 10 s intervals).
+        charge_rejected: a request turned away by a bucket still takes one request from
+            the request bucket (OpenAI: "unsuccessful requests contribute to your
+            per-minute limit").
+        background: the share of every bucket's refill another service on the same API
+            key spends, steadily (``0 <= background < 1``); the client sees it only in
+            the headers' ``remaining`` and in its 429s.
+    """
+
+    rpm: int | None = None
+    tpm: int | None = None
+    itpm: int | None = None
+    otpm: int | None = None
+    capacity_s: float = 60.0
+    charge_rejected: bool = False
+    background: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenSpec:
+    """The size of each call in tokens, drawn once per seed like its service time.
+
+    Sizes are lognormal (the ``median_s`` / ``min_s`` / ``max_s`` fields of
+    :class:`Lognormal` hold token counts here) and rounded to whole tokens.
+
+    Attributes:
+        prompt: the prompt's size (a chain's first call; with ``grow`` every later call).
+        completion: the answer's size, at most ``max_tokens``.
+        max_tokens: the request's ``max_tokens`` (what a provider reserves at admission).
+        grow: each later call of a chain sends the whole conversation so far: the
+            previous prompt and completion plus a newly drawn prompt (an agent loop).
+    """
+
+    prompt: Lognormal
+    completion: Lognormal
+    max_tokens: int
+    grow: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,10 +247,16 @@ class Published:
         rpm: the published requests-per-minute limit (``None``: not published).
         concurrency: the published number of requests served at once (a local model
             server's slot count; hosted providers rarely publish one).
+        tpm: the published tokens-per-minute limit.
+        itpm: the published input-tokens-per-minute limit.
+        otpm: the published output-tokens-per-minute limit.
     """
 
     rpm: int | None = None
     concurrency: int | None = None
+    tpm: int | None = None
+    itpm: int | None = None
+    otpm: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +284,8 @@ class FleetSpec:
         call_deadline_s: passed to the strategy as each call's deadline (``None``: none).
         on_failure: ``"stop"``: a chain whose call failed for good makes no further calls
             (an agent turn ends on an error); ``"continue"``: it goes on to its next call.
+        tokens: each call's prompt, ``max_tokens`` and completion sizes (``None``: calls
+            carry no tokens, and token buckets are not allowed).
     """
 
     agents: int = 100
@@ -214,6 +296,7 @@ class FleetSpec:
     fanout: FanOut | None = None
     call_deadline_s: float | None = None
     on_failure: Literal["stop", "continue"] = "stop"
+    tokens: TokenSpec | None = None
 
     @property
     def total_calls(self) -> int:

@@ -135,6 +135,8 @@ class Cell:
     calls_with_429: int
     attempts: int
     oracle_ratio: float | None = None
+    tokens_per_s: float | None = None
+    tokens_ratio: float | None = None  # tokens_per_s / the oracle's, lost calls or not
 
     @property
     def ratio(self) -> float | None:
@@ -167,6 +169,19 @@ class SweepRow:
         return self._stat([c.oracle_ratio for c in self.cells])
 
     @property
+    def tokens_ratio(self) -> tuple[float, float] | None:
+        """(median, worst) tokens per second / the oracle's; ``None`` without tokens.
+
+        Throughput, so it is shown even when calls were lost (a run that lost calls served
+        fewer tokens over a shorter makespan; the lost column says so). Worst is lowest.
+        """
+        values = [c.tokens_ratio for c in self.cells]
+        if not values or any(v is None for v in values):
+            return None
+        known = [v for v in values if v is not None]
+        return statistics.median(known), min(known)
+
+    @property
     def rate_429(self) -> tuple[float, float]:
         """(median, worst) share of calls that got a 429."""
         rates = [c.rate_429 for c in self.cells]
@@ -191,6 +206,7 @@ class SweepRow:
             "ratio_worst": None if ratio is None else ratio[1],
             "oracle_ratio_median": None if oracle is None else oracle[0],
             "oracle_ratio_worst": None if oracle is None else oracle[1],
+            "tokens_ratio_median": None if self.tokens_ratio is None else self.tokens_ratio[0],
             "rate_429_median": rate[0],
             "rate_429_worst": rate[1],
             "lost": self.lost,
@@ -207,6 +223,7 @@ class SweepRow:
                     "rate_429": c.rate_429,
                     "calls_with_429": c.calls_with_429,
                     "attempts": c.attempts,
+                    "tokens_per_s": c.tokens_per_s,
                 }
                 for c in self.cells
             ],
@@ -271,6 +288,7 @@ def _run_task(task: _Task) -> Cell:
         rate_429=result.rate_429,
         calls_with_429=result.calls_with_429,
         attempts=result.attempts,
+        tokens_per_s=result.tokens_per_s,
     )
 
 
@@ -355,7 +373,10 @@ def run_sweep(
                 ratio = None
                 if not cell.failed and not ref.failed and ref.makespan_s > 0:
                     ratio = cell.makespan_s / ref.makespan_s
-                mine.append(_with(cell, ratio))
+                tokens = None
+                if cell.tokens_per_s and ref.tokens_per_s:
+                    tokens = cell.tokens_per_s / ref.tokens_per_s
+                mine.append(_with(cell, ratio, tokens))
             rows.append(SweepRow(variation=setting, strategy=strategy, cells=tuple(mine)))
     return SweepResult(
         scenario=name,
@@ -365,10 +386,10 @@ def run_sweep(
     )
 
 
-def _with(cell: Cell, oracle_ratio: float | None) -> Cell:
+def _with(cell: Cell, oracle_ratio: float | None, tokens_ratio: float | None) -> Cell:
     from dataclasses import replace
 
-    return replace(cell, oracle_ratio=oracle_ratio)
+    return replace(cell, oracle_ratio=oracle_ratio, tokens_ratio=tokens_ratio)
 
 
 def _pair(value: tuple[float, float] | None, lost: int, width: int = 13) -> str:
@@ -385,11 +406,14 @@ def format_sweep(result: SweepResult) -> str:
         if seeds == tuple(range(seeds[0], seeds[-1] + 1))
         else ",".join(map(str, seeds))
     )
+    tokens = any(row.tokens_ratio is not None for row in result.rows)
     lines = [
         f"sweep of {result.scenario!r}, seeds {span}: ratio = median/worst over seeds; "
-        "'—' = calls were lost in some seed (no ratio for less work)",
+        "'—' = calls were lost in some seed (no ratio for less work)"
+        + ("; tok/s = tokens per second / the oracle's (median/lowest)" if tokens else ""),
         f"{'variation':<28} {'strategy':<13} {'÷ lower bound':>13} {'÷ oracle':>13} "
-        f"{'429 % med/worst':>16}  lost calls by cause (all seeds)",
+        + (f"{'tok/s ÷ oracle':>14} " if tokens else "")
+        + f"{'429 % med/worst':>16}  lost calls by cause (all seeds)",
     ]
     last = None
     for row in result.rows:
@@ -400,8 +424,13 @@ def format_sweep(result: SweepResult) -> str:
         total = sum(lost.values())
         rate = row.rate_429
         causes = ", ".join(f"{k} {v}" for k, v in lost.items()) or "0"
+        throughput = ""
+        if tokens:
+            pair = row.tokens_ratio
+            throughput = f"{'-':>14} " if pair is None else f"{pair[0]:>6.3f}/{pair[1]:<6.3f}  "
         lines.append(
             f"{shown[:28]:<28} {row.strategy:<13} {_pair(row.bound_ratio, total)} "
-            f"{_pair(row.oracle_ratio, total)} {rate[0]:>7.2%}/{rate[1]:<7.2%}  {causes}"
+            f"{_pair(row.oracle_ratio, total)} {throughput}{rate[0]:>7.2%}/{rate[1]:<7.2%}  "
+            f"{causes}"
         )
     return "\n".join(lines)

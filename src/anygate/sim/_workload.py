@@ -24,11 +24,18 @@ __all__ = ["AgentPlan", "CallPlan", "FanOutPlan", "LowerBound", "Workload", "bui
 
 @dataclass(frozen=True, slots=True)
 class CallPlan:
-    """One logical call: ``think_s`` of tool time, then a call needing ``service_s``."""
+    """One logical call: ``think_s`` of tool time, then a call needing ``service_s``.
+
+    With ``fleet.tokens`` it also sends ``prompt_tokens`` with ``max_tokens`` and its
+    answer is ``completion_tokens`` long (all 0 without).
+    """
 
     index: int
     service_s: float
     think_s: float = 0.0
+    prompt_tokens: int = 0
+    max_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,11 @@ class LowerBound:
             outage, and only the calls admitted before it continue (at most the ``slots``
             longest calls of the workload, each for at most the outage's length), so the
             work left over waits for the outage's end.
+        tokens_s: with token buckets: a bucket full at the first start admits at most
+            ``capacity + rate * (t - first)`` by time ``t``, so the last admission comes no
+            earlier than ``first + (total cost - capacity) / rate`` (the output bucket
+            counts the real completions, which bound what it keeps after settling), plus
+            the shortest service time; the largest over the buckets.
     """
 
     seconds: float
@@ -82,6 +94,7 @@ class LowerBound:
     rpm_s: float | None
     burst_s: float | None
     outage_s: float = 0.0
+    tokens_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,21 @@ class Workload:
                 admitted += allowed
                 window += 1
             parts["burst"] = max(first, window * burst.window_s) + shortest
+        limits = provider.tokens
+        if limits is not None:
+            costs = (
+                (limits.rpm, float(total)),
+                (limits.tpm, math.fsum(c.prompt_tokens + c.max_tokens for c in self.calls)),
+                (limits.itpm, math.fsum(c.prompt_tokens for c in self.calls)),
+                (limits.otpm, math.fsum(c.completion_tokens for c in self.calls)),
+            )
+            waits = [
+                max(0.0, cost - limit * limits.capacity_s / 60.0)
+                / (limit * (1.0 - limits.background) / 60.0)
+                for limit, cost in costs
+                if limit is not None
+            ]
+            parts["tokens"] = first + max(waits) + shortest
         binding = max(parts, key=lambda name: parts[name])
         return LowerBound(
             seconds=parts[binding],
@@ -131,6 +159,7 @@ class Workload:
             rpm_s=parts.get("rpm"),
             burst_s=parts.get("burst"),
             outage_s=outage,
+            tokens_s=parts.get("tokens"),
         )
 
 
@@ -192,11 +221,32 @@ def build_workload(fleet: FleetSpec, provider: ProviderSpec, seed: int) -> Workl
     The same ``(fleet, provider.latency, seed)`` always gives the same workload.
     """
     rng = random.Random(f"anygate.sim:{seed}:workload")
+    # Token sizes from their own stream, so a workload with tokens has the very same
+    # starts, service and think times as the one without (and every existing scenario's
+    # results stay what they were).
+    token_rng = random.Random(f"anygate.sim:{seed}:tokens")
     calls: list[CallPlan] = []
+    sizes = fleet.tokens
 
-    def call(first: bool) -> CallPlan:
+    def call(first: bool, history: list[int]) -> CallPlan:
+        """``history[0]``: the conversation the chain's next call carries (with ``grow``)."""
         think = 0.0 if first or fleet.think is None else sample(fleet.think, rng)
-        plan = CallPlan(index=len(calls), service_s=sample(provider.latency, rng), think_s=think)
+        service = sample(provider.latency, rng)
+        if sizes is None:
+            plan = CallPlan(index=len(calls), service_s=service, think_s=think)
+        else:
+            prompt = round(sample(sizes.prompt, token_rng)) + history[0]
+            completion = min(round(sample(sizes.completion, token_rng)), sizes.max_tokens)
+            if sizes.grow:
+                history[0] = prompt + completion
+            plan = CallPlan(
+                index=len(calls),
+                service_s=service,
+                think_s=think,
+                prompt_tokens=prompt,
+                max_tokens=sizes.max_tokens,
+                completion_tokens=max(completion, 1),
+            )
         calls.append(plan)
         return plan
 
@@ -206,14 +256,43 @@ def build_workload(fleet: FleetSpec, provider: ProviderSpec, seed: int) -> Workl
         if fleet.start_jitter_s > 0:
             start += rng.uniform(0.0, fleet.start_jitter_s)
         steps: list[CallPlan | FanOutPlan] = []
+        lead = [0]
         for position in range(1, fleet.calls_per_agent + 1):
-            steps.append(call(first=position == 1))
+            steps.append(call(position == 1, lead))
             fan = fleet.fanout
             if fan is not None and position == fan.after_call:
-                chains = tuple(
-                    tuple(call(first=i == 0) for i in range(fan.calls))
-                    for _ in range(fan.subagents)
-                )
-                steps.append(FanOutPlan(chains=chains))
+                chains = []
+                for _ in range(fan.subagents):
+                    own = [0]  # a subagent starts its own conversation
+                    chains.append(tuple(call(i == 0, own) for i in range(fan.calls)))
+                steps.append(FanOutPlan(chains=tuple(chains)))
         agents.append(AgentPlan(start_s=start, steps=tuple(steps)))
-    return Workload(agents=tuple(agents), calls=tuple(calls))
+    workload = Workload(agents=tuple(agents), calls=tuple(calls))
+    _check_sizes(workload, provider)
+    return workload
+
+
+def _check_sizes(workload: Workload, provider: ProviderSpec) -> None:
+    """Refuse a call that no bucket could ever admit (it would be retried forever).
+
+    Real providers answer such a request with a non-retriable error ("Request too large");
+    the simulator has no such answer, so the scenario is refused instead.
+
+    Raises:
+        ConfigError: naming the bucket, its capacity and the largest call's cost.
+    """
+    if provider.tokens is None:
+        return
+    from .. import ConfigError
+    from ._buckets import Buckets
+
+    for bucket in Buckets(provider.tokens).all:
+        worst = max(Buckets.cost(bucket, c.prompt_tokens, c.max_tokens) for c in workload.calls)
+        if worst > bucket.capacity:
+            where = f"provider.tokens.{bucket.kind}"
+            msg = (
+                f"{where} holds at most {bucket.capacity:g} per {provider.tokens.capacity_s:g}"
+                f" s, less than the largest call's cost ({worst:g}); raise it or shrink"
+                " fleet.tokens"
+            )
+            raise ConfigError(msg, path=where, value=bucket.limit)
