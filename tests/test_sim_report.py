@@ -114,10 +114,10 @@ def test_print_report_shows_every_strategy_and_metric() -> None:
     pytest.importorskip("rich")
     from rich.console import Console
 
-    console = Console(record=True, width=140, color_system=None)
+    console = Console(record=True, width=80, color_system=None)
     from anygate.sim._report import print_report
 
-    print_report(_simulation(), console, description="a test scenario")
+    print_report(_simulation(), console, description="a test scenario", details=True)
     text = console.export_text()
     stormy_row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("stormy"))
     assert "—" in stormy_row

@@ -92,7 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write machine-readable results to FILE, or to stdout (then no table)",
     )
-    sim.add_argument("--no-chart", action="store_true", help="omit the terminal chart")
+    sim.add_argument(
+        "--details",
+        action="store_true",
+        help="also print why calls were lost, rejections, latency, settings and the chart",
+    )
+    sim.add_argument("--no-chart", action="store_true", help="omit the chart from --details")
     sim.add_argument("--list", action="store_true", help="list built-in scenarios and exit")
     sim.set_defaults(handler=_simulate)
 
@@ -238,7 +243,11 @@ def _simulate(args: argparse.Namespace) -> int:
 
         console = _console()
         print_report(
-            result, console, description=scenario.description, show_chart=not args.no_chart
+            result,
+            console,
+            description=scenario.description,
+            details=args.details,
+            show_chart=not args.no_chart,
         )
         console.print(f"[dim]simulated in {elapsed:.1f}s of wall time[/]")
     if args.plot:

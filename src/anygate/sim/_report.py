@@ -6,7 +6,7 @@ simulator itself needs none of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._chart import chart
 from ._provider import KINDS
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from rich.console import Console
+    from rich.table import Table
 
     from ._results import SimulationResult, StrategyResult
 
@@ -64,26 +65,49 @@ def _cuts(s: StrategyResult) -> str:
     return f"{s.limit_cuts} (to {s.lowest_limit:g})"
 
 
-def _columns(*, tokens: bool = False) -> list[tuple[str, Callable[[StrategyResult], str]]]:
+def _summary_columns(
+    *, tokens: bool = False
+) -> list[tuple[str, Callable[[StrategyResult], str]]]:
+    """The compact table's columns: what decides between strategies, in 80 columns."""
     columns: list[tuple[str, Callable[[StrategyResult], str]]] = [
         ("lost", lambda s: _count(s.failed)),
-        ("lost by cause", _causes),
         ("makespan", lambda s: _seconds(s.makespan_s)),
     ]
     if tokens:
         columns.append(("tokens/s", lambda s: f"{s.tokens_per_s or 0:,.0f}"))
+    else:
+        columns.append(("÷ bound", lambda s: _ratio(s.ratio, 1.10, 1.5)))
     return [
         *columns,
-        ("÷ bound", lambda s: _ratio(s.ratio, 1.10, 1.5)),
         ("÷ oracle", lambda s: _ratio(s.oracle_ratio, 1.05, 1.3)),
         (
             "got 429",
             lambda s: f"[{'green' if s.rate_429 < 0.01 else 'red'}]{s.rate_429:.1%}[/]",
         ),
-        ("rejections", _rejects),
         ("attempts", lambda s: str(s.attempts)),
+    ]
+
+
+def _detail_columns() -> list[tuple[str, Callable[[StrategyResult], str]]]:
+    """The details table's columns: why calls were lost, what was rejected, how long."""
+    return [
+        ("lost by cause", _causes),
+        ("rejections", _rejects),
         ("latency p50/95", lambda s: f"{s.latency.p50:.1f}/{s.latency.p95:.1f}"),
     ]
+
+
+def _table(title: str, rows: list[StrategyResult], columns: Any) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("strategy", style="bold", no_wrap=True)
+    for label, _ in columns:
+        table.add_column(label, justify="left" if label == "lost by cause" else "right")
+    for strategy in rows:
+        table.add_row(strategy.name, *(cell(strategy) for _, cell in columns))
+    return table
 
 
 def print_report(
@@ -91,10 +115,16 @@ def print_report(
     console: Console,
     *,
     description: str = "",
+    details: bool = False,
     show_chart: bool = True,
 ) -> None:
-    """Print the comparison table, then (optionally) the chart, to ``console``."""
-    from rich.table import Table
+    """Print the report to ``console``, readable in 80 columns.
+
+    First a compact table (lost calls, makespan, ratios, 429 share, attempts: what decides
+    between strategies) and the bound; with ``details``, also why calls were lost, the
+    rejections by kind, latency, one line per strategy saying what it does, and (unless
+    ``show_chart`` is false) the chart. ``--json`` has everything regardless.
+    """
     from rich.text import Text
 
     bound = result.bound
@@ -107,24 +137,39 @@ def print_report(
         parts.append(f"burst slope {_seconds(bound.burst_s)}")
     if bound.tokens_s is not None:
         parts.append(f"token buckets {_seconds(bound.tokens_s)}")
-    table = Table(
-        title=f"anygate simulate: {result.scenario} (seed {result.seed}, {result.calls} calls)",
-        caption=f"lower bound {_seconds(bound.seconds)}, set by {bound.binding} ("
-        + ", ".join(parts)
-        + "); makespan = until the last call ended, lost or not; — = calls were lost, "
-        "so no ratio; rejections: b burst rate, r RPM, t TPM, i input TPM, u output TPM, "
-        "c concurrency (429), o overloaded (503/529), q queue full (503)",
-        title_style="bold",
-    )
-    table.add_column("strategy", style="bold", no_wrap=True)
-    columns = _columns(tokens=any(s.tokens_per_s for s in result.strategies))
-    for label, _ in columns:
-        table.add_column(label, justify="left" if label == "lost by cause" else "right")
-    for strategy in result.strategies:
-        table.add_row(strategy.name, *(cell(strategy) for _, cell in columns))
     if description:
         console.print(Text(description, style="dim"))
-    console.print(table)
+    tokens = any(s.tokens_per_s for s in result.strategies)
+    title = f"{result.scenario} (seed {result.seed}, {result.calls} calls)"
+    console.print(_table(title, list(result.strategies), _summary_columns(tokens=tokens)))
+    console.print(
+        Text(
+            f"lower bound {_seconds(bound.seconds)}, set by {bound.binding} ("
+            + ", ".join(parts)
+            + "); makespan = until the last call ended, lost or not; — = calls were lost, "
+            "so no ratio.",
+            style="dim",
+        )
+    )
+    if not details:
+        console.print(
+            Text(
+                "--details: why calls were lost, rejections, latency, each strategy's "
+                "settings and the chart; --json: everything.",
+                style="dim",
+            )
+        )
+        return
+    console.print()
+    console.print(_table("details", list(result.strategies), _detail_columns()))
+    console.print(
+        Text(
+            "rejections: b burst rate, r RPM, t TPM, i input TPM, u output TPM, "
+            "c concurrency (429), o overloaded (503/529), q queue full (503)",
+            style="dim",
+        )
+    )
+    console.print()
     for strategy in result.strategies:
         line = strategy.summary
         if strategy.breaker_trips or strategy.limit_cuts:
