@@ -185,6 +185,17 @@ elseif op == 'sync' then
     redis.call('ZREM', q, pid)
     redis.call('ZREM', tix, pid)
   end
+else
+  -- 'cap' (and 'peek') change nothing the caller holds, but grant() below writes the
+  -- caller's count as h + n: starting from 0 would make Redis forget the leases it holds
+  -- (in use) and grant them again elsewhere (issue 27: 8 in use against 5). What may be
+  -- in use is re-asserted as a sync would, in case Redis lost it.
+  h = num(held, pid)
+  if h < keep then
+    h = keep
+    redis.call('HSET', held, pid, h)
+    redis.call('ZADD', exp, now + ttl, pid)
+  end
 end
 
 -- Fair shares: max-min water-filling of the capacity over reported demands.
