@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-_MS = {"lease_ms": 10_000, "ticket_ms": 2_000, "grace_ms": 1_000}
+# No grace by default: the session's server has just started, and a newcomer on a server
+# younger than the grace waits it out (see the restart test).
+_MS = {"lease_ms": 10_000, "ticket_ms": 2_000, "grace_ms": 0}
 
 
 def held_by(server: RedisProc, name: str) -> dict[str, int]:
@@ -53,3 +55,28 @@ async def test_raising_the_capacity_from_a_queued_holder_keeps_its_leases(
         other = await sync(session, "B", keep=0, want=4, cap=5)
         assert other.held == 0
         assert sum(held_by(redis_server, gate_name).values()) == 5
+
+
+async def test_a_newcomer_after_an_empty_restart_waits_for_the_survivors(
+    redis_factory: Any, gate_name: str
+) -> None:
+    """A holds 4 of 4; Redis restarts empty; B, a process that never saw Redis, syncs
+    first: it is granted nothing while the restart grace runs, and A re-asserts its 4
+    (before: B was granted 4, then A re-asserted 4: 8 recorded against 4)."""
+    server = redis_factory()
+    link = Link(server.url, gate_name, op_timeout=2.0)
+    async with link.session() as session:
+        a = await sync(session, "A", keep=0, want=4, cap=4, grace_ms=0)
+        assert a.held == 4
+    server.stop()
+    server.start()
+    async with link.session() as session:
+        b = await sync(session, "B", keep=0, want=4, cap=4, grace_ms=60_000)
+        assert b.held == 0
+        assert b.grace_left > 0
+        back = await sync(session, "A", keep=4, want=4, cap=4, epoch=a.epoch, grace_ms=60_000)
+        assert back.held == 4
+        again = await sync(session, "B", keep=0, want=4, cap=4, grace_ms=60_000)
+        assert again.held == 0
+        assert held_by(server, gate_name).get("B", 0) == 0
+        assert sum(held_by(server, gate_name).values()) == 4

@@ -99,6 +99,17 @@ if cap == nil then
   if known ~= '' or keep > 0 then
     grace_until = now + grace
     redis.call('HSET', meta, 'reset', '1')
+  else
+    -- A newcomer (a worker started during the outage) knows no epoch and holds nothing,
+    -- yet may arrive before the survivors of an empty restart re-assert: granting it the
+    -- capacity then double-admits (issue 27). A marker key of our own cannot tell a fresh
+    -- fleet from a restart (the restart loses it too); the server's uptime can: state is
+    -- absent and the server started less than a grace ago, so hold grants until a grace
+    -- after its start. A fresh fleet on a server up for longer pays nothing. 'reset' stays
+    -- unset, so the first survivor to arrive still starts a grace of its own.
+    local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
+    local started = now - (tonumber(up) or 0) * 1000  -- whole seconds: a later start, so longer
+    if started + grace > now then grace_until = started + grace end
   end
   redis.call('HSET', meta, 'cap', cap, 'epoch', epoch, 'grace', grace_until)
 elseif known ~= '' and known ~= epoch and m[5] ~= '1' then
