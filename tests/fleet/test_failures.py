@@ -7,13 +7,21 @@ race to win; the gate-level tests run whole fleet gates against a server they re
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
+import anygate
+from anygate.fleet import FleetGate, FleetUnavailable
 from anygate.fleet._redis import Link
 
+from .redis_proc import free_port
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .redis_proc import RedisProc
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +35,13 @@ def held_by(server: RedisProc, name: str) -> dict[str, int]:
     raw = server.command("HGETALL", f"anygate:{{{name}}}:held").split(b"\r\n")
     values = [x.decode() for x in raw if x and not x.startswith((b"*", b"$"))]
     return {values[i]: int(values[i + 1]) for i in range(0, len(values), 2)}
+
+
+async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
+    """A bounded poll: the state lives in the agent thread and in Redis."""
+    with anyio.fail_after(within):
+        while not check():
+            await anyio.sleep(0.01)
 
 
 async def sync(session: Any, pid: str, *, keep: int, want: int, cap: int, **kw: Any) -> Any:
@@ -80,3 +95,110 @@ async def test_a_newcomer_after_an_empty_restart_waits_for_the_survivors(
         assert again.held == 0
         assert held_by(server, gate_name).get("B", 0) == 0
         assert sum(held_by(server, gate_name).values()) == 4
+
+
+def test_an_unreachable_redis_is_named_in_one_line(
+    gate_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused connection reaches the caller as FleetUnavailable naming the server and
+    the cause, and the log gets one WARNING line without a traceback (before: the cause
+    was "ExceptionGroup: unhandled errors in a TaskGroup" and every process logged a
+    ~60-line ERROR traceback)."""
+    port = free_port()  # nothing listens there
+    caplog.set_level(logging.DEBUG, logger="anygate.fleet")
+    fleet = FleetGate(gate_name, capacity=2, url=f"redis://127.0.0.1:{port}/0", op_timeout=2.0)
+    try:
+        with pytest.raises(FleetUnavailable) as caught:
+            fleet.acquire_sync(timeout=10)
+    finally:
+        fleet.close()
+    assert caught.value.cause == f"cannot reach Redis at 127.0.0.1:{port}: connection refused"
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in loud] == [
+        f"fleet gate {gate_name!r}: cannot reach Redis at 127.0.0.1:{port}: "
+        "connection refused; failing closed"
+    ]
+    assert loud[0].exc_info is None
+
+
+async def test_a_server_that_dies_mid_run_is_reported_without_exception_groups(
+    redis_factory: Any, gate_name: str, caplog: pytest.LogCaptureFixture, anyio_backend: Any
+) -> None:
+    """Redis dies under a holder: the outage's cause is one line about the connection, no
+    ERROR is logged, and the recovery is logged once when the server is back."""
+    caplog.set_level(logging.DEBUG, logger="anygate.fleet")
+    server = redis_factory()
+    backend = "trio" if "trio" in str(anyio_backend) else "asyncio"
+    fleet = FleetGate(
+        gate_name, capacity=1, url=server.url, lease_ttl=2.0, ticket_ttl=0.5,
+        op_timeout=1.0, restart_grace=0.0, linger=0.0, backend=backend,
+    )  # fmt: skip
+    try:
+        token = await fleet.acquire(timeout=20)
+        server.stop()
+        await eventually(lambda: fleet.statistics().unavailable is not None)
+        cause = fleet.statistics().unavailable
+        assert cause is not None
+        assert "Group" not in cause
+        assert "\n" not in cause
+        token.release()
+        server.start()
+        again = await fleet.acquire(timeout=20)
+        again.release()
+    finally:
+        fleet.close()
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert all(level < logging.ERROR for level, _ in messages)
+    assert [m for level, m in messages if level == logging.WARNING] == [
+        f"fleet gate {gate_name!r}: cannot reach Redis at 127.0.0.1:{server.port}: "
+        f"{cause}; failing closed"
+    ]
+    assert sum("answers again" in m for _, m in messages) == 1
+
+
+def connected_clients(server: RedisProc) -> int:
+    info = server.command("INFO", "clients").decode()
+    return int(info.split("connected_clients:", 1)[1].split("\r\n", 1)[0])
+
+
+async def test_a_killed_connection_is_reopened_before_queued_callers_fail(
+    redis_server: RedisProc, gate_name: str, anyio_backend: Any
+) -> None:
+    """CLIENT KILL drops every fleet connection while a caller waits: the agents reconnect
+    at once and the caller is granted when the holder releases (before: every queued
+    caller got FleetUnavailable although reconnecting takes milliseconds)."""
+    backend = "trio" if "trio" in str(anyio_backend) else "asyncio"
+    settings: dict[str, Any] = {
+        "capacity": 1, "lease_ttl": 5.0, "ticket_ttl": 1.0, "op_timeout": 1.0,
+        "restart_grace": 0.0, "linger": 0.0, "backend": backend,
+    }  # fmt: skip
+    holder = FleetGate(gate_name, url=redis_server.url, **settings)
+    waiter = FleetGate(gate_name, url=redis_server.url, **settings)
+    outcome: list[object] = []
+    try:
+        token = await holder.acquire(timeout=20)
+
+        async def wait() -> None:
+            try:
+                got = await waiter.acquire(timeout=20)
+            except anygate.Busy as exc:  # FleetUnavailable, or a Busy the outage left
+                outcome.append(exc)
+            else:
+                outcome.append(got)
+                got.release()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            queue = f"anygate:{{{gate_name}}}:q"
+            await eventually(lambda: redis_server.command("ZCARD", queue) == b":1\r\n")
+            before = connected_clients(redis_server)
+            assert redis_server.command("CLIENT", "KILL", "TYPE", "normal").startswith(b":")
+            # The caller failed, or both agents' connections are open again (so whatever
+            # either agent did about the kill is done).
+            await eventually(lambda: bool(outcome) or connected_clients(redis_server) >= before)
+            token.release()
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], anygate.Token)
+    finally:
+        holder.close()
+        waiter.close()

@@ -124,6 +124,8 @@ class Agent:
         self._kicked = False
         self._closing = False
         self._started = threading.Event()
+        self._retried = False  # the one reconnect after a drop was spent (reset by a reply)
+        self._down_at = 0.0
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ other threads
@@ -209,6 +211,15 @@ class Agent:
                     await self._serve(session)
                 return  # closing
             except LinkDown as exc:
+                if self.down is None and not exc.deadline and not self._retried:
+                    # A dropped connection (CLIENT KILL, a proxy or failover) usually takes
+                    # milliseconds to re-open: one reconnect at once, under the call's own
+                    # deadline, before queued callers are failed (issue 27: one CLIENT KILL
+                    # failed ~280 of them). A deadline already cost op_timeout: no retry.
+                    self._retried = True
+                    self._synced = False
+                    logger.debug("fleet %r %s: reconnecting: %s", self.s.name, self.pid, exc.cause)
+                    continue
                 self._went_down(exc.cause)
             except Exception as exc:  # never let the agent die: that would freeze the gate
                 logger.exception("fleet gate %r: agent error", self.s.name)
@@ -283,7 +294,8 @@ class Agent:
                 reply = await self._call(session, op="cap", cap=capacity)
             except LinkDown as exc:
                 if not future.done():
-                    future.set_exception(ConnectionError(exc.cause))
+                    cause = f"cannot reach Redis at {self.link.where()}: {exc.cause}"
+                    future.set_exception(ConnectionError(cause))
                 self._cap_requests.pop(0)
                 raise
             self._cap_requests.pop(0)
@@ -405,8 +417,15 @@ class Agent:
         self._heartbeat_at = started + self.s.lease_ttl / 3
         self._renew_at = started + self.s.ticket_ttl / 3
         self._backoff = 0.05
+        self._retried = False
         if was_down is not None:
             self._hinted = True  # look again at once: local state moved during the outage
+            logger.info(
+                "fleet gate %r: Redis at %s answers again after %.1fs",
+                self.s.name,
+                self.link.where(),
+                time.monotonic() - self._down_at,
+            )
         budgets = self.budgets
         if budgets is not None:
             wait = reply.permit_wait
@@ -455,10 +474,21 @@ class Agent:
                 await self._call(session, keep=in_use, demand=in_use, wantmax=in_use, op=op)
 
     def _went_down(self, cause: str) -> None:
-        logger.debug("fleet %r %s: down: %s", self.s.name, self.pid, cause)
         with self._lock:
             first = self.down is None
             self.down = cause
+        # One line per state change, not per retry (each backoff step would repeat it).
+        if first:
+            self._down_at = time.monotonic()
+            logger.warning(
+                "fleet gate %r: cannot reach Redis at %s: %s; failing %s",
+                self.s.name,
+                self.link.where(),
+                cause,
+                self.s.on_unavailable,
+            )
+        else:
+            logger.debug("fleet %r %s: still down: %s", self.s.name, self.pid, cause)
         self._synced = False
         self._apply_outage_mode()
         if first and self._on_outage is not None and self.s.on_unavailable == "closed":

@@ -376,7 +376,7 @@ class FleetGate:
         where = "Redis" if agent is None else f"Redis at {agent.link.where()}"
         return FleetUnavailable(
             fleet=self.name,
-            cause=f"{where}: {cause}",
+            cause=f"cannot reach {where}: {cause}",
             capacity=self.capacity,
             in_flight=self._gate.in_flight,
             waited=waited,
