@@ -202,3 +202,26 @@ async def test_a_killed_connection_is_reopened_before_queued_callers_fail(
     finally:
         holder.close()
         waiter.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "complaint"),
+    [
+        (
+            {"lease_ttl": 0.0009, "ticket_ttl": 0.0004},
+            r"lease_ttl must be .* >= 0\.1 \(got 0\.0009\)",
+        ),
+        ({"lease_ttl": 0.09}, r"lease_ttl must be .* >= 0\.1 \(got 0\.09\)"),
+        ({"ticket_ttl": 0.0004}, r"ticket_ttl must be .* >= 0\.01 \(got 0\.0004\)"),
+        ({"op_timeout": 1e-300}, r"op_timeout must be .* >= 0\.001 \(got 1e-300\)"),
+        ({"op_timeout": 0}, r"op_timeout must be .* >= 0\.001 \(got 0\)"),
+    ],
+)
+def test_durations_too_short_to_mean_anything_are_refused(
+    kwargs: dict[str, Any], complaint: str
+) -> None:
+    """A lease or ticket TTL below what the millisecond script and the heartbeat can keep,
+    and an op_timeout no call can meet, are refused naming the parameter, the least value
+    and the value given (before: 0.0009 s became a 0 ms lease, 8 in use against 4)."""
+    with pytest.raises(ValueError, match=complaint):
+        FleetGate("x", capacity=4, **kwargs)
