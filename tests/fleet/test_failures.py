@@ -8,6 +8,8 @@ race to win; the gate-level tests run whole fleet gates against a server they re
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -225,3 +227,52 @@ def test_durations_too_short_to_mean_anything_are_refused(
     and the value given (before: 0.0009 s became a 0 ms lease, 8 in use against 4)."""
     with pytest.raises(ValueError, match=complaint):
         FleetGate("x", capacity=4, **kwargs)
+
+
+async def test_a_stalled_process_admits_nobody_on_lapsed_leases(
+    redis_server: RedisProc, gate_name: str, anyio_backend: Any
+) -> None:
+    """The agent thread stalls past lease_ttl (as a whole process does under SIGSTOP):
+    callers resuming first are not admitted on the lapsed lease, not even by a hand-off,
+    and are served once the agent resyncs (before: acquire_nowait took the idle lease)."""
+    backend = "trio" if "trio" in str(anyio_backend) else "asyncio"
+    fleet = FleetGate(
+        gate_name, url=redis_server.url, capacity=2, lease_ttl=0.3, ticket_ttl=0.1,
+        op_timeout=1.0, restart_grace=0.0, linger=30.0, backend=backend,
+    )  # fmt: skip
+    stalled, resume = threading.Event(), threading.Event()
+    try:
+        held = await fleet.acquire(timeout=20)
+        idle = await fleet.acquire(timeout=20)
+        idle.release()  # an idle lease stays here (linger)
+        agent = fleet._agent
+        assert agent is not None
+        assert agent._call_soon is not None
+
+        def stall() -> None:
+            stalled.set()
+            resume.wait(20)
+
+        agent._call_soon(stall)
+        await anyio.to_thread.run_sync(stalled.wait, 20)
+        # The lease's end as the agent knows it; a clock poll, bounded by lease_ttl.
+        await eventually(lambda: time.monotonic() >= agent._valid_until)
+        with pytest.raises(anygate.Busy):
+            fleet.acquire_nowait()
+        got: list[anygate.Token] = []
+
+        async def wait() -> None:
+            got.append(await fleet.acquire(timeout=20))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await eventually(lambda: fleet.gate.waiting == 1)
+            held.release()  # a hand-off would admit it on the lapsed lease
+            assert not got
+            assert fleet.gate.in_flight == 0
+            resume.set()
+        assert len(got) == 1
+        got[0].release()
+    finally:
+        resume.set()
+        fleet.close()

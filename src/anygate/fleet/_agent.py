@@ -125,6 +125,7 @@ class Agent:
         self._closing = False
         self._started = threading.Event()
         self._retried = False  # the one reconnect after a drop was spent (reset by a reply)
+        self._relimit = False  # the local limit must be set again, changed or not
         self._down_at = 0.0
         self._thread: threading.Thread | None = None
 
@@ -313,7 +314,10 @@ class Agent:
         return held if limit is None else min(held, limit)
 
     def _set_local(self, capacity: int) -> None:
-        if self.gate.capacity != capacity:
+        # After a lapse (A2) the capacity may be unchanged yet callers wait: set it anyway,
+        # which admits from the head of the queue.
+        if self.gate.capacity != capacity or self._relimit:
+            self._relimit = False
             self.gate.capacity = capacity
 
     def _plan(self, now: float) -> tuple[int, int, int, int] | None:
@@ -414,6 +418,10 @@ class Agent:
         self._ticket = want > reply.held
         self._posted = demand > reply.held
         self._valid_until = started + self.s.lease_ttl
+        gate = self.gate
+        if time.monotonic() >= gate._lease_until:
+            self._relimit = True  # the limit read 0 (A2): admit from the head again
+        gate._lease_until = self._valid_until
         self._heartbeat_at = started + self.s.lease_ttl / 3
         self._renew_at = started + self.s.ticket_ttl / 3
         self._backoff = 0.05
@@ -506,6 +514,10 @@ class Agent:
                     # Open: pace to this process's share of the fleet rate, locally.
                     budgets.fallback = Budgets(self._rate_share(rate), self.gate._clock())
         if self.s.on_unavailable == "open":
+            if self.gate._lease_until != math.inf:
+                # Failing open admits without leases: their lapse no longer gates (A2).
+                self.gate._lease_until = math.inf
+                self._relimit = True
             self._set_local(self.fallback())
         elif time.monotonic() >= self._valid_until:
             # Closed: our leases may have lapsed on Redis and been granted elsewhere.

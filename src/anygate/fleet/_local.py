@@ -7,7 +7,8 @@ like the fleet itself even when used bare (without :meth:`FleetGate.acquire`):
 * in ``closed`` mode while Redis is unreachable, a caller that would wait gets
   :class:`FleetUnavailable` at once, and callers already queued are woken and get it too
   (a ``timeout=None`` caller would otherwise wait for Redis for ever),
-* its refusals are :class:`FleetUnavailable` while the fleet is down, naming the cause.
+* its refusals are :class:`FleetUnavailable` while the fleet is down, naming the cause,
+* and it admits nobody on a lease that may have lapsed on Redis (A2 below).
 
 It subclasses the ``@final`` :class:`anygate.Gate` on purpose, privately: every guarantee
 of the gate (FIFO, cancellation, tokens) is inherited unchanged, and the three overrides
@@ -18,9 +19,12 @@ uncontended fast path). Its rate budget, when the fleet has a rate, is the permi
 
 from __future__ import annotations
 
+import math
+from time import monotonic
 from typing import TYPE_CHECKING, Protocol
 
 from .._gate.gate import Gate
+from .._gate.ledger import Ledger
 from .._gate.waiters import GONE, WAITING
 
 if TYPE_CHECKING:
@@ -30,6 +34,9 @@ if TYPE_CHECKING:
     from ._permits import FleetBudgets
 
 __all__ = ["FleetLocalGate", "Owner"]
+
+# The ledger's own storage of the int limit (a slot), which the property below wraps.
+_LIMIT = Ledger.__dict__["_limit"]
 
 
 class Owner(Protocol):
@@ -45,11 +52,35 @@ class Owner(Protocol):
 class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module docstring
     """``fleet.gate``: a Gate whose capacity (and rate budget) the fleet's agent owns."""
 
-    __slots__ = ("_owner",)
+    __slots__ = ("_lease_until", "_owner")
 
     def __init__(self, name: str, owner: Owner) -> None:
+        # Monotonic time until which the leases behind the capacity surely live on Redis
+        # (the agent's last reply plus lease_ttl; inf while failing open): see _limit.
+        self._lease_until = -math.inf
         super().__init__(0, name=name)
         self._owner = owner
+
+    # Invariant (A2): nobody is admitted here, nor handed a released slot, once the
+    # leases may have lapsed on Redis, though the agent could not yet lower the capacity.
+    # A process resumed after SIGSTOP (or a long stall) longer than lease_ttl runs its
+    # callers' threads before its agent's resync, and Redis may have granted the lapsed
+    # leases elsewhere (issue 27). Every admission decision of the ledger (its fast path,
+    # the inlined one in Token, a release's hand-off, a raise's admissions) compares with
+    # _limit, so the limit reads 0 from the lease's end until the agent's next reply.
+    # Rejected: a check in _admit only (the async fast path inlines it; hand-offs skip it),
+    # and lowering the capacity from a timer (the timer's thread stops with the process).
+
+    @property  # the slot's value, gated by the lease's end
+    def _limit(self) -> int:
+        if monotonic() < self._lease_until:
+            value: int = _LIMIT.__get__(self, Ledger)
+            return value
+        return 0
+
+    @_limit.setter
+    def _limit(self, value: int) -> None:
+        _LIMIT.__set__(self, value)
 
     def _enqueue(self, waiter: Waiter, limit_s: float | None = None) -> bool:
         owner = self._owner
