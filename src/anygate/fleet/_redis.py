@@ -19,6 +19,7 @@ This module is the only one that imports coredis.
 from __future__ import annotations
 
 import contextlib
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -109,6 +110,21 @@ def _describe(exc: BaseException, op_timeout: float | None = None) -> str:
     if type(exc).__module__.startswith("coredis"):  # its messages say what happened
         return text[:1].lower() + text[1:]
     return f"{type(exc).__name__}: {text}"
+
+
+def _late(
+    exc: TimeoutError, op_timeout: float, elapsed: float, limit: float | None = None
+) -> LinkDown:
+    """A deadline passed: Redis did not answer, unless this process itself did not run.
+
+    A process resumed after SIGSTOP (or a VM pause) finds every deadline long past at
+    once; Redis is not at fault, and failing the callers for it is wrong (issue 27's fault
+    test: 60 refusals after one SIGCONT). A deadline that fired far later than it was due
+    says so: it is reported as a drop, which the agent retries once at once.
+    """
+    due = op_timeout if limit is None else limit
+    stalled = elapsed > 2 * due + 0.5  # far beyond any timer's lateness on a loaded host
+    return LinkDown(_describe(exc, op_timeout), deadline=not stalled)
 
 
 def _link_down(exc: BaseException) -> LinkDown | None:
@@ -267,6 +283,7 @@ class Session:
         args += rate
         keys = self._link.keys
         client = self._client
+        started = monotonic()
         try:
             with anyio.fail_after(self._link.op_timeout):
                 if self._loaded:
@@ -278,7 +295,7 @@ class Session:
                     raw = await client.eval(SYNC, keys=keys, args=args)
                     self._loaded = True
         except TimeoutError as exc:
-            raise LinkDown(_describe(exc, self._link.op_timeout), deadline=True) from exc
+            raise _late(exc, self._link.op_timeout, monotonic() - started) from exc
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return SyncReply(raw)
@@ -290,11 +307,13 @@ class Session:
         the server or the network is gone (coredis would otherwise wait forever).
         """
         key = self._link.prefix + "w:" + pid
+        started = monotonic()
         try:
             with anyio.fail_after(seconds + self._link.op_timeout):
                 reply = await self._client.blpop([key], timeout=seconds)
         except TimeoutError as exc:
-            raise LinkDown(_describe(exc, self._link.op_timeout), deadline=True) from exc
+            limit = seconds + self._link.op_timeout
+            raise _late(exc, self._link.op_timeout, monotonic() - started, limit) from exc
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return reply is not None
