@@ -276,3 +276,18 @@ async def test_a_stalled_process_admits_nobody_on_lapsed_leases(
     finally:
         resume.set()
         fleet.close()
+
+
+async def test_a_fresh_fleet_on_a_fresh_server_waits_only_for_a_survivors_return(
+    redis_factory: Any, gate_name: str
+) -> None:
+    """A newcomer on a server that has just started cannot prove nobody held leases, but
+    it waits only the newcomer window (a survivor's reconnect time), not the whole grace:
+    the first survivor back starts the grace for the others."""
+    server = redis_factory()
+    link = Link(server.url, gate_name, op_timeout=2.0)
+    async with link.session() as session:
+        first = await sync(session, "N", keep=0, want=1, cap=1, grace_ms=60_000, newcomer_ms=2_000)
+    assert first.held == 0
+    # Uptime counts whole seconds, so the server's start is known to a second.
+    assert 0 < first.grace_left <= 2.0 + 1.0

@@ -52,6 +52,10 @@ __all__ = ["Agent", "Settings"]
 
 logger = logging.getLogger("anygate.fleet")
 
+#: Seconds between reconnect attempts at most (doubling from 0.05). A survivor of an empty
+#: restart returns within this plus a probe and a call: a newcomer's wait (``_scripts``).
+MAX_BACKOFF = 1.0
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -228,7 +232,7 @@ class Agent:
             if self._closing:
                 return
             await self._pause(self._backoff)
-            self._backoff = min(self._backoff * 2, 1.0)
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds`` (a kick or close ends it early), applying the outage mode."""
@@ -394,6 +398,7 @@ class Agent:
             lease_ms=int(self.s.lease_ttl * 1000),
             ticket_ms=int(self.s.ticket_ttl * 1000),
             grace_ms=int(self.s.restart_grace * 1000),
+            newcomer_ms=int((MAX_BACKOFF + 2 * self.s.op_timeout) * 1000),
             epoch=self.epoch,
             op=op,
             rate=rate,

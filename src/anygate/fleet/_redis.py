@@ -276,11 +276,17 @@ class Session:
         hint: bool = True,
         op: str = "sync",
         rate: Sequence[object] = RATELESS,
+        newcomer_ms: int | None = None,
     ) -> SyncReply:
-        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24."""
+        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24.
+
+        ``newcomer_ms``: how long after a server start a process that knows no earlier
+        state waits for the first survivor (default ``grace_ms``).
+        """
         args: list[object] = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms]
         args += [self._link.prefix, "1" if hint else "0", op, wantmax, epoch or "", want]
         args += rate
+        args.append(grace_ms if newcomer_ms is None else newcomer_ms)
         keys = self._link.keys
         client = self._client
         started = monotonic()

@@ -60,7 +60,8 @@ def keys_for(name: str) -> list[str]:
 # 11 the most leases the caller wants to keep holding (its share caps it while others are
 # short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
 # ticket: grants never exceed it).
-# 14-24: the fleet rate (see ``_ratescript``).
+# 14-24: the fleet rate (see ``_ratescript``). 25: the newcomer's window after a server
+# start, ms (see the restart detection).
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued,
 # permits granted, their tokens, ms until the next permit conforms (-1: none waits on it)}.
 _LEASES = r"""
@@ -107,9 +108,13 @@ if cap == nil then
     -- absent and the server started less than a grace ago, so hold grants until a grace
     -- after its start. A fresh fleet on a server up for longer pays nothing. 'reset' stays
     -- unset, so the first survivor to arrive still starts a grace of its own.
+    -- The window only has to cover the first survivor's return (ARGV 25: the agents'
+    -- longest reconnect pause plus two calls' deadlines), not the whole grace: that
+    -- survivor, knowing the old epoch, starts the full grace for the others below.
+    local window = math.min(grace, tonumber(ARGV[25]) or grace)
     local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
     local started = now - (tonumber(up) or 0) * 1000  -- whole seconds: a later start, so longer
-    if started + grace > now then grace_until = started + grace end
+    if started + window > now then grace_until = started + window end
   end
   redis.call('HSET', meta, 'cap', cap, 'epoch', epoch, 'grace', grace_until)
 elseif known ~= '' and known ~= epoch and m[5] ~= '1' then
