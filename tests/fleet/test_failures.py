@@ -291,3 +291,41 @@ async def test_a_fresh_fleet_on_a_fresh_server_waits_only_for_a_survivors_return
     assert first.held == 0
     # Uptime counts whole seconds, so the server's start is known to a second.
     assert 0 < first.grace_left <= 2.0 + 1.0
+
+
+async def test_a_caller_failed_by_an_outage_learns_why_even_if_redis_is_back(
+    redis_server: RedisProc, gate_name: str, anyio_backend: Any
+) -> None:
+    """The agent fails the queued callers for an outage and Redis answers again before a
+    caller wakes: it still gets FleetUnavailable naming the cause (before: a plain Busy
+    saying "its rate budget admits this call in infs")."""
+    backend = "trio" if "trio" in str(anyio_backend) else "asyncio"
+    settings: dict[str, Any] = {
+        "capacity": 1, "lease_ttl": 5.0, "ticket_ttl": 1.0, "op_timeout": 1.0,
+        "restart_grace": 0.0, "linger": 0.0, "backend": backend,
+    }  # fmt: skip
+    holder = FleetGate(gate_name, url=redis_server.url, **settings)
+    waiter = FleetGate(gate_name, url=redis_server.url, **settings)
+    outcome: list[BaseException] = []
+    try:
+        token = await holder.acquire(timeout=20)
+
+        async def wait() -> None:
+            try:
+                (await waiter.acquire(timeout=20)).release()
+            except anygate.Busy as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await eventually(lambda: waiter.gate.waiting == 1)
+            # What the agent does on an outage it has already recovered from (its `down`
+            # is clear again): the race in which the caller wakes after the recovery.
+            waiter._on_outage("connection reset")
+        token.release()
+    finally:
+        holder.close()
+        waiter.close()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], FleetUnavailable), outcome
+    assert outcome[0].cause.endswith(": connection reset")

@@ -402,7 +402,7 @@ class FleetGate:
 
     def _on_outage(self, cause: str) -> None:
         """Agent thread: Redis went away in closed mode; fail the queued callers at once."""
-        self._gate._fail_waiters()
+        self._gate._fail_waiters(cause)
 
     def _released(self) -> None:
         agent = self._agent

@@ -52,12 +52,13 @@ class Owner(Protocol):
 class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module docstring
     """``fleet.gate``: a Gate whose capacity (and rate budget) the fleet's agent owns."""
 
-    __slots__ = ("_lease_until", "_owner")
+    __slots__ = ("_failed_by", "_lease_until", "_owner")
 
     def __init__(self, name: str, owner: Owner) -> None:
         # Monotonic time until which the leases behind the capacity surely live on Redis
         # (the agent's last reply plus lease_ttl; inf while failing open): see _limit.
         self._lease_until = -math.inf
+        self._failed_by: str | None = None  # the cause of the last outage that failed waiters
         super().__init__(0, name=name)
         self._owner = owner
 
@@ -109,6 +110,11 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
         due: float | None = None,
     ) -> Busy:
         cause = self._owner._outage()
+        if cause is None and due == math.inf and timed_out:
+            # A waiter withdrawn by _fail_waiters wakes with no deadline of its own (due
+            # inf); if Redis answered again before it woke, it must still learn why it was
+            # turned away, not "its rate budget admits this call in inf s".
+            cause = self._failed_by
         if cause is None:
             return super()._busy(waited, rejected=rejected, timed_out=timed_out, due=due)
         self._count_refusal(rejected=rejected, timed_out=timed_out)
@@ -121,12 +127,14 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
         )
         raise AttributeError(msg)
 
-    def _fail_waiters(self) -> None:
+    def _fail_waiters(self, cause: str) -> None:
         """Redis went away (closed mode): wake every queued caller to fail at once.
 
         Each is withdrawn (lazy deletion, as a timeout does) and woken; its own wait loop
-        then sees it is gone and raises :meth:`_busy`, a :class:`FleetUnavailable`.
+        then sees it is gone and raises :meth:`_busy`, a :class:`FleetUnavailable` naming
+        ``cause`` (even if Redis answers again before it runs).
         """
+        self._failed_by = cause
         wakes: list[Waiter] = []
         lock = self._lock
         lock.acquire()
