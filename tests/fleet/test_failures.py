@@ -145,6 +145,9 @@ async def test_a_server_that_dies_mid_run_is_reported_without_exception_groups(
         assert "\n" not in cause
         token.release()
         server.start()
+        # Closed mode refuses at once while the agent still sees the outage: wait for it
+        # to find the server again (its reconnect pause is at most 1 s).
+        await eventually(lambda: fleet.statistics().unavailable is None)
         again = await fleet.acquire(timeout=20)
         again.release()
     finally:

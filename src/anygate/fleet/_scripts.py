@@ -112,7 +112,10 @@ if cap == nil then
     -- longest reconnect pause plus two calls' deadlines), not the whole grace: that
     -- survivor, knowing the old epoch, starts the full grace for the others below.
     local window = math.min(grace, tonumber(ARGV[25]) or grace)
-    local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
+    -- pcall: a managed Redis may rename or forbid INFO; without an uptime the server may
+    -- have started just now, so the window runs from now (the cautious reading).
+    local info = redis.pcall('INFO', 'server')
+    local up = type(info) == 'string' and string.match(info, 'uptime_in_seconds:(%d+)')
     local started = now - (tonumber(up) or 0) * 1000  -- whole seconds: a later start, so longer
     if started + window > now then grace_until = started + window end
   end
