@@ -57,6 +57,10 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
     settled: list[int] = []
     stated, settle = cfg.get("tokens"), cfg.get("settle")
     unavailable_times: list[float] = []
+    unavailable_mono: list[float] = []
+    # (granted, released) on CLOCK_MONOTONIC, taken after the grant and before the release,
+    # so the overlap they show can only under-state the real one.
+    intervals: list[tuple[float, float]] = []
     waits: list[float] = []
     hold_min, hold_max = cfg.get("hold", (0.005, 0.05))
     retry_pause = cfg.get("retry_pause", 0.05)
@@ -84,13 +88,15 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
             except FleetUnavailable:
                 out["unavailable"] += 1
                 unavailable_times.append(time.time())
+                unavailable_mono.append(time.monotonic())
                 await anyio.sleep(retry_pause)
                 continue
             except Busy:
                 out["busy"] += 1
                 await anyio.sleep(retry_pause)
                 continue
-            waited = time.monotonic() - t0
+            granted_at = time.monotonic()
+            waited = granted_at - t0
             waits.append(waited)
             out["max_wait"] = max(out["max_wait"], waited)
             try:
@@ -106,6 +112,7 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
                 if count is not None:
                     await count(keys=keys, args=[-1])
             finally:
+                intervals.append((granted_at, time.monotonic()))
                 token.release()
 
     if client is not None:
@@ -127,6 +134,8 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
         out["grant_mono"] = grant_mono
         out["settled"] = settled
         out["unavailable_times"] = unavailable_times
+        out["unavailable_mono"] = unavailable_mono
+        out["intervals"] = intervals
     return out
 
 

@@ -52,6 +52,10 @@ __all__ = ["Agent", "Settings"]
 
 logger = logging.getLogger("anygate.fleet")
 
+#: Seconds between reconnect attempts at most (doubling from 0.05). A survivor of an empty
+#: restart returns within this plus a probe and a call: a newcomer's wait (``_scripts``).
+MAX_BACKOFF = 1.0
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -124,6 +128,9 @@ class Agent:
         self._kicked = False
         self._closing = False
         self._started = threading.Event()
+        self._retried = False  # the one reconnect after a drop was spent (reset by a reply)
+        self._relimit = False  # the local limit must be set again, changed or not
+        self._down_at = 0.0
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ other threads
@@ -209,6 +216,15 @@ class Agent:
                     await self._serve(session)
                 return  # closing
             except LinkDown as exc:
+                if self.down is None and not exc.deadline and not self._retried:
+                    # A dropped connection (CLIENT KILL, a proxy or failover) usually takes
+                    # milliseconds to re-open: one reconnect at once, under the call's own
+                    # deadline, before queued callers are failed (issue 27: one CLIENT KILL
+                    # failed ~280 of them). A deadline already cost op_timeout: no retry.
+                    self._retried = True
+                    self._synced = False
+                    logger.debug("fleet %r %s: reconnecting: %s", self.s.name, self.pid, exc.cause)
+                    continue
                 self._went_down(exc.cause)
             except Exception as exc:  # never let the agent die: that would freeze the gate
                 logger.exception("fleet gate %r: agent error", self.s.name)
@@ -216,7 +232,7 @@ class Agent:
             if self._closing:
                 return
             await self._pause(self._backoff)
-            self._backoff = min(self._backoff * 2, 1.0)
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds`` (a kick or close ends it early), applying the outage mode."""
@@ -283,7 +299,8 @@ class Agent:
                 reply = await self._call(session, op="cap", cap=capacity)
             except LinkDown as exc:
                 if not future.done():
-                    future.set_exception(ConnectionError(exc.cause))
+                    cause = f"cannot reach Redis at {self.link.where()}: {exc.cause}"
+                    future.set_exception(ConnectionError(cause))
                 self._cap_requests.pop(0)
                 raise
             self._cap_requests.pop(0)
@@ -301,7 +318,10 @@ class Agent:
         return held if limit is None else min(held, limit)
 
     def _set_local(self, capacity: int) -> None:
-        if self.gate.capacity != capacity:
+        # After a lapse (A2) the capacity may be unchanged yet callers wait: set it anyway,
+        # which admits from the head of the queue.
+        if self.gate.capacity != capacity or self._relimit:
+            self._relimit = False
             self.gate.capacity = capacity
 
     def _plan(self, now: float) -> tuple[int, int, int, int] | None:
@@ -378,6 +398,7 @@ class Agent:
             lease_ms=int(self.s.lease_ttl * 1000),
             ticket_ms=int(self.s.ticket_ttl * 1000),
             grace_ms=int(self.s.restart_grace * 1000),
+            newcomer_ms=int((MAX_BACKOFF + 2 * self.s.op_timeout) * 1000),
             epoch=self.epoch,
             op=op,
             rate=rate,
@@ -402,11 +423,22 @@ class Agent:
         self._ticket = want > reply.held
         self._posted = demand > reply.held
         self._valid_until = started + self.s.lease_ttl
+        gate = self.gate
+        if time.monotonic() >= gate._lease_until:
+            self._relimit = True  # the limit read 0 (A2): admit from the head again
+        gate._lease_until = self._valid_until
         self._heartbeat_at = started + self.s.lease_ttl / 3
         self._renew_at = started + self.s.ticket_ttl / 3
         self._backoff = 0.05
+        self._retried = False
         if was_down is not None:
             self._hinted = True  # look again at once: local state moved during the outage
+            logger.info(
+                "fleet gate %r: Redis at %s answers again after %.1fs",
+                self.s.name,
+                self.link.where(),
+                time.monotonic() - self._down_at,
+            )
         budgets = self.budgets
         if budgets is not None:
             wait = reply.permit_wait
@@ -455,10 +487,21 @@ class Agent:
                 await self._call(session, keep=in_use, demand=in_use, wantmax=in_use, op=op)
 
     def _went_down(self, cause: str) -> None:
-        logger.debug("fleet %r %s: down: %s", self.s.name, self.pid, cause)
         with self._lock:
             first = self.down is None
             self.down = cause
+        # One line per state change, not per retry (each backoff step would repeat it).
+        if first:
+            self._down_at = time.monotonic()
+            logger.warning(
+                "fleet gate %r: cannot reach Redis at %s: %s; failing %s",
+                self.s.name,
+                self.link.where(),
+                cause,
+                self.s.on_unavailable,
+            )
+        else:
+            logger.debug("fleet %r %s: still down: %s", self.s.name, self.pid, cause)
         self._synced = False
         self._apply_outage_mode()
         if first and self._on_outage is not None and self.s.on_unavailable == "closed":
@@ -476,6 +519,10 @@ class Agent:
                     # Open: pace to this process's share of the fleet rate, locally.
                     budgets.fallback = Budgets(self._rate_share(rate), self.gate._clock())
         if self.s.on_unavailable == "open":
+            if self.gate._lease_until != math.inf:
+                # Failing open admits without leases: their lapse no longer gates (A2).
+                self.gate._lease_until = math.inf
+                self._relimit = True
             self._set_local(self.fallback())
         elif time.monotonic() >= self._valid_until:
             # Closed: our leases may have lapsed on Redis and been granted elsewhere.

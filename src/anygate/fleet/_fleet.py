@@ -79,9 +79,22 @@ class FleetStatistics:
     redis_calls: int
 
 
-def _seconds(param: str, value: object, *, allow_zero: bool = False) -> float:
+# The least durations that mean what they say (issue 27: 0.0009 s became a 0 ms lease that
+# lapsed at once, 8 in use against 4). The script counts Redis time in whole milliseconds,
+# and the heartbeat renews every lease_ttl / 3 through a thread hop and a round trip (about
+# a millisecond here, far more on a loaded host): below 100 ms a lease would lapse between
+# renewals. A ticket is renewed the same way, 10 ms leaves it a few round trips; a Redis
+# call cannot answer in less than 1 ms.
+MIN_LEASE_TTL = 0.1
+MIN_TICKET_TTL = 0.01
+MIN_OP_TIMEOUT = 0.001
+
+
+def _seconds(
+    param: str, value: object, *, allow_zero: bool = False, least: float | None = None
+) -> float:
     """A finite duration through the project's one number path (huge ints, NaN, bools)."""
-    bound = ">= 0" if allow_zero else "> 0"
+    bound = ">= 0" if allow_zero else "> 0" if least is None else f">= {least:g}"
     seconds = check_number(
         param,
         value,
@@ -90,6 +103,9 @@ def _seconds(param: str, value: object, *, allow_zero: bool = False) -> float:
         allowed=f"a finite number of seconds {bound}",
     )
     assert seconds is not None  # none=False
+    if least is not None and seconds < least:
+        msg = f"{param} must be a finite number of seconds >= {least:g} (got {show(value)})"
+        raise ValueError(msg)
     return seconds
 
 
@@ -137,13 +153,15 @@ class FleetGate:
             Redis lost its data). A live capacity set with :meth:`set_capacity` wins.
         url: the Redis URL (``redis://``, ``rediss://``, ``unix://``).
         lease_ttl: seconds a lease lives without renewal; a dead process's slots come back
-            within this time. The heartbeat renews every ``lease_ttl / 3``.
+            within this time. The heartbeat renews every ``lease_ttl / 3``. At least 0.1.
         ticket_ttl: seconds a waiting process's place in the fleet queue, and a grant it
             has not claimed, lives without renewal (a dead waiter blocks nobody longer).
+            At least 0.01, and shorter than ``lease_ttl``.
         restart_grace: seconds after Redis lost its state during which nothing new is
             granted, so that surviving holders re-assert their leases first. Default
             ``lease_ttl``.
-        op_timeout: the client-side deadline, in seconds, of every Redis call.
+        op_timeout: the client-side deadline, in seconds, of every Redis call (at least
+            0.001).
         linger: seconds an idle lease stays with this process (so the next acquire is
             local) when no other process is short. ``0`` returns leases at once.
         on_unavailable: ``"closed"``: while Redis is unreachable, leases already held are
@@ -197,17 +215,17 @@ class FleetGate:
         if not isinstance(where, str) or "://" not in where:
             msg = f"url must be a redis://, rediss:// or unix:// URL string (got {url!r})"
             raise TypeError(msg) if not isinstance(where, str) else ValueError(msg)
-        ttl = _seconds("lease_ttl", lease_ttl)
+        ttl = _seconds("lease_ttl", lease_ttl, least=MIN_LEASE_TTL)
         settings = Settings(
             name=name,
             url=url,
             capacity=_count("capacity", capacity),
             lease_ttl=ttl,
-            ticket_ttl=_seconds("ticket_ttl", ticket_ttl),
+            ticket_ttl=_seconds("ticket_ttl", ticket_ttl, least=MIN_TICKET_TTL),
             restart_grace=ttl
             if restart_grace is None
             else _seconds("restart_grace", restart_grace, allow_zero=True),
-            op_timeout=_seconds("op_timeout", op_timeout),
+            op_timeout=_seconds("op_timeout", op_timeout, least=MIN_OP_TIMEOUT),
             linger=_seconds("linger", linger, allow_zero=True),
             on_unavailable=_choice("on_unavailable", on_unavailable, _MODES),
             fallback_capacity=None
@@ -379,7 +397,7 @@ class FleetGate:
         where = "Redis" if agent is None else f"Redis at {agent.link.where()}"
         return FleetUnavailable(
             fleet=self.name,
-            cause=f"{where}: {cause}",
+            cause=f"cannot reach {where}: {cause}",
             capacity=self.capacity,
             in_flight=self._gate.in_flight,
             waited=waited,
@@ -387,7 +405,7 @@ class FleetGate:
 
     def _on_outage(self, cause: str) -> None:
         """Agent thread: Redis went away in closed mode; fail the queued callers at once."""
-        self._gate._fail_waiters()
+        self._gate._fail_waiters(cause)
 
     def _released(self) -> None:
         agent = self._agent

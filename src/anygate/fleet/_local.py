@@ -7,7 +7,8 @@ like the fleet itself even when used bare (without :meth:`FleetGate.acquire`):
 * in ``closed`` mode while Redis is unreachable, a caller that would wait gets
   :class:`FleetUnavailable` at once, and callers already queued are woken and get it too
   (a ``timeout=None`` caller would otherwise wait for Redis for ever),
-* its refusals are :class:`FleetUnavailable` while the fleet is down, naming the cause.
+* its refusals are :class:`FleetUnavailable` while the fleet is down, naming the cause,
+* and it admits nobody on a lease that may have lapsed on Redis (A2 below).
 
 It subclasses the ``@final`` :class:`anygate.Gate` on purpose, privately: every guarantee
 of the gate (FIFO, cancellation, tokens) is inherited unchanged, and the three overrides
@@ -18,9 +19,12 @@ uncontended fast path). Its rate budget, when the fleet has a rate, is the permi
 
 from __future__ import annotations
 
+import math
+from time import monotonic
 from typing import TYPE_CHECKING, Protocol
 
 from .._gate.gate import Gate
+from .._gate.ledger import Ledger
 from .._gate.waiters import GONE, WAITING
 
 if TYPE_CHECKING:
@@ -30,6 +34,9 @@ if TYPE_CHECKING:
     from ._permits import FleetBudgets
 
 __all__ = ["FleetLocalGate", "Owner"]
+
+# The ledger's own storage of the int limit (a slot), which the property below wraps.
+_LIMIT = Ledger.__dict__["_limit"]
 
 
 class Owner(Protocol):
@@ -45,11 +52,36 @@ class Owner(Protocol):
 class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module docstring
     """``fleet.gate``: a Gate whose capacity (and rate budget) the fleet's agent owns."""
 
-    __slots__ = ("_owner",)
+    __slots__ = ("_failed_by", "_lease_until", "_owner")
 
     def __init__(self, name: str, owner: Owner) -> None:
+        # Monotonic time until which the leases behind the capacity surely live on Redis
+        # (the agent's last reply plus lease_ttl; inf while failing open): see _limit.
+        self._lease_until = -math.inf
+        self._failed_by: str | None = None  # the cause of the last outage that failed waiters
         super().__init__(0, name=name)
         self._owner = owner
+
+    # Invariant (A2): nobody is admitted here, nor handed a released slot, once the
+    # leases may have lapsed on Redis, though the agent could not yet lower the capacity.
+    # A process resumed after SIGSTOP (or a long stall) longer than lease_ttl runs its
+    # callers' threads before its agent's resync, and Redis may have granted the lapsed
+    # leases elsewhere (issue 27). Every admission decision of the ledger (its fast path,
+    # the inlined one in Token, a release's hand-off, a raise's admissions) compares with
+    # _limit, so the limit reads 0 from the lease's end until the agent's next reply.
+    # Rejected: a check in _admit only (the async fast path inlines it; hand-offs skip it),
+    # and lowering the capacity from a timer (the timer's thread stops with the process).
+
+    @property  # the slot's value, gated by the lease's end
+    def _limit(self) -> int:
+        if monotonic() < self._lease_until:
+            value: int = _LIMIT.__get__(self, Ledger)
+            return value
+        return 0
+
+    @_limit.setter
+    def _limit(self, value: int) -> None:
+        _LIMIT.__set__(self, value)
 
     def _enqueue(self, waiter: Waiter, limit_s: float | None = None) -> bool:
         owner = self._owner
@@ -78,6 +110,11 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
         due: float | None = None,
     ) -> Busy:
         cause = self._owner._outage()
+        if cause is None and due == math.inf and timed_out:
+            # A waiter withdrawn by _fail_waiters wakes with no deadline of its own (due
+            # inf); if Redis answered again before it woke, it must still learn why it was
+            # turned away, not "its rate budget admits this call in inf s".
+            cause = self._failed_by
         if cause is None:
             return super()._busy(waited, rejected=rejected, timed_out=timed_out, due=due)
         self._count_refusal(rejected=rejected, timed_out=timed_out)
@@ -90,12 +127,14 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
         )
         raise AttributeError(msg)
 
-    def _fail_waiters(self) -> None:
+    def _fail_waiters(self, cause: str) -> None:
         """Redis went away (closed mode): wake every queued caller to fail at once.
 
         Each is withdrawn (lazy deletion, as a timeout does) and woken; its own wait loop
-        then sees it is gone and raises :meth:`_busy`, a :class:`FleetUnavailable`.
+        then sees it is gone and raises :meth:`_busy`, a :class:`FleetUnavailable` naming
+        ``cause`` (even if Redis answers again before it runs).
         """
+        self._failed_by = cause
         wakes: list[Waiter] = []
         lock = self._lock
         lock.acquire()

@@ -19,6 +19,7 @@ This module is the only one that imports coredis.
 from __future__ import annotations
 
 import contextlib
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -36,11 +37,18 @@ RATELESS: tuple[object, ...] = ("", "", 0, 0, "", 0, 0, 0, "", 0, 0)
 
 
 class LinkDown(Exception):
-    """Raised when a Redis call failed or passed its deadline; the session is over."""
+    """Raised when a Redis call failed or passed its deadline; the session is over.
 
-    def __init__(self, cause: str) -> None:
+    Attributes:
+        cause: one line for people: what failed, without a traceback.
+        deadline: the call passed its deadline (the server may be alive but not answering),
+            as opposed to a connection that was refused, reset or dropped.
+    """
+
+    def __init__(self, cause: str, *, deadline: bool = False) -> None:
         super().__init__(cause)
         self.cause = cause
+        self.deadline = deadline
 
 
 class SyncReply:
@@ -76,9 +84,78 @@ class SyncReply:
         self.permit_wait: float | None = None if wait < 0 else wait / 1000.0
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+def _describe(exc: BaseException, op_timeout: float | None = None) -> str:
+    """One line saying why a call failed, for people (issue 27: not a 60-line group).
+
+    anyio's ``connect_tcp`` raises ``OSError("All connection attempts failed")`` from the
+    real error, and coredis wraps socket errors in its own; the first errno found along
+    the chain names the cause better than either wrapper.
+    """
+    if isinstance(exc, TimeoutError) and op_timeout is not None:
+        return f"no answer within op_timeout={op_timeout:g}s"
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk: chains can be cyclic
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, (ConnectionResetError, BrokenPipeError)):
+            return "connection reset"
+        if isinstance(seen, OSError) and seen.errno is not None and seen.strerror:
+            return seen.strerror[:1].lower() + seen.strerror[1:]
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if len(text) > 200:
+        text = text[:197] + "..."
+    if type(exc).__module__.startswith("coredis"):  # its messages say what happened
+        return text[:1].lower() + text[1:]
     return f"{type(exc).__name__}: {text}"
+
+
+def _late(
+    exc: TimeoutError, op_timeout: float, elapsed: float, limit: float | None = None
+) -> LinkDown:
+    """A deadline passed: Redis did not answer, unless this process itself did not run.
+
+    A process resumed after SIGSTOP (or a VM pause) finds every deadline long past at
+    once; Redis is not at fault, and failing the callers for it is wrong (issue 27's fault
+    test: 60 refusals after one SIGCONT). A deadline that fired far later than it was due
+    says so: it is reported as a drop, which the agent retries once at once.
+    """
+    due = op_timeout if limit is None else limit
+    stalled = elapsed > 2 * due + 0.5  # far beyond any timer's lateness on a loaded host
+    return LinkDown(_describe(exc, op_timeout), deadline=not stalled)
+
+
+def _link_down(exc: BaseException) -> LinkDown | None:
+    """The first :class:`LinkDown` inside ``exc`` and its exception groups, if any.
+
+    coredis runs its pool in a task group, so a ``LinkDown`` raised in a session arrives
+    wrapped in an ``ExceptionGroup`` (possibly nested); a connection error raised by the
+    pool's own tasks arrives the same way, unwrapped by us into a ``LinkDown``.
+    """
+    if isinstance(exc, LinkDown):
+        return exc
+    inner = getattr(exc, "exceptions", None)
+    if isinstance(inner, tuple):
+        for sub in inner:
+            found = _link_down(sub)
+            if found is not None:
+                return found
+        for sub in inner:
+            if _is_connection_error(sub):
+                return LinkDown(_describe(sub))
+    return None
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return True
+    try:
+        from coredis.exceptions import RedisError
+    except ImportError:  # pragma: no cover - coredis is what made the group
+        return False
+    return isinstance(exc, RedisError)
 
 
 class Link:
@@ -100,9 +177,16 @@ class Link:
         self.prefix = prefix_for(name)
 
     def where(self) -> str:
-        """The server, for error messages (credentials stripped)."""
-        tail = self.url.rsplit("@", 1)[-1]
-        return tail.split("://", 1)[-1]
+        """The server, for error messages: ``host:port`` or a socket path (no credentials)."""
+        parts = urlsplit(self.url)
+        if parts.scheme == "unix":
+            return parts.path
+        try:
+            port = parts.port or 6379
+        except ValueError:  # a malformed port: show what was given, credentials stripped
+            return self.url.rsplit("@", 1)[-1].split("://", 1)[-1]
+        host = parts.hostname or "localhost"
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     async def probe(self) -> None:
         """Check that the server accepts connections, without coredis.
@@ -121,7 +205,9 @@ class Link:
                         parts.hostname or "localhost", parts.port or 6379
                     )
                 await stream.aclose()
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            raise LinkDown(_describe(exc, self.op_timeout), deadline=True) from exc
+        except OSError as exc:
             raise LinkDown(_describe(exc)) from exc
 
     @contextlib.asynccontextmanager
@@ -141,8 +227,14 @@ class Link:
         # Entering the client only starts its pool's task group (connections are made by
         # the first command, under that command's deadline), so it is not under a deadline
         # itself: a task group must not be opened inside a cancel scope it outlives.
-        async with client:
-            yield Session(self, client)
+        try:
+            async with client:
+                yield Session(self, client)
+        except Exception as exc:  # an ExceptionGroup; cancellations (BaseException) pass
+            down = _link_down(exc)
+            if down is None:
+                raise
+            raise down from None  # the group's traceback says nothing the cause does not
 
 
 class Session:
@@ -184,13 +276,20 @@ class Session:
         hint: bool = True,
         op: str = "sync",
         rate: Sequence[object] = RATELESS,
+        newcomer_ms: int | None = None,
     ) -> SyncReply:
-        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24."""
+        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24.
+
+        ``newcomer_ms``: how long after a server start a process that knows no earlier
+        state waits for the first survivor (default ``grace_ms``).
+        """
         args: list[object] = [pid, keep, demand, cap, lease_ms, ticket_ms, grace_ms]
         args += [self._link.prefix, "1" if hint else "0", op, wantmax, epoch or "", want]
         args += rate
+        args.append(grace_ms if newcomer_ms is None else newcomer_ms)
         keys = self._link.keys
         client = self._client
+        started = monotonic()
         try:
             with anyio.fail_after(self._link.op_timeout):
                 if self._loaded:
@@ -201,6 +300,8 @@ class Session:
                 else:
                     raw = await client.eval(SYNC, keys=keys, args=args)
                     self._loaded = True
+        except TimeoutError as exc:
+            raise _late(exc, self._link.op_timeout, monotonic() - started) from exc
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return SyncReply(raw)
@@ -212,9 +313,13 @@ class Session:
         the server or the network is gone (coredis would otherwise wait forever).
         """
         key = self._link.prefix + "w:" + pid
+        started = monotonic()
         try:
             with anyio.fail_after(seconds + self._link.op_timeout):
                 reply = await self._client.blpop([key], timeout=seconds)
+        except TimeoutError as exc:
+            limit = seconds + self._link.op_timeout
+            raise _late(exc, self._link.op_timeout, monotonic() - started, limit) from exc
         except self._errors as exc:
             raise LinkDown(_describe(exc)) from exc
         return reply is not None

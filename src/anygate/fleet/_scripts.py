@@ -60,7 +60,8 @@ def keys_for(name: str) -> list[str]:
 # 11 the most leases the caller wants to keep holding (its share caps it while others are
 # short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
 # ticket: grants never exceed it).
-# 14-24: the fleet rate (see ``_ratescript``).
+# 14-24: the fleet rate (see ``_ratescript``). 25: the newcomer's window after a server
+# start, ms (see the restart detection).
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued,
 # permits granted, their tokens, ms until the next permit conforms (-1: none waits on it)}.
 _LEASES = r"""
@@ -99,6 +100,24 @@ if cap == nil then
   if known ~= '' or keep > 0 then
     grace_until = now + grace
     redis.call('HSET', meta, 'reset', '1')
+  else
+    -- A newcomer (a worker started during the outage) knows no epoch and holds nothing,
+    -- yet may arrive before the survivors of an empty restart re-assert: granting it the
+    -- capacity then double-admits (issue 27). A marker key of our own cannot tell a fresh
+    -- fleet from a restart (the restart loses it too); the server's uptime can: state is
+    -- absent and the server started less than a grace ago, so hold grants until a grace
+    -- after its start. A fresh fleet on a server up for longer pays nothing. 'reset' stays
+    -- unset, so the first survivor to arrive still starts a grace of its own.
+    -- The window only has to cover the first survivor's return (ARGV 25: the agents'
+    -- longest reconnect pause plus two calls' deadlines), not the whole grace: that
+    -- survivor, knowing the old epoch, starts the full grace for the others below.
+    local window = math.min(grace, tonumber(ARGV[25]) or grace)
+    -- pcall: a managed Redis may rename or forbid INFO; without an uptime the server may
+    -- have started just now, so the window runs from now (the cautious reading).
+    local info = redis.pcall('INFO', 'server')
+    local up = type(info) == 'string' and string.match(info, 'uptime_in_seconds:(%d+)')
+    local started = now - (tonumber(up) or 0) * 1000  -- whole seconds: a later start, so longer
+    if started + window > now then grace_until = started + window end
   end
   redis.call('HSET', meta, 'cap', cap, 'epoch', epoch, 'grace', grace_until)
 elseif known ~= '' and known ~= epoch and m[5] ~= '1' then
@@ -184,6 +203,17 @@ elseif op == 'sync' then
   else
     redis.call('ZREM', q, pid)
     redis.call('ZREM', tix, pid)
+  end
+else
+  -- 'cap' (and 'peek') change nothing the caller holds, but grant() below writes the
+  -- caller's count as h + n: starting from 0 would make Redis forget the leases it holds
+  -- (in use) and grant them again elsewhere (issue 27: 8 in use against 5). What may be
+  -- in use is re-asserted as a sync would, in case Redis lost it.
+  h = num(held, pid)
+  if h < keep then
+    h = keep
+    redis.call('HSET', held, pid, h)
+    redis.call('ZADD', exp, now + ttl, pid)
   end
 end
 
