@@ -65,9 +65,7 @@ def _cuts(s: StrategyResult) -> str:
     return f"{s.limit_cuts} (to {s.lowest_limit:g})"
 
 
-def _summary_columns(
-    *, tokens: bool = False
-) -> list[tuple[str, Callable[[StrategyResult], str]]]:
+def _summary_columns(*, tokens: bool = False) -> list[tuple[str, Callable[[StrategyResult], str]]]:
     """The compact table's columns: what decides between strategies, in 80 columns."""
     columns: list[tuple[str, Callable[[StrategyResult], str]]] = [
         ("lost", lambda s: _count(s.failed)),
