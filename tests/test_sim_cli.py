@@ -271,3 +271,42 @@ def test_simulate_strategy_factory_from_the_command_line(
         assert spy["oracle_ratio"] == pytest.approx(spy["makespan_s"] / oracle["makespan_s"])
     assert main([*argv[:2], "--strategy", "bad=no_such_module_x:f", "--only", "bad"]) == 2
     assert "cannot load" in capsys.readouterr().err
+
+
+PUBLISHED = SCENARIO.replace("strategies:", "published: {rpm: 120, concurrency: 3}\nstrategies:")
+
+
+def test_a_config_file_keeps_the_published_facts_it_leaves_out_and_says_what_it_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--config`` (issue 28): keys the file leaves out keep the published concurrency and
+    RPM, so a file with nothing in it runs exactly as the built-in ``anygate``; keys it
+    states win, and the report says which differ from the built-in and how."""
+    monkeypatch.setenv("COLUMNS", "1000")  # long temporary paths, unwrapped
+    scenario = tmp_path / "published.yaml"
+    scenario.write_text(PUBLISHED)
+    builtin_json, empty_json, stated_json = (tmp_path / f"{n}.json" for n in "bes")
+    argv = ["simulate", str(scenario), "--only", "anygate"]
+    assert main([*argv, "--json", str(builtin_json)]) == 0
+    capsys.readouterr()
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("llm_call: {}\n")
+    assert main([*argv, "--config", str(empty), "--json", str(empty_json)]) == 0
+    out = capsys.readouterr().out
+    assert f"{empty}: the built-in's settings" in " ".join(out.split())
+    (builtin,) = json.loads(builtin_json.read_text())["strategies"]
+    (same,) = json.loads(empty_json.read_text())["strategies"]
+    assert "paced to 120 RPM" in same["summary"]
+    for key in ("makespan_s", "ok", "failed", "attempts", "calls_with_429"):
+        assert same[key] == builtin[key], key
+
+    stated = tmp_path / "stated.yaml"
+    stated.write_text("llm_call: {requests_per_minute: null, retry_max_attempts: 4}\n")
+    assert main([*argv, "--config", str(stated), "--json", str(stated_json)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "llm_call.requests_per_minute null (built-in: 120" in out
+    assert "llm_call.retry_max_attempts 4 (built-in: 3)" in out
+    assert "leave a key out of the file" in out
+    (changed,) = json.loads(stated_json.read_text())["strategies"]
+    assert "no rate limit" in changed["summary"]
+    assert changed["max_concurrency"] <= 3  # the published concurrency, kept

@@ -249,6 +249,7 @@ def _simulate(args: argparse.Namespace) -> int:
             details=args.details,
             show_chart=not args.no_chart,
         )
+        _say_config_changes(console, scenario, strategies)
         console.print(f"[dim]simulated in {elapsed:.1f}s of wall time[/]")
     if args.plot:
         from .sim._plot import write_plot
@@ -257,6 +258,22 @@ def _simulate(args: argparse.Namespace) -> int:
         if not to_stdout:
             print(f"chart written to {written}")
     return 0
+
+
+def _say_config_changes(console: Console, scenario: Any, strategies: Any) -> None:
+    """Say what ``--config`` changes against the built-in ``anygate`` strategy, in the
+    compact report too: a file that states every default can still drop a published fact."""
+    from rich.text import Text
+
+    from .sim._policy_strategy import config_changes
+
+    for spec in strategies:
+        changes = config_changes(spec, scenario.published)
+        if changes:
+            hint = ""
+            if " changes " in changes:
+                hint = "; leave a key out of the file to keep the built-in's (published) value"
+            console.print(Text(f"{spec.name}: {changes}{hint}", style="yellow"))
 
 
 def _run_with_progress(

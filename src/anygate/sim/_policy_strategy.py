@@ -19,8 +19,10 @@ bounds every strategy's call by it).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -43,16 +45,106 @@ from .. import (
 )
 from ._protocol import CallLost
 from ._results import RunStats, current_call
-from ._scenarios import deep_merge
+from ._scenarios import builtin_policy, deep_merge
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .. import PolicyConfig
     from ._protocol import Send, StrategyContext
-    from ._spec import StrategySpec
+    from ._spec import Published, StrategySpec
 
-__all__ = ["PolicyClient", "quiet_policy_logs", "strategy_config"]
+__all__ = [
+    "PolicyClient",
+    "config_changes",
+    "published_facts",
+    "quiet_policy_logs",
+    "strategy_config",
+]
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+# Names differ by design (a user's file names its own policy); they change no behaviour.
+_NAMES = frozenset({"llm_call.name", "llm_call.gate_name", "circuit_breaker.name"})
+
+
+def _facts(spec: StrategySpec, published: Published) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    if not spec.from_published:
+        return facts
+    if published.concurrency is not None:
+        facts["max_concurrent_calls"] = published.concurrency
+    if spec.paces_published_rpm and published.rpm is not None:
+        facts["requests_per_minute"] = published.rpm
+    return facts
+
+
+def published_facts(spec: StrategySpec, published: Published) -> dict[str, Any]:
+    """The ``llm_call`` keys the scenario's published facts set for ``spec``: the published
+    concurrency (``max_concurrent_calls``) and, for ``anygate``, the published RPM
+    (``requests_per_minute``). A user's file keeps the keys it states: the facts fill only
+    the ones it leaves out."""
+    facts = _facts(spec, published)
+    if spec.user_file:
+        stated = (spec.policy or {}).get("llm_call") or {}
+        facts = {k: v for k, v in facts.items() if k not in stated}
+    return facts
+
+
+def config_changes(spec: StrategySpec, published: Published) -> str:
+    """What a user's ``--config`` changes against the built-in ``anygate`` strategy, both
+    given the scenario's published facts (``""`` for any other strategy):
+    ``"FILE changes KEY VALUE (built-in: VALUE), ..."``, so a run that differs from the
+    built-in one says why (issue 28: ``config.example.yaml``, which states every default,
+    dropped the published-RPM pacing without a word)."""
+    if not spec.user_file:
+        return ""
+    builtin = load_config(
+        deep_merge(builtin_policy("anygate"), {"llm_call": _facts(spec, published)})
+    )
+    mine = load_config(
+        deep_merge(spec.policy or {}, {"llm_call": published_facts(spec, published)})
+    )
+    theirs, ours = _effective(builtin), _effective(mine)
+    changed = [
+        f"{key} {_show(ours[key])} (built-in: {_show(theirs.get(key))})"
+        for key in ours
+        if key not in _NAMES and ours[key] != theirs.get(key)
+    ]
+    if not changed:
+        return f"{spec.source}: the built-in's settings"
+    return f"{spec.source} changes {', '.join(changed)}"
+
+
+def _effective(config: PolicyConfig) -> dict[str, Any]:
+    """The settings a run actually uses, flat: unset adaptive and breaker values as the
+    defaults they stand for, and no slope window without a slope bound."""
+    flat = _flat(config.to_mapping())
+    for key, value in config.adaptive_concurrency.effective().items():
+        flat[f"llm_call.adaptive_concurrency.{key}"] = value
+    breaker = config.circuit_breaker
+    if breaker.failure_threshold is None:
+        default = inspect.signature(CircuitBreaker).parameters["failure_threshold"].default
+        flat["circuit_breaker.failure_threshold"] = default
+    flat["circuit_breaker.recovery_timeout_sec"] = breaker.effective_recovery_timeout_sec
+    if config.rate is None or config.rate.ramp is None:
+        flat.pop("llm_call.ramp_window_s", None)
+    # The simulator gives each run a fresh gate of its own: 0 and unset both mean no cap.
+    flat["llm_call.max_concurrent_calls"] = config.max_concurrent_calls or 0
+    return flat
+
+
+def _show(value: object) -> str:
+    return "null" if value is None else str(value)
 
 
 def strategy_config(spec: StrategySpec) -> PolicyConfig:
@@ -107,14 +199,10 @@ class PolicyClient:
     """
 
     def __init__(self, spec: StrategySpec, context: StrategyContext) -> None:
-        if spec.from_published:
-            facts: dict[str, Any] = {}
-            if context.published.concurrency is not None:
-                facts["max_concurrent_calls"] = context.published.concurrency
-            if spec.paces_published_rpm and context.published.rpm is not None:
-                facts["requests_per_minute"] = context.published.rpm
-            if facts:
-                spec = replace(spec, policy=deep_merge(spec.policy or {}, {"llm_call": facts}))
+        self._changes = config_changes(spec, context.published)
+        facts = published_facts(spec, context.published)
+        if facts:
+            spec = replace(spec, policy=deep_merge(spec.policy or {}, {"llm_call": facts}))
         config = strategy_config(spec)
         cap = config.max_concurrent_calls
         breaker_cfg = config.circuit_breaker
@@ -180,7 +268,9 @@ class PolicyClient:
                 f"; adaptive on burst rate: pause {adaptive.pause_s:g}s, "
                 f"x{adaptive.decrease_factor:g} down to {adaptive.min_concurrent_calls}"
             )
-        return text
+        rpm = None if c.rate is None else c.rate.requests_per_minute
+        text += "; no rate limit" if rpm is None else f"; paced to {rpm:g} RPM"
+        return text + (f"; {self._changes}" if self._changes else "")
 
     def _hook(self, event: Event) -> None:
         stats = self._stats

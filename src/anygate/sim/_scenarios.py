@@ -147,7 +147,7 @@ def resolve_strategies(
     Order: the built-ins (:data:`~anygate.sim._spec.BUILTIN_STRATEGIES`), then the
     scenario's own strategies, then ``extra``. The scenario may override parts of the
     built-in ``seed`` / ``anygate`` configs; ``config`` (the user's policy file) replaces the
-    ``anygate`` strategy's config entirely.
+    ``anygate`` strategy's config, the published facts filling only the keys it leaves out.
 
     Args:
         scenario: provides overrides and extra strategies.
@@ -169,11 +169,17 @@ def resolve_strategies(
     for spec in scenario.strategies:
         specs[spec.name] = spec
     if config is not None:
+        # The file is the strategy's whole config; what the scenario publishes still fills
+        # the keys it leaves out, as for the built-in (issue 28: config.example.yaml, which
+        # states every default, silently dropped the published-RPM pacing).
         specs["anygate"] = StrategySpec(
             name="anygate",
             policy=load_yaml(Path(config), "--config"),
             replace=True,
             source=str(config),
+            from_published=True,
+            paces_published_rpm=True,
+            user_file=True,
         )
     for name, path in extra:
         if not name or name in specs:

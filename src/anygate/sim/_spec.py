@@ -346,6 +346,9 @@ class StrategySpec:
     #: Built-in ``anygate``: also pace to the published RPM (``requests_per_minute``, the
     #: gate's rate admission). ``seed`` does not: deer-flow's limiter has no rate.
     paces_published_rpm: bool = False
+    #: A user's ``--config`` for ``anygate``: the published facts fill only the keys the
+    #: file leaves out, and the run says what the file changes against the built-in.
+    user_file: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
