@@ -13,7 +13,7 @@ does not. LangChain's async path runs on asyncio (and uvloop) only, not on trio.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["STREAM_EVENT_TYPE", "PolicyMiddleware", "stream_events"]
 
 #: The ``type`` of the custom stream chunks that :func:`stream_events` writes.
-STREAM_EVENT_TYPE = "anygate.llm_call"
+STREAM_EVENT_TYPE: Final[str] = "anygate.llm_call"
 
 # LangGraph's interrupts (GraphInterrupt) and its other bubbling signals are control flow:
 # retrying one would run a human-in-the-loop step twice, and they say nothing about the
