@@ -45,10 +45,11 @@ __all__ = ["STREAM_EVENT_TYPE", "PolicyMiddleware", "stream_events"]
 #: The ``type`` of the custom stream chunks that :func:`stream_events` writes.
 STREAM_EVENT_TYPE: Final[str] = "anygate.llm_call"
 
-# LangGraph's interrupts (GraphInterrupt) and its other bubbling signals are control flow:
-# retrying one would run a human-in-the-loop step twice, and they say nothing about the
-# provider. By name, so that the policy's config stays plain data.
-_CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "ParentCommand")
+# LangGraph's interrupts (GraphInterrupt) and its other bubbling signals (ParentCommand)
+# derive from GraphBubbleUp, and a control-flow name matches anywhere in the MRO. They are
+# control flow: retrying one would run a human-in-the-loop step twice, and they say nothing
+# about the provider. By name, so that the policy's config stays plain data.
+_CONTROL_FLOW = ("GraphBubbleUp",)
 
 
 def stream_events(event: Event) -> None:

@@ -29,6 +29,7 @@ pytest.importorskip("langchain_openai", reason="the tests drive langchain-openai
 
 from langchain.agents import create_agent
 from langchain_openai import ChatOpenAI
+from langgraph.errors import GraphInterrupt
 
 from anygate.langchain import STREAM_EVENT_TYPE, PolicyMiddleware, stream_events
 
@@ -265,3 +266,44 @@ def test_bad_arguments_are_named() -> None:
         PolicyMiddleware(policy, deadline_s=-1)
     with pytest.raises(anygate.ConfigError, match=r"llm_call\.retry_max_attempts"):
         PolicyMiddleware(config={"llm_call": {"retry_max_attempts": 0}})
+
+
+def _interrupting(calls: list[int]) -> Callable[[Any], Any]:
+    def handler(request: Any) -> Any:
+        calls.append(1)
+        raise GraphInterrupt(())
+
+    return handler
+
+
+def _middlewares() -> list[PolicyMiddleware]:
+    mine = anygate.Policy(name="lc-own", logging_hook=None)
+    return [PolicyMiddleware(config={"llm_call": {"name": "lc-config"}}), PolicyMiddleware(mine)]
+
+
+def test_interrupts_pass_through_once_sync() -> None:
+    """A LangGraph interrupt from the model step is asked once and re-raised as it is, by
+    a policy built from config (GraphBubbleUp is its control flow) and by the user's own,
+    and leaves the breaker alone."""
+    for middleware in _middlewares():
+        calls: list[int] = []
+        with pytest.raises(GraphInterrupt):
+            middleware.wrap_model_call(object(), _interrupting(calls))  # type: ignore[arg-type]
+        assert calls == [1]
+        breaker = middleware.policy.breaker
+        assert breaker is not None
+        assert breaker.statistics().failures == 0
+
+
+async def test_interrupts_pass_through_once_async() -> None:
+    """The same on the async hook, which itself runs on any backend (trio included)."""
+    for middleware in _middlewares():
+        calls: list[int] = []
+        handler = _interrupting(calls)
+
+        async def ahandler(request: Any, handler: Callable[[Any], Any] = handler) -> Any:
+            return handler(request)
+
+        with pytest.raises(GraphInterrupt):
+            await middleware.awrap_model_call(object(), ahandler)  # type: ignore[arg-type]
+        assert calls == [1]
