@@ -161,7 +161,7 @@ class PolicyMiddleware(AgentMiddleware):
         """The sync graph path: ``handler`` runs under ``policy.call_sync`` (blocking waits)."""
         try:
             return self._policy.call_sync(handler, request, deadline=self._deadline)
-        except (CallFailed, CircuitOpen, Busy) as exc:
+        except Exception as exc:
             return self._failed(exc)
 
     async def awrap_model_call(
@@ -172,14 +172,19 @@ class PolicyMiddleware(AgentMiddleware):
         """The async graph path: ``handler`` runs under ``await policy.call``."""
         try:
             return await self._policy.call(handler, request, deadline=self._deadline)
-        except (CallFailed, CircuitOpen, Busy) as exc:
+        except Exception as exc:
             return self._failed(exc)
 
-    def _failed(self, exc: CallFailed | CircuitOpen | Busy) -> AIMessage:
-        if self._on_failure == "error":
+    def _failed(self, exc: Exception) -> AIMessage:
+        # With reraise=True a give-up surfaces as the SDK's own exception, its CallFailed
+        # attached: "continue" must still answer it, and nothing else (the caller's own
+        # errors and LangGraph's control flow stay exceptions).
+        failed = exc if isinstance(exc, CallFailed) else CallFailed.of(exc)
+        if self._on_failure == "error" or (
+            failed is None and not isinstance(exc, (CircuitOpen, Busy))
+        ):
             raise exc
-        wording = exc.user_message if isinstance(exc, CallFailed) else str(exc)
-        return AIMessage(content=wording)
+        return AIMessage(content=str(exc) if failed is None else failed.user_message)
 
 
 def _check_policy(policy: object) -> None:

@@ -225,10 +225,12 @@ async def test_throttle_is_retried_without_holding_the_slot(path: str) -> None:
     assert policy.gate.in_flight == 0
 
 
-async def test_deer_flow_config_keys_and_give_up_as_message() -> None:
+@pytest.mark.parametrize("reraise", [False, True])
+async def test_deer_flow_config_keys_and_give_up_as_message(reraise: bool) -> None:
     """deer-flow's ``llm_call`` / ``circuit_breaker`` keys build the policy as they are;
     with ``on_failure="continue"`` a call that fails for good ends the model step with the
-    user-safe wording instead of an exception (ModelRetryMiddleware's behaviour)."""
+    user-safe wording instead of an exception (ModelRetryMiddleware's behaviour), also when
+    ``reraise`` makes the give-up the SDK's own exception."""
     provider = FakeProvider()
     provider.script("unauthorized")
     middleware = PolicyMiddleware(
@@ -240,6 +242,7 @@ async def test_deer_flow_config_keys_and_give_up_as_message() -> None:
                 "retry_base_delay_ms": 1000,
                 "retry_cap_delay_ms": 8000,
                 "burst_retry_base_delay_ms": 5000,
+                "reraise": reraise,
             },
             "circuit_breaker": {"failure_threshold": 5, "recovery_timeout_sec": 60},
         },
