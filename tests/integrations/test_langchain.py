@@ -126,7 +126,7 @@ async def test_graphs_on_many_loops_share_one_cap() -> None:
     own thread) meet the provider at most 3 at a time.
 
     The provider holds each answer mid-body, so the first three calls stay in flight; the
-    test lets them finish only once the other six have queued in the gate (one SlotWaiting
+    test lets them finish only once the other six found the gate full (one SlotWaiting
     event each). Without the middleware, nine requests would reach the provider at once and
     no SlotWaiting would come (the wait then fails after its ceiling).
     """
@@ -154,7 +154,9 @@ async def test_graphs_on_many_loops_share_one_cap() -> None:
             tg.start_soon(graphs)
             await waiting.wait()
             await provider.wait_until(lambda p: p.active == 3)
-            assert policy.gate.statistics().waiting == 6
+            # Not gate.statistics().waiting == 6: SlotWaiting is emitted just before its
+            # caller enters the queue, so the last one may not be counted there yet. Each
+            # event already says its caller found the gate full.
             provider.unhang()
     assert results == [ANSWER] * 9
     assert provider.requests == 9
