@@ -20,7 +20,9 @@ try:
     from langchain_core.messages import AIMessage
     from langgraph.config import get_stream_writer
 except ImportError as _exc:
-    _msg = "anygate.langchain needs LangChain >= 1.0: pip install 'anygate[langchain]'"
+    _msg = (
+        "anygate.langchain needs LangChain >= 1.0 on Python 3.11+: pip install 'anygate[langchain]'"
+    )
     raise ImportError(_msg) from _exc
 
 from . import (

@@ -13,6 +13,8 @@ provider to the graphs' threads.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -312,3 +314,15 @@ async def test_interrupts_pass_through_once_async() -> None:
         with pytest.raises(GraphInterrupt):
             await middleware.awrap_model_call(object(), ahandler)  # type: ignore[arg-type]
         assert calls == [1]
+
+
+def test_missing_langchain_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without LangChain the import names the extra and the Python floor (on 3.10 the extra
+    installs nothing)."""
+    monkeypatch.setitem(sys.modules, "langchain.agents.middleware", None)
+    monkeypatch.delitem(sys.modules, "anygate.langchain")
+    with pytest.raises(
+        ImportError,
+        match=r"LangChain >= 1\.0 on Python 3\.11\+: pip install 'anygate\[langchain\]'",
+    ):
+        importlib.import_module("anygate.langchain")
