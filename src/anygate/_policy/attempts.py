@@ -320,7 +320,7 @@ class Attempts:
                 # Holding the slot while paused is the point: when the pause ends, one probe
                 # goes, and after its success at most the capacity's worth at once.
                 while True:
-                    pause, run.burst_probe = adaptive.pass_pause()
+                    pause, run.burst_probe = adaptive.pass_pause(run)
                     if pause <= 0:
                         break
                     check_pause(gate, pause, busy_wait)
@@ -466,7 +466,7 @@ class Attempts:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
             while not testing.enabled:
-                pause, run.burst_probe = adaptive.pass_pause()
+                pause, run.burst_probe = adaptive.pass_pause(run)
                 if pause <= 0:
                     break
                 check_pause(gate, pause, busy_wait)
