@@ -171,8 +171,7 @@ class BreakerConfig:
         when_open: what a call does while the breaker is open. ``"wait"`` (the default):
             it waits, within its deadline, for the single probe's outcome and goes on when
             the breaker closes, so an overload or a short outage delays work instead of
-            failing it; each probe that fails meanwhile spends one of its attempts, so the
-            wait ends after about ``max_attempts x recovery_timeout_sec`` without one; ``"fail"``: it fails fast with :class:`anygate.CircuitOpen` (or
+            failing it; ``"fail"``: it fails fast with :class:`anygate.CircuitOpen` (or
             :class:`anygate.CallFailed` after a first attempt). YAML
             ``circuit_breaker.when_open``.
 

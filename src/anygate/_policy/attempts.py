@@ -246,21 +246,17 @@ class Attempts:
     async def pass_breaker(self, run: Run) -> None:
         """Take the breaker's permit for the next attempt, waiting while it is open.
 
-        In wait mode (the default) the call waits for the probe's outcome or its own turn
-        to probe, bounded by its deadline, its enclosing cancel scopes and its attempts:
-        each probe that fails while it waits counts as one of its failed attempts
-        (:meth:`_gives_up_waiting`). In fail mode the first attempt raises
-        :class:`anygate.CircuitOpen` and a retry gives up.
+        In wait mode (the default) the call waits, bounded only by its deadline and
+        enclosing cancel scopes, for the probe's outcome or its own turn to probe; in fail
+        mode the first attempt raises :class:`anygate.CircuitOpen` and a retry gives up.
         """
         breaker = self.breaker
         assert breaker is not None
-        seen: int | None = None
         while True:
             try:
                 self.retrier.admit(breaker, run)
             except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
-                seen = self._count_failed_probes(run, breaker, seen)
-                if not self.wait_when_open or run.failures >= self.max_attempts:
+                if not self.wait_when_open:
                     if run.verdict is None:
                         raise
                     self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
@@ -268,24 +264,6 @@ class Attempts:
                 await breaker.wait()
             else:
                 return
-
-    def _count_failed_probes(self, run: Run, breaker: CircuitBreaker, seen: int | None) -> int:
-        """Count the probes that failed since this call started waiting as its own failed
-        attempts; returns the breaker's open count to compare with next time.
-
-        Why: without it a call with no deadline waited for ever on a provider that stays
-        down (issue 26): it waited, the probe failed, the breaker reopened, it waited
-        again. A failed probe is the answer this call would have got itself, so it spends
-        the call's attempts like one; the wait is then bounded by about ``max_attempts x
-        recovery_timeout``. A ceiling of its own (a new setting) was the rejected
-        alternative: ``max_attempts`` already says how much bad news a call accepts, and
-        a second number would disagree with it. The breaker reopening is the only sign of
-        a failed probe that every waiter sees, on every runtime, without a hook.
-        """
-        opened = breaker.statistics().opened
-        if seen is not None and opened > seen:
-            run.failures += opened - seen
-        return opened
 
     async def admit(
         self,
@@ -420,14 +398,12 @@ class Attempts:
         """The blocking twin of :meth:`pass_breaker`; ``deadline`` is on ``time.monotonic``."""
         breaker = self.breaker
         assert breaker is not None
-        seen: int | None = None
         while True:
             try:
                 self.retrier.admit(breaker, run)
             except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
-                seen = self._count_failed_probes(run, breaker, seen)
                 left = deadline - time.monotonic()
-                if not self.wait_when_open or left <= 0 or run.failures >= self.max_attempts:
+                if not self.wait_when_open or left <= 0:
                     if run.verdict is None:
                         raise
                     self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)

@@ -133,10 +133,8 @@ def decide(
     """Retry after how long, or give up and why.
 
     Args:
-        probe: the attempt was the breaker's probe: a failure uses up one of the call's
-            attempts like any other (not counting it let a lone caller probe a dead
-            provider for ever, issue 26), and the next attempt waits for the next probe
-            instead of sleeping.
+        probe: the attempt was the breaker's probe (a failed probe is the breaker's
+            question: it does not use up the call's own attempts).
         queued: the gate's limits already answer the failure (its limit went down, or a
             burst pause started): the next attempt queues under them, with no own sleep.
         pause_left_s: the burst pause the next attempt sits out at admission.
@@ -151,7 +149,8 @@ def decide(
         throttles += 1
         used = throttles
     else:
-        failures += 1
+        if not probe:
+            failures += 1
         used = failures
     if used >= limit:
         return Stop("budget", limit)

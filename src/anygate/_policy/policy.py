@@ -389,8 +389,7 @@ class Policy:
             CallFailed: the call failed for good; the provider's exception is the cause.
             CircuitOpen: nothing was attempted: the breaker is open and
                 ``circuit_breaker.when_open`` is ``"fail"``, or (``"wait"``, the default)
-                the deadline passed, or ``max_attempts`` probes failed, while the call
-                waited for it to close.
+                the deadline passed while the call waited for it to close.
             Busy: an attempt got no slot within ``busy_wait_s`` (or before ``deadline``).
             TypeError: ``fn`` did not return an awaitable.
             Cancellation and control-flow exceptions propagate unchanged.

@@ -91,7 +91,7 @@ class Run:
     def __init__(self) -> None:
         self.attempt = 0
         # Failed attempts by budget: provider failures (max_attempts; a failed breaker
-        # probe counts, its own or one it waited on) and throttles (throttle_attempts).
+        # probe does not count) and throttles (throttle_attempts).
         self.failures = 0
         self.throttles = 0
         # The gate's calls in flight when this attempt was admitted (itself included), and
