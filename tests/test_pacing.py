@@ -175,21 +175,6 @@ def test_the_checks_probe_is_kept_for_the_throttled_call() -> None:
     assert limit.pass_pause(fresh) == (0.0, True)
 
 
-def test_the_pauses_probe_is_kept_for_the_call_that_started_it() -> None:
-    """Without pacing a throttle pauses at once; when the pause ends its probe is the
-    throttled call's retry, not a newcomer that asked first."""
-    clock = FakeClock()
-    gate = Gate(32, name="llm", clock=clock)
-    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=False)
-    owner, fresh = object(), object()
-    assert limit.on_throttle(limit.generation, None, caller=owner) is not None
-    clock.now += 5.0
-    assert limit.pass_pause(fresh)[1] is False
-    assert limit.pass_pause(owner) == (0.0, True)
-    limit.on_success(saturated=False, probe=True)
-    assert limit.pass_pause(fresh) == (0.0, False)
-
-
 def test_the_checks_probe_succeeding_ends_the_check() -> None:
     """The probe's call succeeded: everyone goes, nothing changed."""
     limit, gate, clock = _paced()

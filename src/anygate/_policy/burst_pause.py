@@ -89,8 +89,8 @@ class BurstPause:
         # Seconds paused in all, not counting the current pause, and when that began.
         self._paused = 0.0
         self._paused_since: float | None = None
-        # The call whose throttle started this check or pause (its Run), and until when the
-        # probe is kept for it. Why (issue 26): a throttle answered in zero time comes back
+        # The call whose throttle started this check (its Run), and until when the probe is
+        # kept for it. Why (issue 26): a throttle answered in zero time comes back
         # before the next caller is even admitted, so "the first to ask" was a *fresh*
         # call; a provider (or a fake) that turns away each call's first attempt then
         # confirmed every check and failed every pause's probe, one caller per pause_s (40
@@ -130,9 +130,9 @@ class BurstPause:
         """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
 
         ``(0, False)``: go. While the pause lasts: wait until it ends. When it has ended,
-        the probe ``(0, True)`` is the call whose throttle started it (``caller`` is its
-        Run), or, once that call has not asked for ``PROBE_RESERVE_S``, the first attempt
-        to ask; the others wait for its outcome (at most ``pause_s`` before asking again),
+        the probe ``(0, True)`` is, for a check, the call whose throttle started it
+        (``caller`` is its Run) until it has not asked for ``PROBE_RESERVE_S``, else the
+        first attempt to ask; the others wait for its outcome (at most ``pause_s`` before asking again),
         or, with the rate ``paced`` or during a check, only until the probe's grace is
         over, which ends the pause.
         """
@@ -164,13 +164,11 @@ class BurstPause:
         """Wait ``seconds`` or until the pause ends, whichever comes first (no lock)."""
         await self._resume.wait(seconds)
 
-    def start(
-        self, now: float, seconds: float, *, probe: bool, owner: object | None = None
-    ) -> None:
+    def start(self, now: float, seconds: float, *, probe: bool) -> None:
         """A burst throttle: a new pause of ``seconds`` (none for 0); ``probe``: it was the
-        probe that was turned away, so how long that took widens the next probe's grace;
-        ``owner``: the throttled call (its Run), whose retry is the next probe."""
-        self._reserve(owner, now + max(0.0, seconds))
+        probe that was turned away, so how long that took widens the next probe's grace.
+        Its probe is the first to ask once it ends (kept for no one)."""
+        self._reserve(None, now)
         if probe:
             self._reject_s = max(self._reject_s, now - self._probe_sent)
         self._probe_out = False
