@@ -245,49 +245,6 @@ class AdaptiveLimit:
             )
 
     @ki_protected
-    def hold_ticket(self) -> int:
-        """A call starts waiting at a pause: its place in the release order (FIFO)."""
-        with self._lock:
-            return self._pause.hold_ticket()
-
-    def releasing(self) -> bool:
-        """Whether the held calls of a pause that ended are still going one by one (a
-        call not held then waits behind them: :meth:`release_delay` with ticket -1)."""
-        return self._pause.releasing(self._clock())
-
-    @ki_protected
-    def release_delay(self, ticket: int) -> float:
-        """A call that was held by a pause that has now ended: seconds to wait before it
-        goes, so that the held calls go one by one at the gate's current estimate instead
-        of all at one instant (issue 26: 40 throttled calls retried at two instants).
-
-        The gap between them is ``1 / rate``: the paced rate while pacing, else the gate's
-        own request rate, else what the release itself shows (the calls held, in flight
-        on the gate, over the answer time of the probe that ended the pause: the rate
-        they were being served at, Little's law). No probe (a grace ended it, or no
-        answer time): no estimate, no spread. Never longer in all than ``pause_s``: the
-        held calls keep their slots meanwhile. ``ticket``: from :meth:`hold_ticket`; -1
-        for a call that was not held, which goes after them (FIFO).
-        """
-        gate = self._gate()
-        with self._lock:
-            pause = self._pause
-            now = self._clock()
-            held = max(1, gate.in_flight if gate is not None else 1)
-            per_minute = self._pacer.paced_per_minute
-            if per_minute is None and gate is not None and gate.rate is not None:
-                per_minute = gate.rate.requests_per_minute
-            if per_minute:
-                gap = 60.0 / per_minute
-            elif pause.released_rtt > 0:
-                gap = pause.released_rtt / held
-            else:
-                gap = 0.0
-            return pause.release_slot(
-                now, min(gap, self._pause_s / held), ticket, ceiling=self._pause_s
-            )
-
-    @ki_protected
     def disown(self, caller: object) -> None:
         """``caller``'s call has ended: a probe kept for its retry goes to the next to ask
         at once (a transport's 429 handed back, a call out of attempts), not after

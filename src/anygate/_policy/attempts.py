@@ -309,21 +309,12 @@ class Attempts:
             if not testing.enabled:
                 # Holding the slot while paused is the point: when the pause ends, one probe
                 # goes, and after its success at most the capacity's worth at once.
-                ticket = -1
                 while True:
                     pause, run.burst_probe = adaptive.pass_pause(run)
                     if pause <= 0:
                         break
                     check_pause(gate, pause, busy_wait)
-                    if ticket < 0:
-                        ticket = adaptive.hold_ticket()
                     await adaptive.wait_pause(pause)
-                if not run.burst_probe and (ticket >= 0 or adaptive.releasing()):
-                    # The pause ended: the held calls go one by one, not as a herd, and a
-                    # call that was not held goes after them.
-                    delay = adaptive.release_delay(ticket)
-                    if delay > 0:
-                        await anyio.sleep(delay)
             run.generation = adaptive.generation
             run.admitted_at = adaptive.clock()
             if hooks:
@@ -466,19 +457,10 @@ class Attempts:
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-            ticket = -1
             while not testing.enabled:
                 pause, run.burst_probe = adaptive.pass_pause(run)
                 if pause <= 0:
-                    if not run.burst_probe and (ticket >= 0 or adaptive.releasing()):
-                        # The pause ended: the held calls go one by one, not as a herd,
-                        # and a call that was not held goes after them.
-                        delay = adaptive.release_delay(ticket)
-                        if delay > 0:
-                            time.sleep(delay)
                     break
-                if ticket < 0:
-                    ticket = adaptive.hold_ticket()
                 check_pause(gate, pause, busy_wait)
                 if time.monotonic() + pause >= deadline:
                     if run.verdict is not None:

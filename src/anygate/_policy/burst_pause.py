@@ -56,7 +56,6 @@ class BurstPause:
 
     __slots__ = (
         "_check_grace",
-        "_episode_first",
         "_noisy",
         "_owner",
         "_owner_until",
@@ -65,15 +64,8 @@ class BurstPause:
         "_probe_out",
         "_probe_sent",
         "_reject_s",
-        "_release_first",
-        "_release_gap",
-        "_release_last",
-        "_release_until",
-        "_released_at",
-        "_released_rtt",
         "_resume",
         "_strikes",
-        "_tickets",
         "_until",
         "pausing",
     )
@@ -107,21 +99,6 @@ class BurstPause:
         # spent window from a turned-away request.
         self._owner: object | None = None
         self._owner_until = -math.inf
-        # Held calls take a ticket when they start waiting, in the order they were held
-        # (the gate's FIFO); the last release (the pause's end) lets them go in ticket
-        # order, one gap apart: its instant, its first ticket, the gap (fixed by the first
-        # to ask, -1 until then), and how long the probe that ended it took (0: none).
-        self._tickets = 0
-        self._episode_first = 0
-        self._release_first = 0
-        self._released_at = -math.inf
-        self._release_gap = -1.0
-        self._released_rtt = 0.0
-        #: Until when the last release's turns run (read without the lock on the hot
-        #: path: a call that was not held joins the end of the line meanwhile, so FIFO
-        #: holds; a stale read lets one call go or join a line that just ran out).
-        self._release_until = -math.inf
-        self._release_last = -1  # the last ticket held when the pause ended
 
     def left(self, now: float) -> float:
         """Seconds of pause left (0 while only the probe is out, or with no pause)."""
@@ -228,41 +205,6 @@ class BurstPause:
         if self._owner is caller:
             self._owner = None
 
-    @property
-    def released_rtt(self) -> float:
-        """How long the probe that ended the last pause took (0: it ended without one)."""
-        return self._released_rtt
-
-    def hold_ticket(self) -> int:
-        """A call starts waiting at the pause: its place in the release order."""
-        ticket = self._tickets
-        self._tickets += 1
-        return ticket
-
-    def release_slot(self, now: float, gap: float, ticket: int, ceiling: float) -> float:
-        """A call held by the pause that just ended: seconds until its turn to go.
-
-        Issue 26: a pause's end let every held call go in the same instant (40 throttled
-        calls retried at two instants), the lockstep a fleet's jitter exists to break. The
-        held calls go one ``gap`` apart instead, in the order they were held (FIFO, not the
-        order the scheduler wakes them in); ``gap`` is fixed by the first to ask after the
-        release. No call waits more than ``ceiling`` past the release.
-        """
-        if self._release_gap < 0:
-            self._release_gap = max(0.0, gap)
-            held = max(0, self._release_last - self._release_first)
-            self._release_until = self._released_at + min(held * self._release_gap, ceiling)
-        if ticket < 0:  # not held: behind every held call (FIFO)
-            ticket = self.hold_ticket()
-        turn = max(0, ticket - self._release_first) * self._release_gap
-        slot = self._released_at + min(turn, ceiling)
-        self._release_until = max(self._release_until, slot)
-        return max(0.0, slot - now)
-
-    def releasing(self, now: float) -> bool:
-        """Whether held calls are still going one by one (unlocked read)."""
-        return now < self._release_until
-
     def _reserve(self, owner: object | None, opens: float) -> None:
         self._owner = owner
         self._owner_until = opens + PROBE_RESERVE_S if owner is not None else -math.inf
@@ -293,18 +235,9 @@ class BurstPause:
         if since is not None:
             self._paused += max(0.0, now - since)
             self._paused_since = None
-        self._released_rtt = max(0.0, now - self._probe_sent) if self._probe_out else 0.0
         self.pausing = False
         self._probe_out = False
         self._check_grace = None
         self._until = -math.inf
         self._owner = None
-        self._released_at = now
-        self._release_first, self._episode_first = self._episode_first, self._tickets
-        self._release_last = self._tickets - 1
-        # Calls were held: until the first of them fixes the gap, a call that was not held
-        # cannot know how long the line is, so it joins it (FIFO whatever the wake order).
-        held = self._release_last >= self._release_first
-        self._release_until = math.inf if held else now
-        self._release_gap = -1.0
         self._resume.open()
