@@ -18,6 +18,7 @@ import pytest
 import anygate
 from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy, Rate, RetryConfig
 from anygate._config.limit_values import (
+    PROBE_RESERVE_S,
     LimitChange,
     check_grace,
     grown_rate,
@@ -145,6 +146,33 @@ def test_a_first_burst_throttle_is_only_checked() -> None:
     clock.now += 0.2
     assert limit.pass_pause() == (0.0, False)  # not turned away in time: it was noise
     assert (gate.rate, limit.statistics().throttles) == (None, 0)
+
+
+def test_the_checks_probe_is_kept_for_the_throttled_call() -> None:
+    """Issue 26: the check's probe is the throttled call's own retry, even when another
+    caller asks first (a throttle answered in zero time comes back before the next caller
+    is admitted); the others wait for it. Once that call has not asked for 20 ms
+    (``PROBE_RESERVE_S``: it gave up), the first to ask probes instead."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner, fresh, other = object(), object(), object()
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    wait, probe = limit.pass_pause(fresh)
+    assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_success(saturated=False, probe=True)
+    assert limit.pass_pause(fresh) == (0.0, False)  # it was noise: everyone goes
+
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    assert limit.pass_pause(fresh)[1] is False
+    clock.now += PROBE_RESERVE_S
+    assert limit.pass_pause(other) == (0.0, True)  # the throttled call never came back
+    assert limit.pass_pause(owner)[1] is False
+    limit.on_success(saturated=False, probe=True)
+
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    limit.disown(owner)  # its call ended (out of attempts): no need to wait for it
+    assert limit.pass_pause(fresh) == (0.0, True)
 
 
 def test_the_checks_probe_succeeding_ends_the_check() -> None:
@@ -630,6 +658,43 @@ def _rpm() -> anygate.ResponseError:
             }
         },
     )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+@pytest.mark.parametrize("callers", [2, 5, 40])
+async def test_throttles_answered_in_zero_time_do_not_stall_the_gate(callers: int) -> None:
+    """Issue 26: each caller's first attempt is turned away with a burst 429 in zero
+    time (an in-process fake, a local proxy's own limiter), its second succeeds. Before,
+    every check's probe was the next caller's *first* attempt, so each confirmed the
+    throttle and paused the gate 5 s per caller (40 callers: 195 s of virtual time).
+    Now the probe is the throttled call's own retry: all finish at once."""
+    gate = Gate(math.inf, name=f"instant-{callers}", clock=anyio.current_time)
+    policy = Policy(gate=gate, clock=anyio.current_time)
+    start = anyio.current_time()
+    finished: list[float] = []
+
+    async def one() -> None:
+        turned_away = False
+
+        async def provider() -> str:
+            nonlocal turned_away
+            if not turned_away:
+                turned_away = True
+                raise burst()
+            return "ok"
+
+        assert await policy.call(provider) == "ok"
+        finished.append(anyio.current_time() - start)
+
+    with anyio.fail_after(3600):
+        async with anyio.create_task_group() as tg:
+            for _ in range(callers):
+                tg.start_soon(one)
+    assert len(finished) == callers
+    # No pause: at most one reservation of the probe per caller, never a pause_s.
+    assert max(finished) <= callers * PROBE_RESERVE_S
+    assert policy.adaptive_limit.statistics().throttles == 0
 
 
 @pytest.mark.anyio

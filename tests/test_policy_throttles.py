@@ -321,6 +321,87 @@ async def test_fail_mode_fails_fast() -> None:
     assert anyio.current_time() == started
 
 
+@virtual_time
+async def test_wait_mode_without_a_deadline_ends_after_max_wait() -> None:
+    """Issue 26: a call with no deadline against a provider that only answers 503 used to
+    wait for ever (probe fails, breaker reopens, wait again). Now its waits for the
+    breaker add up to at most ``max_wait_sec`` (120 s by default); then it gives up."""
+    outage = Outage(until=math.inf)
+    policy = Policy(
+        name="waits-endless",
+        circuit_breaker=BreakerConfig(failure_threshold=2, recovery_timeout_sec=1),
+        retry=RetryConfig(max_attempts=1),
+        clock=anyio.current_time,
+    )
+    assert policy.config.circuit_breaker.max_wait_sec == 120.0
+    for _ in range(2):
+        with pytest.raises(CallFailed):
+            await policy.call(outage)
+    started = anyio.current_time()
+    with anyio.fail_after(3600):  # before the fix: still waiting an hour later
+        with pytest.raises(CallFailed, match="circuit_open"):  # it was each probe itself
+            await policy.call(outage)
+    # 120 s of waits, one per recovery interval, each followed by a 10 ms failed probe.
+    assert anyio.current_time() - started == pytest.approx(120.0 + 120 * 0.01)
+
+
+@virtual_time
+async def test_the_breaker_wait_ceiling_sums_the_waits_of_every_attempt() -> None:
+    """``max_wait_sec`` bounds the call's waits summed over its attempts; a call that had
+    attempted gives up with CallFailed ("circuit_open"), and each wait is cut to what is
+    left of the ceiling."""
+    outage = Outage(until=math.inf)
+    policy = Policy(
+        name="waits-ceiling",
+        circuit_breaker=BreakerConfig(
+            failure_threshold=1, recovery_timeout_sec=10, max_wait_sec=25
+        ),
+        retry=RetryConfig(max_attempts=10, base_delay_ms=0, cap_delay_ms=0),
+        clock=anyio.current_time,
+    )
+    started = anyio.current_time()
+    with anyio.fail_after(3600), pytest.raises(CallFailed, match="circuit_open"):
+        await policy.call(outage)
+    # Three 10 ms attempts (the first opens the breaker, two probes) and waits of 10, 10
+    # and the 5 s left of the 25.
+    assert anyio.current_time() - started == pytest.approx(25.03)
+    assert outage.attempts == 3
+
+
+def test_wait_mode_in_threads_ends_after_max_wait() -> None:
+    """Issue 26, call_sync: a thread's wait on a breaker that never closes ends after
+    ``max_wait_sec`` (50 ms of real time here) with no deadline."""
+    policy = Policy(
+        name="waits-sync-endless",
+        circuit_breaker=BreakerConfig(
+            failure_threshold=1, recovery_timeout_sec=0.01, max_wait_sec=0.05
+        ),
+        retry=RetryConfig(max_attempts=1000, base_delay_ms=0, cap_delay_ms=0),
+    )
+
+    def call() -> str:
+        raise transient()
+
+    with pytest.raises(CallFailed, match="circuit_open"):
+        policy.call_sync(call)
+
+
+def test_max_wait_sec_loads_from_yaml_and_is_checked() -> None:
+    """The setting's YAML key, its round trip, and errors that name it, the bound and
+    the value."""
+    config = anygate.load_config({"circuit_breaker": {"max_wait_sec": 30}})
+    assert config.circuit_breaker.max_wait_sec == 30.0
+    assert config.to_mapping()["circuit_breaker"]["max_wait_sec"] == 30.0
+    with pytest.raises(
+        anygate.ConfigError, match=r"circuit_breaker\.max_wait_sec must be .*> 0 \(got 0\)"
+    ):
+        anygate.load_config({"circuit_breaker": {"max_wait_sec": 0}})
+    with pytest.raises(anygate.ConfigError, match=r"max_wait_sec must be .*> 0 \(got -1\)"):
+        BreakerConfig(max_wait_sec=-1)
+    with pytest.raises((TypeError, anygate.ConfigError), match="max_wait_sec"):
+        BreakerConfig(max_wait_sec="soon")  # type: ignore[arg-type]
+
+
 def test_wait_mode_in_threads_waits_for_the_probe() -> None:
     policy = Policy(
         name="waits-sync",

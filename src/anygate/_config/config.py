@@ -45,6 +45,16 @@ __all__ = [
 _DEFAULT_RECOVERY_S = {"fail": 60.0, "wait": 5.0}
 
 
+#: The longest a call waits in all for an open breaker (``when_open: wait``) before it
+#: gives up. Why a time and 120 s: a default must never hang (issue 26: a call with no
+#: deadline waited for ever on a provider that stayed down), and 120 s is the longest wait
+#: the policy already obeys at a provider's request (``retry_after_max_s``, openai-python's
+#: Retry-After ceiling), so "the provider asks us to wait" and "the provider is down" bound a
+#: call alike. Counting failed probes against ``max_attempts`` instead was tried and
+#: rejected: at about 15 s it failed work in a 50 s outage that the wait exists to save.
+DEFAULT_BREAKER_MAX_WAIT_S = 120.0
+
+
 def default_recovery_s(when_open: str) -> float:
     """The breaker's recovery interval when the config states none."""
     return _DEFAULT_RECOVERY_S[when_open]
@@ -175,6 +185,10 @@ class BreakerConfig:
             failing it; ``"fail"``: it fails fast with :class:`anygate.CircuitOpen` (or
             :class:`anygate.CallFailed` after a first attempt). YAML
             ``circuit_breaker.when_open``.
+        max_wait_sec: with ``when_open: "wait"``, the longest a call waits for the breaker
+            in all (its waits summed over its attempts), in seconds (> 0); then it gives
+            up as in fail mode. Its deadline, if sooner, still ends the wait first. YAML
+            ``circuit_breaker.max_wait_sec``. 120 (the longest ``Retry-After`` obeyed).
 
     Raises:
         TypeError: a value of the wrong type.
@@ -186,6 +200,7 @@ class BreakerConfig:
     enabled: bool = True
     name: str | None = None
     when_open: Literal["wait", "fail"] = "wait"
+    max_wait_sec: float = DEFAULT_BREAKER_MAX_WAIT_S
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -204,6 +219,11 @@ class BreakerConfig:
         if self.when_open not in ("wait", "fail"):
             msg = f"when_open must be 'wait' or 'fail' (got {show(self.when_open)})"
             raise ConfigError(msg, path="when_open", value=self.when_open)
+        set_(
+            self,
+            "max_wait_sec",
+            _PY.number("max_wait_sec", self.max_wait_sec, minimum=0.0, strict=True),
+        )
 
     @property
     def effective_recovery_timeout_sec(self) -> float:
@@ -436,6 +456,7 @@ class PolicyConfig:
                 "failure_threshold": b.failure_threshold,
                 "recovery_timeout_sec": b.recovery_timeout_sec,
                 "when_open": b.when_open,
+                "max_wait_sec": b.max_wait_sec,
                 # None above means "the shared breaker's value" (5 and 60 when created).
             },
         }

@@ -28,6 +28,7 @@ __all__ = [
     "PACE_PROBE_GRACE_S",
     "PACE_SAMPLE_S",
     "PACE_WINDOW_S",
+    "PROBE_RESERVE_S",
     "AdaptiveStatistics",
     "LimitChange",
     "capacity_for",
@@ -78,6 +79,11 @@ PACE_PROBE_GRACE_S = 1.0
 CHECK_GRACE_FACTOR = 2.0
 #: The shortest check: an answer time near zero (a provider on the same host) says nothing.
 CHECK_MIN_GRACE_S = 0.02
+#: How long a check's probe is kept for the call whose throttle started it, before anyone
+#: else may probe. That call re-sends at once (its retry skips its own backoff); 20 ms,
+#: the shortest check, covers a busy loop's scheduling. A call that does not come back
+#: (a Retry-After to sleep) costs the others this long.
+PROBE_RESERVE_S = 0.02
 
 # Float products such as 10 * 0.7 land a hair off the integer; never lose a slot to that.
 _EPSILON = 1e-9

@@ -57,7 +57,14 @@ _LLM_KEYS = (
     "ramp_window_s",
     "reraise",
 )
-_BREAKER_KEYS = ("enabled", "name", "failure_threshold", "recovery_timeout_sec", "when_open")
+_BREAKER_KEYS = (
+    "enabled",
+    "name",
+    "failure_threshold",
+    "recovery_timeout_sec",
+    "when_open",
+    "max_wait_sec",
+)
 _SECTIONS = ("llm_call", "circuit_breaker")
 _RULE_KEYS = ("reason", "retriable", "contains", "status", "code", "exception")
 _ADAPTIVE_KEYS = (
@@ -334,6 +341,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
             msg = f"circuit_breaker.when_open must be 'wait' or 'fail' (got {show(when_open)})"
             raise ConfigError(msg, path="circuit_breaker.when_open", value=when_open)
         breaker["when_open"] = when_open
+    if "max_wait_sec" in brk:
+        breaker["max_wait_sec"] = _FILE.number(
+            "circuit_breaker.max_wait_sec", brk["max_wait_sec"], strict=True
+        )
     return PolicyConfig(
         retry=RetryConfig(**retry), circuit_breaker=BreakerConfig(**breaker), **policy
     )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import anyio
 
+from .._config.config import DEFAULT_BREAKER_MAX_WAIT_S
 from .._errors import Busy, CircuitOpen
 from .._events.events import SlotAdmitted, SlotWaiting, emit
 from .attempt import make_attempt
@@ -68,6 +69,7 @@ class Attempts:
         "adaptive",
         "attempt_timeout",
         "breaker",
+        "breaker_max_wait",
         "busy_wait",
         "gate",
         "hooks",
@@ -90,10 +92,14 @@ class Attempts:
         retrier: Retrier,
         breaker: CircuitBreaker | None = None,
         wait_when_open: bool = True,
+        breaker_max_wait: float = DEFAULT_BREAKER_MAX_WAIT_S,
     ) -> None:
         self.name = name
         self.breaker = breaker
         self.wait_when_open = wait_when_open
+        # No default hangs (issue 26): without it a call with no deadline waited for ever
+        # on a provider that stayed down (the probe failed, the breaker reopened, ...).
+        self.breaker_max_wait = breaker_max_wait
         self.gate = gate
         self.adaptive = adaptive
         self.hooks = hooks
@@ -246,9 +252,10 @@ class Attempts:
     async def pass_breaker(self, run: Run) -> None:
         """Take the breaker's permit for the next attempt, waiting while it is open.
 
-        In wait mode (the default) the call waits, bounded only by its deadline and
-        enclosing cancel scopes, for the probe's outcome or its own turn to probe; in fail
-        mode the first attempt raises :class:`anygate.CircuitOpen` and a retry gives up.
+        In wait mode (the default) the call waits for the probe's outcome or its own turn
+        to probe, bounded by its deadline, enclosing cancel scopes and ``max_wait_sec`` in
+        all; in fail mode (or once ``max_wait_sec`` is spent) the first attempt raises
+        :class:`anygate.CircuitOpen` and a retry gives up.
         """
         breaker = self.breaker
         assert breaker is not None
@@ -256,12 +263,17 @@ class Attempts:
             try:
                 self.retrier.admit(breaker, run)
             except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
-                if not self.wait_when_open:
+                left = self.breaker_max_wait - run.breaker_waited
+                if not self.wait_when_open or left <= 0:
                     if run.verdict is None:
                         raise
                     self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
                 run.phase = "breaker"
-                await breaker.wait()
+                started = anyio.current_time()
+                try:
+                    await breaker.wait(left)
+                finally:
+                    run.breaker_waited += anyio.current_time() - started
             else:
                 return
 
@@ -298,7 +310,7 @@ class Attempts:
                 # Holding the slot while paused is the point: when the pause ends, one probe
                 # goes, and after its success at most the capacity's worth at once.
                 while True:
-                    pause, run.burst_probe = adaptive.pass_pause()
+                    pause, run.burst_probe = adaptive.pass_pause(run)
                     if pause <= 0:
                         break
                     check_pause(gate, pause, busy_wait)
@@ -402,13 +414,17 @@ class Attempts:
             try:
                 self.retrier.admit(breaker, run)
             except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = min(deadline - now, self.breaker_max_wait - run.breaker_waited)
                 if not self.wait_when_open or left <= 0:
                     if run.verdict is None:
                         raise
                     self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
                 run.phase = "breaker"
-                breaker.wait_sync(None if deadline == math.inf else left)
+                try:
+                    breaker.wait_sync(left)
+                finally:
+                    run.breaker_waited += time.monotonic() - now
             else:
                 return
 
@@ -442,7 +458,7 @@ class Attempts:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
             while not testing.enabled:
-                pause, run.burst_probe = adaptive.pass_pause()
+                pause, run.burst_probe = adaptive.pass_pause(run)
                 if pause <= 0:
                     break
                 check_pause(gate, pause, busy_wait)

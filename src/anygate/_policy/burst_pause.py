@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from typing import final
 
-from .._config.limit_values import probe_grace
+from .._config.limit_values import PROBE_RESERVE_S, probe_grace
 from .._gate.latch import Latch
 
 __all__ = ["BurstPause"]
@@ -57,6 +57,8 @@ class BurstPause:
     __slots__ = (
         "_check_grace",
         "_noisy",
+        "_owner",
+        "_owner_until",
         "_paused",
         "_paused_since",
         "_probe_out",
@@ -87,6 +89,16 @@ class BurstPause:
         # Seconds paused in all, not counting the current pause, and when that began.
         self._paused = 0.0
         self._paused_since: float | None = None
+        # The call whose throttle started this check (its Run), and until when the probe is
+        # kept for it. Why (issue 26): a throttle answered in zero time comes back
+        # before the next caller is even admitted, so "the first to ask" was a *fresh*
+        # call; a provider (or a fake) that turns away each call's first attempt then
+        # confirmed every check and failed every pause's probe, one caller per pause_s (40
+        # callers took minutes). Re-sending the rejected call itself asks the provider the
+        # question that was asked (and costs no other call a 429); only it can tell a
+        # spent window from a turned-away request.
+        self._owner: object | None = None
+        self._owner_until = -math.inf
 
     def left(self, now: float) -> float:
         """Seconds of pause left (0 while only the probe is out, or with no pause)."""
@@ -112,13 +124,17 @@ class BurstPause:
         since = self._paused_since
         return self._paused if since is None else self._paused + max(0.0, now - since)
 
-    def passing(self, now: float, *, pause_s: float, paced: bool) -> tuple[float, bool]:
+    def passing(
+        self, now: float, *, pause_s: float, paced: bool, caller: object | None = None
+    ) -> tuple[float, bool]:
         """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
 
         ``(0, False)``: go. While the pause lasts: wait until it ends. When it has ended,
-        the first attempt to ask is the probe ``(0, True)``; the others wait for its outcome
-        (at most ``pause_s`` before asking again), or, with the rate ``paced`` or during a
-        check, only until the probe's grace is over, which ends the pause.
+        the probe ``(0, True)`` is, for a check, the call whose throttle started it
+        (``caller`` is its Run) until it has not asked for ``PROBE_RESERVE_S``, else the
+        first attempt to ask; the others wait for its outcome (at most ``pause_s`` before asking again),
+        or, with the rate ``paced`` or during a check, only until the probe's grace is
+        over, which ends the pause.
         """
         if self._until == -math.inf:  # ended meanwhile (the flag was read unlocked)
             return 0.0, False
@@ -126,6 +142,10 @@ class BurstPause:
         if left > 0:
             return left, False
         if not self._probe_out:
+            owner = self._owner
+            if owner is not None and caller is not owner and now < self._owner_until:
+                return max(self._owner_until - now, 1e-3), False
+            self._owner = None
             self._probe_out = True
             self._probe_sent = now
             return 0.0, True
@@ -146,7 +166,9 @@ class BurstPause:
 
     def start(self, now: float, seconds: float, *, probe: bool) -> None:
         """A burst throttle: a new pause of ``seconds`` (none for 0); ``probe``: it was the
-        probe that was turned away, so how long that took widens the next probe's grace."""
+        probe that was turned away, so how long that took widens the next probe's grace.
+        Its probe is the first to ask once it ends (kept for no one)."""
+        self._reserve(None, now)
         if probe:
             self._reject_s = max(self._reject_s, now - self._probe_sent)
         self._probe_out = False
@@ -160,16 +182,32 @@ class BurstPause:
         elif checked:  # confirmed, but the provider asks for no pause
             self.end(now)
 
-    def check(self, now: float, grace: float) -> None:
+    def check(self, now: float, grace: float, owner: object | None = None) -> None:
         """A first burst throttle (or its check's probe turned away, which did not confirm
-        it yet): the probe goes at once, the others wait up to ``grace`` for it to be
-        turned away (which confirms the throttle: :meth:`start` follows)."""
+        it yet): the probe goes at once (``owner``'s retry, the throttled call's), the
+        others wait up to ``grace`` for it to be turned away (which confirms the throttle:
+        :meth:`start` follows)."""
+        self._reserve(owner, now)
         if self._check_grace is None:
             self._strikes = 0
         self._probe_out = False
         self._check_grace = grace
         self._until = now
         self._shut(now)
+
+    @property
+    def owner(self) -> object | None:
+        """The call the next probe is kept for (read without the lock by ``disown``)."""
+        return self._owner
+
+    def disown(self, caller: object) -> None:
+        """``caller`` ended: the probe kept for it goes to the first to ask."""
+        if self._owner is caller:
+            self._owner = None
+
+    def _reserve(self, owner: object | None, opens: float) -> None:
+        self._owner = owner
+        self._owner_until = opens + PROBE_RESERVE_S if owner is not None else -math.inf
 
     def _shut(self, now: float) -> None:
         if self._paused_since is None:
@@ -201,4 +239,5 @@ class BurstPause:
         self._probe_out = False
         self._check_grace = None
         self._until = -math.inf
+        self._owner = None
         self._resume.open()

@@ -247,6 +247,7 @@ class Policy:
             retrier=self._retrier,
             breaker=self._breaker,
             wait_when_open=self._config.circuit_breaker.when_open == "wait",
+            breaker_max_wait=self._config.circuit_breaker.max_wait_sec,
         )
 
     @classmethod
@@ -403,7 +404,8 @@ class Policy:
             CallFailed: the call failed for good; the provider's exception is the cause.
             CircuitOpen: nothing was attempted: the breaker is open and
                 ``circuit_breaker.when_open`` is ``"fail"``, or (``"wait"``, the default)
-                the deadline passed while the call waited for it to close.
+                the deadline or ``circuit_breaker.max_wait_sec`` (120 s) passed while the
+                call waited for it to close.
             Busy: an attempt got no slot within ``busy_wait_s`` (or before ``deadline``).
             TypeError: ``fn`` did not return an awaitable.
             Cancellation and control-flow exceptions propagate unchanged.

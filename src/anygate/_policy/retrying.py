@@ -137,6 +137,7 @@ class Retrier:
                 grown = self.adaptive.on_success(saturated=run.saturated, probe=probe)
             elif probe:
                 self.adaptive.probe_ended()
+            self.adaptive.disown(run)
         if grown is not None:
             self._limit_changed(grown)
         if change is not None and self.hooks:
@@ -210,7 +211,9 @@ class Retrier:
         if kind in ("concurrency", "overload"):
             return self.learn_concurrency(run, exact=kind == "concurrency")
         if kind == "rate":
-            adaptive.on_rate(run.generation, probe=run.burst_probe, admitted_at=run.admitted_at)
+            adaptive.on_rate(
+                run.generation, probe=run.burst_probe, admitted_at=run.admitted_at, caller=run
+            )
         return False
 
     def _retry_scheduled(self, run: Run, decision: Retry) -> None:
@@ -266,6 +269,7 @@ class Retrier:
             self._in_flight(run),
             probe=run.burst_probe,
             admitted_at=run.admitted_at,
+            caller=run,
         )
         if change is not None:
             self._limit_changed(change)

@@ -59,6 +59,7 @@ class Run:
     __slots__ = (
         "admitted_at",
         "attempt",
+        "breaker_waited",
         "burst_probe",
         "exc",
         "failures",
@@ -77,6 +78,7 @@ class Run:
 
     attempt: int
     admitted_at: float | None
+    breaker_waited: float
     failures: int
     throttles: int
     in_flight: int
@@ -110,6 +112,8 @@ class Run:
         # When the current attempt was admitted, on the adaptive limit's clock (how long
         # a throttle took to come back sets a check's grace); None before the first.
         self.admitted_at = None
+        # Seconds spent waiting for an open breaker so far (bounded by max_wait_sec).
+        self.breaker_waited = 0.0
         self.prev_ms = None
         self.verdict = None
         self.exc = None
