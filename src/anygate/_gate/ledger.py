@@ -38,11 +38,16 @@ I8  Order: strictly FIFO within a priority class, for slots and budget together 
 I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudge* (the
     next waiter must set its budget timer, earlier than it knew) disarms it under the lock,
     and only the waiter itself re-arms, under the lock, just before it parks again, and
-    looks at its state under the lock before every park. A wake-up from another thread
-    can still arrive after the park it was meant for (the waiter polled instead of
-    parking, then re-armed): it must wake nothing but that waiter's current park, so the
-    routes drop it (trio: ``TrioWaiter.parked``) or make it idempotent (asyncio: one
-    future resolved at most once; threads: a lock released at most once).
+    looks at its state after every park. A wake-up can arrive *before* the park it is
+    meant for (a release run on the waiter's own thread between queueing and parking: a
+    user ``__del__``, or the deferred work drained as ``_enqueue`` unlocks, I7): it must
+    not be lost, so every route keeps it until the park (asyncio: the future stays
+    resolved; threads: the lock stays released; trio: ``TrioWaiter.pending``). A wake-up
+    from another thread can also arrive after the park it was meant for (the waiter
+    polled instead of parking, then re-armed): it must wake nothing but that waiter's
+    current park, so the routes make it harmless (trio reschedules only while
+    ``TrioWaiter.parked``; asyncio: one future resolved at most once; threads: a lock
+    released at most once), and the waiter's look at its state absorbs the early return.
 
 Header learning (``_policy.learn``) enters through one step, ``_hold_until``: a provider that
 reports its budget drained has ours spent until its reset, so I2 and the hot paths are

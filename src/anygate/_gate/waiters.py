@@ -267,11 +267,21 @@ class TrioWaiter(Waiter):
     run, or a silent early return from that other wait. A wake-up sent from another thread
     can arrive that late: it was sent while the waiter was armed, the task then polled
     instead of parking (its budget timer was already due) and re-armed, so a second
-    wake-up for the next park can follow. A dropped wake-up loses nothing: the task looks
-    at its state under the gate's lock before it parks again (I9 in ``ledger``).
+    wake-up for the next park can follow.
+
+    A wake-up that finds the task not parked is *kept* (``pending``), never dropped: the
+    next :meth:`park` then returns at once instead of parking (issue 26, item 6). Dropping
+    it lost grants: a release run on this very thread between queueing and parking (a
+    user ``__del__`` in a collection, or the deferred work ``Ledger._enqueue`` drains as
+    it unlocks, I7) grants the waiter and wakes it before it parks; the grant disarmed it,
+    so nothing else would ever wake it and its abort refused to cancel (a task parked for
+    ever on a granted slot). A kept wake-up that turns out stale costs one look at the
+    state under the lock: every caller of :meth:`park` looks at ``state`` when it returns
+    (I9 in ``ledger``), and :meth:`prepare` clears it before the waiter re-arms, since no
+    wake-up for the next arming can be sent before that.
     """
 
-    __slots__ = ("leave", "parked", "task", "thread_id", "trio_token")
+    __slots__ = ("leave", "parked", "pending", "task", "thread_id", "trio_token")
 
     def __init__(self) -> None:
         self.state = WAITING
@@ -283,8 +293,14 @@ class TrioWaiter(Waiter):
         self.seq = 0
         self.since = _monotonic()
         self.parked = False
+        self.pending = False
         self.trio_token = _trio_lowlevel.current_trio_token()
         self.task = _trio_lowlevel.current_task()
+
+    def prepare(self) -> None:
+        # Runs on the trio thread before the waiter re-arms under the lock: a wake-up kept
+        # from an earlier arming is stale (the caller is about to look at its state).
+        self.pending = False
 
     def wake(self) -> bool:
         # Directly only from inside the run itself. From host code on the same thread
@@ -303,9 +319,19 @@ class TrioWaiter(Waiter):
         if self.parked:
             self.parked = False
             _trio_lowlevel.reschedule(self.task)
+        else:
+            self.pending = True  # not parked yet (or any more): the next park returns
 
     def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
-        """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm)."""
+        """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm).
+
+        Returns at once (after a schedule point that is not a cancel point) when a wake-up
+        arrived before the park: the caller looks at ``state``, as after any park.
+        """
+        if self.pending:
+            self.pending = False
+            ready: Awaitable[None] = _trio_lowlevel.cancel_shielded_checkpoint()
+            return ready
         self.leave = leave
         self.parked = True  # the caller awaits the result at once: no yield in between
         # A bound method rather than a closure: two fewer objects per parked task.
