@@ -489,9 +489,9 @@ class Gate(Ledger):
         token._since = _monotonic()
         if not self._fast_acquire:
             try:
-                await _waiters.shielded_schedule_point()
+                await _waiters.schedule_point()
             except BaseException:
-                token.release()
+                token._give_back()
                 raise
 
     async def _park(

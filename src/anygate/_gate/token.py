@@ -190,18 +190,15 @@ class Token:
             raise RuntimeError(msg)
         self._since = ACQUIRING
         gate = self._home
+        # The cancel point comes first, before any slot is taken: an acquire in an
+        # already-cancelled scope gets nothing, even a free slot (and a grant could
+        # otherwise complete a wait before anyio delivers a pending cancellation).
+        check = _waiters.cancellation_check()
+        if check is not None:
+            await check  # raises the pending cancellation
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip, and its park is the schedule point.
-        free = not gate._live and gate._in_flight < gate._limit
-        # Checked even when we are about to queue: a grant can complete the wait before
-        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
-        if free and not gate._fast_acquire:
-            await _waiters.full_checkpoint()  # let others run first
-        else:
-            check = _waiters.cancellation_check()
-            if check is not None:
-                await check  # raises the pending cancellation
-        if free:
+        if not gate._live and gate._in_flight < gate._limit:
             # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
             lock = gate._lock
             lock.acquire()
@@ -219,6 +216,15 @@ class Token:
             if admitted or gate._admit(self._cost, self._priority):
                 self._gate = gate
                 self._since = _monotonic()
+                if not gate._fast_acquire:
+                    # Slot first, then the schedule point (issue 26, item 3): yielding
+                    # before admission let callers that arrived together be admitted in
+                    # whatever order the scheduler resumed them, not the order they called.
+                    try:
+                        await _waiters.schedule_point()
+                    except BaseException:
+                        self._give_back()
+                        raise
                 return self
         if self._timeout is not None:
             await gate._wait(self)  # the gate's timed wait
@@ -250,6 +256,13 @@ class Token:
         self._gate = gate
         self._since = _monotonic()
         return self
+
+    def _give_back(self) -> None:
+        """The acquire failed after its slot was taken (cancelled at the schedule point that
+        follows admission): free the slot, and leave the acquisition failed, not released,
+        so that awaiting it again raises instead of handing out a released token."""
+        self.release()
+        self._since = ACQUIRING
 
     @ki_protected
     async def __aexit__(

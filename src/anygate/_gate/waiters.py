@@ -120,49 +120,45 @@ def cancellation_check() -> Awaitable[None] | None:
     return anyio.lowlevel.checkpoint_if_cancelled()  # no loop: anyio raises its usual error
 
 
-def full_checkpoint() -> Awaitable[None]:
-    """What to await for a full checkpoint (schedule point, then cancel point) before admission.
+def schedule_point() -> Awaitable[None]:
+    """What to await for a schedule point that is not a cancel point, once a slot is taken.
 
-    The checkpointing acquire (``Gate(fast_acquire=False)``, the default) awaits this when
-    it is about to take a free slot, so that an uncontended acquire lets other tasks run as
-    trio's rule and anyio's default semaphore require. The schedule point comes first, as
-    in trio's own ``checkpoint()``: the cancel check then sees a deadline that expired
-    while we yielded, and a cancellation delivered at the yield leaves before any slot is
-    taken (nothing to give back). On trio this is ``trio.lowlevel.checkpoint()``; on
-    asyncio a bare yield to the loop (what ``asyncio.sleep(0)`` does) and then the same
-    cancellation check as :func:`cancellation_check`.
+    The checkpointing acquire (``Gate(fast_acquire=False)``, the default) takes a free
+    slot first and then awaits this, so that an uncontended acquire lets other tasks run
+    (trio's checkpoint rule, anyio's default semaphore) without giving up arrival order:
+    callers that arrive together are admitted in the order they called, not the order the
+    scheduler resumes them (issue 26, item 3). This is what ``trio.Lock``,
+    ``trio.CapacityLimiter`` and ``anyio.Semaphore`` do; the cancel point is the check
+    before admission (:func:`cancellation_check`), so an already-cancelled scope still
+    gets no slot.
+
+    On trio this is ``trio.lowlevel.cancel_shielded_checkpoint()``: nothing can cancel
+    it. On asyncio it is a bare yield to the loop (what ``asyncio.sleep(0)`` does), not
+    anyio's ``cancel_shielded_checkpoint()``, whose shielding cancel scope would cost
+    about as much as the rest of the acquire: a cancellation delivered during that one
+    yield (a native ``Task.cancel()``, or a cancel scope fired in that very tick) raises
+    there, and the caller gives the slot back, as ``anyio.Semaphore`` does for a native
+    cancellation.
     """
-    if _in_trio():
-        trio_checkpoint: Awaitable[None] = _trio_lowlevel.checkpoint()
-        return trio_checkpoint
+    local = _sniffio_local or ("trio" in _modules and _find_trio())  # _in_trio() inline
+    if local and local.name == "trio":
+        trio_yield: Awaitable[None] = _trio_lowlevel.cancel_shielded_checkpoint()
+        return trio_yield
     if _get_running_loop() is not None:
-        return _ASYNCIO_CHECKPOINT
-    return anyio.lowlevel.checkpoint()  # no loop: anyio raises its usual error
+        return _ASYNCIO_YIELD
+    return anyio.lowlevel.cancel_shielded_checkpoint()  # no loop: anyio raises its usual error
 
 
-class _AsyncioCheckpoint:
-    """Awaitable: a bare yield to the loop, then the cancellation check (see full_checkpoint)."""
+class _AsyncioYield:
+    """Awaitable: a bare yield; the task is rescheduled at once, after the tasks already ready."""
 
     __slots__ = ()
 
     def __await__(self) -> Generator[None, None, None]:
-        yield  # a bare yield: the task is rescheduled at once, after the tasks already ready
-        if _cancel_state.asyncio_pending(_get_running_loop()):
-            yield from anyio.lowlevel.checkpoint().__await__()  # raises the cancellation
+        yield
 
 
-_ASYNCIO_CHECKPOINT = _AsyncioCheckpoint()
-
-
-async def shielded_schedule_point() -> None:
-    """A schedule point that is not a cancel point (anyio's ``cancel_shielded_checkpoint``).
-
-    For the rare checkpointing acquire that got its slot without ever yielding (a slot
-    freed between the fast path's look and queueing): the slot is already taken, so a
-    cancellation must not land here; on asyncio a native ``Task.cancel()`` still can,
-    and the caller gives the slot back.
-    """
-    await anyio.lowlevel.cancel_shielded_checkpoint()
+_ASYNCIO_YIELD = _AsyncioYield()
 
 
 class Waiter:
