@@ -237,7 +237,6 @@ def test_a_finalizer_release_on_an_event_loop_thread_does_not_freeze_the_loop(
     assert gate.statistics().in_flight == 0
 
 
-
 class CollectsBeforeUnlocking:
     """Stands in for a gate's lock: the first time it is released with a caller queued, a
     collection runs first, with the lock still held, and finalizes a

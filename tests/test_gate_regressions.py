@@ -68,17 +68,18 @@ class _ProbeLock:
 async def test_trio_acquire_nowait_admit_to_token_step_is_ki_protected(
     anyio_backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under trio, the step from a successful admission to the token's creation cannot take KI."""
+    """Under trio, ``acquire_nowait`` from the token's creation to its admission (which
+    marks it held in the same locked step, issue 26 item 7) cannot take KI."""
     import trio
 
     probes: list[bool] = []
-    real_make_token = _token.make_token
+    real_pending_token = _token.pending_token
 
-    def probing_make_token(gate: Gate, code: Any, lasti: int, cost: int = 0) -> Token:
+    def probing_pending_token(gate: Gate, code: Any, lasti: int, cost: int) -> Token:
         probes.append(trio.lowlevel.currently_ki_protected())
-        return real_make_token(gate, code, lasti, cost)
+        return real_pending_token(gate, code, lasti, cost)
 
-    monkeypatch.setattr(_gate, "make_token", probing_make_token)
+    monkeypatch.setattr(_gate, "pending_token", probing_pending_token)
     gate = Gate(1)
     gate.acquire_nowait().release()
     assert probes == [True]

@@ -146,11 +146,13 @@ class Ledger:
     # ------------------------------------------------------------------ admission
 
     @ki_protected
-    def _admit(self, tokens: int = 0, priority: int = 0) -> bool:
+    def _admit(self, tokens: int = 0, priority: int = 0, token: Token | None = None) -> bool:
         """Take a slot now if the caller would be next and slot and budget allow (I2).
 
         The uncontended path. An explicit acquire/release pair rather than ``with``: half
-        the cost on CPython 3.11, and this is the budget the benchmark measures.
+        the cost on CPython 3.11, and this is the budget the benchmark measures. A
+        ``token`` (being acquired) is marked held in the same locked step, so that an
+        exception between this step and the caller finds the slot on it (I1).
         """
         lock = self._lock
         lock.acquire()
@@ -167,6 +169,8 @@ class Ledger:
                         self._passed += 1
                     self._in_flight += 1
                     self._admitted += 1
+                    if token is not None:
+                        token._gate = self  # type: ignore[assignment]  # self is the Gate
         finally:
             lock.release()
             if self._deferred:
@@ -194,6 +198,9 @@ class Ledger:
             if budgets is None:
                 admitted = not self._live and self._in_flight < self._limit
                 if admitted:
+                    # Recorded on the waiter, under the lock: an exception before the
+                    # caller sees our answer still finds the slot (acquire_sync, I4).
+                    waiter.state = GRANTED
                     self._in_flight += 1
                     self._admitted += 1
                 else:
@@ -203,6 +210,7 @@ class Ledger:
                         queue.append(waiter)
                         self._counts[priority] += 1
                         self._live += 1
+                        waiter.state = WAITING  # a ThreadWaiter is GONE until queued
                     else:
                         self._push_locked(waiter)
             else:
@@ -246,6 +254,9 @@ class Ledger:
         if waiter.tokens:
             self._costs[priority] += waiter.tokens
         self._live += 1
+        # Last: a ThreadWaiter is GONE until queued, and an exception that reaches
+        # acquire_sync before we return must find it either not queued or fully queued.
+        waiter.state = WAITING
 
     def _estimate_locked(self, now: float, tokens: int, priority: int) -> float:
         """A lower bound of a newcomer's admission time: the budgets those ahead must pay."""

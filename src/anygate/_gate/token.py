@@ -198,7 +198,8 @@ class Token:
             await check  # raises the pending cancellation
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip, and its park is the schedule point.
-        if not gate._live and gate._in_flight < gate._limit:
+        free = not gate._live and gate._in_flight < gate._limit
+        if free:
             # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
             lock = gate._lock
             lock.acquire()
@@ -299,7 +300,10 @@ class Token:
         # Cleared first: in a garbage cycle this token may be finalized before the object
         # that owns it, whose own cleanup may then still call release(); that must be a
         # no-op, not a second give-back of the same slot.
-        gate = self._gate
+        try:
+            gate = self._gate
+        except AttributeError:  # interrupted before its first field was set: holds nothing
+            return
         if gate is not None:
             self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
@@ -329,6 +333,22 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     token._timeout = None
     token._priority = 0
     token._since = _monotonic()
+    return token
+
+
+def pending_token(gate: Gate, code: CodeType, lasti: int, cost: int) -> Token:
+    """A token being acquired (``ACQUIRING``), not admitted yet; the locked step that
+    admits it marks it held (``Ledger._admit(token=)``), so that no step between
+    admission and the caller leaves a slot held by nobody (``Gate.acquire_sync``)."""
+    token: Token = _new_token(Token)
+    token._gate = None
+    token._home = gate
+    token._code = code
+    token._lasti = lasti
+    token._cost = cost
+    token._timeout = None
+    token._priority = 0
+    token._since = ACQUIRING
     return token
 
 

@@ -347,12 +347,18 @@ class TrioWaiter(Waiter):
 
 
 class ThreadWaiter(Waiter):
-    """A plain thread blocked in ``acquire_sync``."""
+    """A plain thread blocked in ``acquire_sync``.
+
+    Created ``GONE`` (not queued): the queueing step makes it ``WAITING`` (or ``GRANTED``
+    when it admits at once) under the gate's lock, so an exception at any step of
+    ``acquire_sync`` can tell from the state alone whether there is a queue entry or a
+    slot to settle (issue 26, item 7).
+    """
 
     __slots__ = ("_lock",)
 
     def __init__(self) -> None:
-        self.state = WAITING
+        self.state = GONE
         self.armed = True
         self.due = math.inf
         self.priority = 0
