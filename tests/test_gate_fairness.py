@@ -99,3 +99,28 @@ async def test_simultaneous_callers_are_admitted_in_call_order(
         for name in range(8):
             tg.start_soon(caller, name)
     assert admitted == called
+
+
+@pytest.mark.parametrize("kind", ["gate", "fast"])
+async def test_in_flight_at_admission_is_the_count_as_admitted(
+    anyio_backend: Any, kind: str
+) -> None:
+    """Simultaneous callers each see the gate as it was when they were admitted (1, 2, 3,
+    ...), not as it is after the acquire's schedule point let the others in: the policy's
+    adaptive limit learns a provider's slots from this count (issue 26)."""
+    gate = Gate(10, fast_acquire=kind == "fast")
+    seen: list[int] = []
+    release = anyio.Event()
+
+    async def caller() -> None:
+        async with gate.acquire() as token:
+            seen.append(token.in_flight_at_admission)
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(caller)
+        await anyio.wait_all_tasks_blocked()
+        assert gate.in_flight == 5
+        release.set()
+    assert sorted(seen) == [1, 2, 3, 4, 5]

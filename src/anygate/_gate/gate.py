@@ -344,6 +344,7 @@ class Gate(Ledger):
         token._cost = cost
         token._timeout = timeout
         token._priority = priority
+        token._seen = 0
         token._since = PENDING
         return token  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
@@ -368,6 +369,7 @@ class Gate(Ledger):
         # admission and the caller where a slot is held by nobody.
         token = pending_token(self, frame.f_code, frame.f_lasti, cost)
         if self._admit(cost, priority, token):
+            token._seen = self._in_flight
             token._since = _monotonic()
             return token
         raise self._refusal(cost, priority)
@@ -410,6 +412,7 @@ class Gate(Ledger):
         waiter: _waiters.ThreadWaiter | None = None
         try:
             if self._admit(cost, priority, token):
+                token._seen = self._in_flight
                 token._since = _monotonic()
                 return token
             if timeout == 0:
@@ -419,6 +422,7 @@ class Gate(Ledger):
             if not self._enqueue(waiter, timeout) and not self._block(waiter, timeout):
                 raise self._busy(timeout or 0.0, timed_out=True)
             token._gate = self  # the granted waiter's slot is the token's from here on
+            token._seen = self._in_flight
             token._since = _monotonic()
             return token
         except BaseException:
@@ -497,6 +501,7 @@ class Gate(Ledger):
         if not granted:
             raise self._busy(wait_s, timed_out=True)
         token._gate = self
+        token._seen = self._in_flight
         token._since = _monotonic()
 
     async def _admitted_at_once(self, token: Token) -> None:
@@ -504,6 +509,7 @@ class Gate(Ledger):
         fast path looked): it is held now, and under the default the acquire is still a
         schedule point, since it has not yielded."""
         token._gate = self
+        token._seen = self._in_flight
         token._since = _monotonic()
         if not self._fast_acquire:
             try:

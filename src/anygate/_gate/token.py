@@ -65,7 +65,17 @@ class Token:
     # ``_gate`` is None until admitted and once released; the gate flips it under its lock
     # so two threads releasing at once cannot both give the slot back. ``_home`` stays
     # set: a settle after release still corrects the rate budget.
-    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti", "_priority", "_since", "_timeout")
+    __slots__ = (
+        "_code",
+        "_cost",
+        "_gate",
+        "_home",
+        "_lasti",
+        "_priority",
+        "_seen",
+        "_since",
+        "_timeout",
+    )
 
     _gate: Gate | None
     _home: Gate
@@ -81,6 +91,8 @@ class Token:
     # What acquire() was asked for: the wait limit and the priority class.
     _timeout: float | None
     _priority: int
+    # The gate's in_flight as this token was admitted (see in_flight_at_admission).
+    _seen: int
 
     # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
     # returning Never and rejects object.__new__(Token) in make_token.
@@ -98,6 +110,16 @@ class Token:
     def acquired_at(self) -> str:
         """``file:line`` of the code that acquired this token."""
         return code_site(self._code, self._lasti)
+
+    @property
+    def in_flight_at_admission(self) -> int:
+        """The gate's ``in_flight`` just after this token was admitted, itself included.
+
+        What the gate looked like at admission, before the acquire's schedule point let
+        other tasks run (they may have been admitted meanwhile): the policy's adaptive
+        limit learns a provider's slots from it. ``0`` until admitted.
+        """
+        return self._seen
 
     @property
     def tokens(self) -> int:
@@ -216,6 +238,7 @@ class Token:
                     gate._drain()
             if admitted or gate._admit(self._cost, self._priority):
                 self._gate = gate
+                self._seen = gate._in_flight  # before the yield, which lets others in
                 self._since = _monotonic()
                 if not gate._fast_acquire:
                     # Slot first, then the schedule point (issue 26, item 3): yielding
@@ -255,6 +278,7 @@ class Token:
                 gate._abandon(waiter)
             raise
         self._gate = gate
+        self._seen = gate._in_flight
         self._since = _monotonic()
         return self
 
@@ -332,6 +356,7 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     token._cost = cost
     token._timeout = None
     token._priority = 0
+    token._seen = gate._in_flight
     token._since = _monotonic()
     return token
 
@@ -348,6 +373,7 @@ def pending_token(gate: Gate, code: CodeType, lasti: int, cost: int) -> Token:
     token._cost = cost
     token._timeout = None
     token._priority = 0
+    token._seen = 0
     token._since = ACQUIRING
     return token
 
