@@ -217,8 +217,10 @@ class World:
             self.held -= 1
 
     def raw_op(self, token: Token) -> None:
-        """Dispose of a raw gate token one of three ways; sometimes change the capacity."""
-        self.add_held()
+        """Dispose of a raw gate token one of three ways; sometimes change the capacity.
+
+        The caller counted it held (``add_held``) when its acquire returned.
+        """
         self.tally.add("raw_admitted")
         draw = self.draw()
         if draw < 0.02:
@@ -257,6 +259,10 @@ class World:
                     return
             else:
                 token = await self.raw_gate.acquire()
+            self.add_held()
+            # Held across a checkpoint: the tasks pile up on the slots, so the gate runs
+            # full and "max held" is measured against a saturated capacity.
+            await anyio.lowlevel.checkpoint()
             self.raw_op(token)
             return
         policy = self.policies[i % 4]
@@ -275,6 +281,7 @@ class World:
             except anygate.Busy:
                 self.tally.add("raw_timed_out")
                 return
+            self.add_held()
             self.raw_op(token)
             return
         policy = self.policies[i % 4]
