@@ -235,3 +235,83 @@ def test_a_finalizer_release_on_an_event_loop_thread_does_not_freeze_the_loop(
     assert len(got) == 1
     got[0].release()
     assert gate.statistics().in_flight == 0
+
+
+class CollectsBeforeUnlocking:
+    """Stands in for a gate's lock: the first time it is released with a caller queued, a
+    collection runs first, with the lock still held, and finalizes a
+    :class:`ReleasesOnDel` owning ``token`` (what a gen-0 collection at any allocation in
+    the locked step would do, made deterministic)."""
+
+    def __init__(self, gate: Gate, token: Token) -> None:
+        self._gate = gate
+        self._lock = gate._lock
+        self._token: Token | None = token
+        self.fired = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        token = self._token
+        if token is not None and self._gate._live:
+            self._token = None
+            ReleasesOnDel(token)
+            gc.collect()
+            self.fired = True
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def _rescue_parked_waiters() -> None:
+    """Wake every trio task parked on a gate waiter (only when the test already failed: a
+    task parked for ever on a granted slot would otherwise keep the run from ending)."""
+    from anygate._gate import waiters as _waiters
+
+    for obj in gc.get_objects():
+        if isinstance(obj, _waiters.TrioWaiter) and obj.parked:
+            obj._deliver()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("timeout", [None, 60.0], ids=["untimed", "timed"])
+async def test_a_grant_from_a_finalizer_before_the_park_is_not_lost(
+    anyio_backend: Any, timeout: float | None
+) -> None:
+    """Issue 26, item 6: the only slot's token is released by a user ``__del__`` during a
+    collection inside the locked step that queues a waiter. The release is deferred and
+    drained as that step unlocks, which grants the waiter and wakes it on its own thread
+    *before* it parks. The wake-up must be kept: the waiter is admitted, not parked for
+    ever on a granted slot (before the fix, on trio, it parked with ``in_flight`` 1 and
+    nobody waiting, and its own timeout could not end the wait)."""
+    import anyio
+
+    gate = Gate(1, name="fin")
+    token = gate.acquire_nowait()
+    got: list[Token] = []
+    lock = gate._lock = CollectsBeforeUnlocking(gate, token)  # type: ignore[assignment]
+
+    async def acquire() -> None:
+        got.append(await gate.acquire(timeout=timeout))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(acquire)
+        await anyio.wait_all_tasks_blocked()
+        admitted = len(got)
+        stuck = (gate.in_flight, gate.waiting)
+        if not admitted:
+            _rescue_parked_waiters()
+    assert lock.fired  # the collection did run inside the queueing step
+    assert token.released
+    assert admitted == 1, f"the granted waiter parked for good: (in_flight, waiting)={stuck}"
+    got[0].release()
+    stats = gate.statistics()
+    assert (stats.in_flight, stats.waiting, stats.admitted) == (0, 0, 2)

@@ -35,7 +35,7 @@ from .gate_args import (
 )
 from .inspect import QueuedCaller, SlotHolder, holders_of, waiters_of
 from .ledger import UNLIMITED, Ledger
-from .token import PENDING, Token, code_site, make_token
+from .token import PENDING, Token, code_site, pending_token
 from .waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -341,6 +341,7 @@ class Gate(Ledger):
         token._cost = cost
         token._timeout = timeout
         token._priority = priority
+        token._seen = 0
         token._since = PENDING
         return token  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
@@ -361,8 +362,13 @@ class Gate(Ledger):
         if priority:
             priority = check_priority(priority)
         frame = _getframe(1)
-        if self._admit(cost, priority):
-            return make_token(self, frame.f_code, frame.f_lasti, cost)
+        # Marked held by the admitting step itself, as in acquire_sync: no step between
+        # admission and the caller where a slot is held by nobody.
+        token = pending_token(self, frame.f_code, frame.f_lasti, cost)
+        if self._admit(cost, priority, token):
+            token._seen = self._in_flight
+            token._since = _monotonic()
+            return token
         raise self._refusal(cost, priority)
 
     def acquire_sync(
@@ -394,50 +400,66 @@ class Gate(Ledger):
             )
             raise RuntimeError(msg)
         frame = _getframe(1)
-        code, lasti = frame.f_code, frame.f_lasti
-        if self._admit(cost, priority):
-            return make_token(self, code, lasti, cost)
-        if timeout == 0:
-            raise self._refusal(cost, priority)
-        waiter = _waiters.ThreadWaiter()
-        waiter.tokens, waiter.priority = cost, priority
-        if self._enqueue(waiter, timeout):
-            return make_token(self, code, lasti, cost)
-        if waiter.state == GONE:  # its admission time lies beyond the timeout
-            raise self._busy(timeout or 0.0, timed_out=True, due=waiter.due)
-        end = None if timeout is None else time.monotonic() + timeout
-        limit_at = None if timeout is None else self._clock() + timeout
-        granted = False
+        # The token is built before admission and the locked step that admits marks it
+        # held (issue 26, item 7): admitting first and wrapping after left a window, a
+        # KeyboardInterrupt at make_token's entry, where the slot was held by nobody, for
+        # good. Now every step of the slot's way is recorded under the gate's lock (on
+        # the token, or on the waiter's state), and the handler below reads it there.
+        token = pending_token(self, frame.f_code, frame.f_lasti, cost)
+        waiter: _waiters.ThreadWaiter | None = None
         try:
-            while True:
-                due = waiter.due
-                wait = None if due == math.inf else max(0.0, due - self._clock())
-                if end is not None:
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        granted = self._last_look(waiter) == GRANTED
-                        break
-                    wait = left if wait is None else min(wait, left)
-                waiter.block(wait)
-                if waiter.state == GRANTED:
-                    granted = True
-                    break
-                # A budget timer, a nudge or a stale wake-up: look again under the lock.
-                state = self._poll(waiter, limit_at)
-                if state == GRANTED:
-                    granted = True
-                    break
-                if state == GONE:
-                    raise self._busy(timeout or 0.0, timed_out=True, due=waiter.due)
+            if self._admit(cost, priority, token):
+                token._seen = self._in_flight
+                token._since = _monotonic()
+                return token
+            if timeout == 0:
+                raise self._refusal(cost, priority)
+            waiter = _waiters.ThreadWaiter()  # GONE until the queueing step queues it
+            waiter.tokens, waiter.priority = cost, priority
+            if not self._enqueue(waiter, timeout) and not self._block(waiter, timeout):
+                raise self._busy(timeout or 0.0, timed_out=True)
+            token._gate = self  # the granted waiter's slot is the token's from here on
+            token._seen = self._in_flight
+            token._since = _monotonic()
+            return token
         except BaseException:
-            # KeyboardInterrupt (main thread) or another asynchronous exception: leave the
-            # queue, or pass on a slot that was already reserved for us (I4).
-            if not granted and waiter.state != GONE:
+            # KeyboardInterrupt (main thread), another asynchronous exception, or our own
+            # Busy: give back a slot the token holds, else leave the queue or pass on a
+            # slot that was already reserved for the waiter (I4). Both are exclusive: the
+            # token holds a slot only once the waiter's grant has moved to it.
+            if token._gate is not None:
+                token.release()
+            elif waiter is not None and waiter.state != GONE:
                 self._abandon(waiter)
             raise
-        if granted:
-            return make_token(self, code, lasti, cost)
-        raise self._busy(timeout or 0.0, timed_out=True)
+
+    def _block(self, waiter: _waiters.ThreadWaiter, timeout: float | None) -> bool:
+        """Block this thread until ``waiter`` (queued) is granted (``True``) or its
+        timeout passes (``False``; it has left the queue). Raises ``Busy`` at once when
+        the rate budget cannot admit it within the timeout. ``acquire_sync`` settles the
+        waiter if this raises."""
+        timeout_s = timeout or 0.0
+        if waiter.state == GONE:  # its admission time lies beyond the timeout
+            raise self._busy(timeout_s, timed_out=True, due=waiter.due)
+        end = None if timeout is None else time.monotonic() + timeout
+        limit_at = None if timeout is None else self._clock() + timeout
+        while True:
+            due = waiter.due
+            wait = None if due == math.inf else max(0.0, due - self._clock())
+            if end is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return self._last_look(waiter) == GRANTED
+                wait = left if wait is None else min(wait, left)
+            waiter.block(wait)
+            if waiter.state == GRANTED:
+                return True
+            # A budget timer, a nudge or a stale wake-up: look again under the lock.
+            state = self._poll(waiter, limit_at)
+            if state == GRANTED:
+                return True
+            if state == GONE:
+                raise self._busy(timeout_s, timed_out=True, due=waiter.due)
 
     @ki_protected
     async def _wait(self, token: Token) -> None:
@@ -476,6 +498,7 @@ class Gate(Ledger):
         if not granted:
             raise self._busy(wait_s, timed_out=True)
         token._gate = self
+        token._seen = self._in_flight
         token._since = _monotonic()
 
     async def _admitted_at_once(self, token: Token) -> None:
@@ -483,12 +506,13 @@ class Gate(Ledger):
         fast path looked): it is held now, and under the default the acquire is still a
         schedule point, since it has not yielded."""
         token._gate = self
+        token._seen = self._in_flight
         token._since = _monotonic()
         if not self._fast_acquire:
             try:
-                await _waiters.shielded_schedule_point()
+                await _waiters.schedule_point()
             except BaseException:
-                token.release()
+                token._give_back()
                 raise
 
     async def _park(

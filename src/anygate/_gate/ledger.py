@@ -38,11 +38,16 @@ I8  Order: strictly FIFO within a priority class, for slots and budget together 
 I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudge* (the
     next waiter must set its budget timer, earlier than it knew) disarms it under the lock,
     and only the waiter itself re-arms, under the lock, just before it parks again, and
-    looks at its state under the lock before every park. A wake-up from another thread
-    can still arrive after the park it was meant for (the waiter polled instead of
-    parking, then re-armed): it must wake nothing but that waiter's current park, so the
-    routes drop it (trio: ``TrioWaiter.parked``) or make it idempotent (asyncio: one
-    future resolved at most once; threads: a lock released at most once).
+    looks at its state after every park. A wake-up can arrive *before* the park it is
+    meant for (a release run on the waiter's own thread between queueing and parking: a
+    user ``__del__``, or the deferred work drained as ``_enqueue`` unlocks, I7): it must
+    not be lost, so every route keeps it until the park (asyncio: the future stays
+    resolved; threads: the lock stays released; trio: ``TrioWaiter.pending``). A wake-up
+    from another thread can also arrive after the park it was meant for (the waiter
+    polled instead of parking, then re-armed): it must wake nothing but that waiter's
+    current park, so the routes make it harmless (trio reschedules only while
+    ``TrioWaiter.parked``; asyncio: one future resolved at most once; threads: a lock
+    released at most once), and the waiter's look at its state absorbs the early return.
 
 Header learning (``_policy.learn``) enters through one step, ``_hold_until``: a provider that
 reports its budget drained has ours spent until its reset, so I2 and the hot paths are
@@ -141,11 +146,13 @@ class Ledger:
     # ------------------------------------------------------------------ admission
 
     @ki_protected
-    def _admit(self, tokens: int = 0, priority: int = 0) -> bool:
+    def _admit(self, tokens: int = 0, priority: int = 0, token: Token | None = None) -> bool:
         """Take a slot now if the caller would be next and slot and budget allow (I2).
 
         The uncontended path. An explicit acquire/release pair rather than ``with``: half
-        the cost on CPython 3.11, and this is the budget the benchmark measures.
+        the cost on CPython 3.11, and this is the budget the benchmark measures. A
+        ``token`` (being acquired) is marked held in the same locked step, so that an
+        exception between this step and the caller finds the slot on it (I1).
         """
         lock = self._lock
         lock.acquire()
@@ -162,6 +169,8 @@ class Ledger:
                         self._passed += 1
                     self._in_flight += 1
                     self._admitted += 1
+                    if token is not None:
+                        token._gate = self  # type: ignore[assignment]  # self is the Gate
         finally:
             lock.release()
             if self._deferred:
@@ -189,6 +198,9 @@ class Ledger:
             if budgets is None:
                 admitted = not self._live and self._in_flight < self._limit
                 if admitted:
+                    # Recorded on the waiter, under the lock: an exception before the
+                    # caller sees our answer still finds the slot (acquire_sync, I4).
+                    waiter.state = GRANTED
                     self._in_flight += 1
                     self._admitted += 1
                 else:
@@ -198,6 +210,7 @@ class Ledger:
                         queue.append(waiter)
                         self._counts[priority] += 1
                         self._live += 1
+                        waiter.state = WAITING  # a ThreadWaiter is GONE until queued
                     else:
                         self._push_locked(waiter)
             else:
@@ -241,6 +254,9 @@ class Ledger:
         if waiter.tokens:
             self._costs[priority] += waiter.tokens
         self._live += 1
+        # Last: a ThreadWaiter is GONE until queued, and an exception that reaches
+        # acquire_sync before we return must find it either not queued or fully queued.
+        waiter.state = WAITING
 
     def _estimate_locked(self, now: float, tokens: int, priority: int) -> float:
         """A lower bound of a newcomer's admission time: the budgets those ahead must pay."""

@@ -65,7 +65,17 @@ class Token:
     # ``_gate`` is None until admitted and once released; the gate flips it under its lock
     # so two threads releasing at once cannot both give the slot back. ``_home`` stays
     # set: a settle after release still corrects the rate budget.
-    __slots__ = ("_code", "_cost", "_gate", "_home", "_lasti", "_priority", "_since", "_timeout")
+    __slots__ = (
+        "_code",
+        "_cost",
+        "_gate",
+        "_home",
+        "_lasti",
+        "_priority",
+        "_seen",
+        "_since",
+        "_timeout",
+    )
 
     _gate: Gate | None
     _home: Gate
@@ -81,6 +91,8 @@ class Token:
     # What acquire() was asked for: the wait limit and the priority class.
     _timeout: float | None
     _priority: int
+    # The gate's in_flight as this token was admitted (see in_flight_at_admission).
+    _seen: int
 
     # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
     # returning Never and rejects object.__new__(Token) in make_token.
@@ -98,6 +110,16 @@ class Token:
     def acquired_at(self) -> str:
         """``file:line`` of the code that acquired this token."""
         return code_site(self._code, self._lasti)
+
+    @property
+    def in_flight_at_admission(self) -> int:
+        """The gate's ``in_flight`` just after this token was admitted, itself included.
+
+        What the gate looked like at admission, before the acquire's schedule point let
+        other tasks run (they may have been admitted meanwhile): the policy's adaptive
+        limit learns a provider's slots from it. ``0`` until admitted.
+        """
+        return self._seen
 
     @property
     def tokens(self) -> int:
@@ -190,17 +212,15 @@ class Token:
             raise RuntimeError(msg)
         self._since = ACQUIRING
         gate = self._home
+        # The cancel point comes first, before any slot is taken: an acquire in an
+        # already-cancelled scope gets nothing, even a free slot (and a grant could
+        # otherwise complete a wait before anyio delivers a pending cancellation).
+        check = _waiters.cancellation_check()
+        if check is not None:
+            await check  # raises the pending cancellation
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip, and its park is the schedule point.
         free = not gate._live and gate._in_flight < gate._limit
-        # Checked even when we are about to queue: a grant can complete the wait before
-        # anyio delivers a pending cancellation, and acquire() must fail in a cancelled scope.
-        if free and not gate._fast_acquire:
-            await _waiters.full_checkpoint()  # let others run first
-        else:
-            check = _waiters.cancellation_check()
-            if check is not None:
-                await check  # raises the pending cancellation
         if free:
             # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
             lock = gate._lock
@@ -218,7 +238,17 @@ class Token:
                     gate._drain()
             if admitted or gate._admit(self._cost, self._priority):
                 self._gate = gate
+                self._seen = gate._in_flight  # before the yield, which lets others in
                 self._since = _monotonic()
+                if not gate._fast_acquire:
+                    # Slot first, then the schedule point (issue 26, item 3): yielding
+                    # before admission let callers that arrived together be admitted in
+                    # whatever order the scheduler resumed them, not the order they called.
+                    try:
+                        await _waiters.schedule_point()
+                    except BaseException:
+                        self._give_back()
+                        raise
                 return self
         if self._timeout is not None:
             await gate._wait(self)  # the gate's timed wait
@@ -248,8 +278,16 @@ class Token:
                 gate._abandon(waiter)
             raise
         self._gate = gate
+        self._seen = gate._in_flight
         self._since = _monotonic()
         return self
+
+    def _give_back(self) -> None:
+        """The acquire failed after its slot was taken (cancelled at the schedule point that
+        follows admission): free the slot, and leave the acquisition failed, not released,
+        so that awaiting it again raises instead of handing out a released token."""
+        self.release()
+        self._since = ACQUIRING
 
     @ki_protected
     async def __aexit__(
@@ -286,7 +324,10 @@ class Token:
         # Cleared first: in a garbage cycle this token may be finalized before the object
         # that owns it, whose own cleanup may then still call release(); that must be a
         # no-op, not a second give-back of the same slot.
-        gate = self._gate
+        try:
+            gate = self._gate
+        except AttributeError:  # interrupted before its first field was set: holds nothing
+            return
         if gate is not None:
             self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
@@ -315,7 +356,25 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
     token._cost = cost
     token._timeout = None
     token._priority = 0
+    token._seen = gate._in_flight
     token._since = _monotonic()
+    return token
+
+
+def pending_token(gate: Gate, code: CodeType, lasti: int, cost: int) -> Token:
+    """A token being acquired (``ACQUIRING``), not admitted yet; the locked step that
+    admits it marks it held (``Ledger._admit(token=)``), so that no step between
+    admission and the caller leaves a slot held by nobody (``Gate.acquire_sync``)."""
+    token: Token = _new_token(Token)
+    token._gate = None
+    token._home = gate
+    token._code = code
+    token._lasti = lasti
+    token._cost = cost
+    token._timeout = None
+    token._priority = 0
+    token._seen = 0
+    token._since = ACQUIRING
     return token
 
 

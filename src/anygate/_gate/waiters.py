@@ -120,49 +120,45 @@ def cancellation_check() -> Awaitable[None] | None:
     return anyio.lowlevel.checkpoint_if_cancelled()  # no loop: anyio raises its usual error
 
 
-def full_checkpoint() -> Awaitable[None]:
-    """What to await for a full checkpoint (schedule point, then cancel point) before admission.
+def schedule_point() -> Awaitable[None]:
+    """What to await for a schedule point that is not a cancel point, once a slot is taken.
 
-    The checkpointing acquire (``Gate(fast_acquire=False)``, the default) awaits this when
-    it is about to take a free slot, so that an uncontended acquire lets other tasks run as
-    trio's rule and anyio's default semaphore require. The schedule point comes first, as
-    in trio's own ``checkpoint()``: the cancel check then sees a deadline that expired
-    while we yielded, and a cancellation delivered at the yield leaves before any slot is
-    taken (nothing to give back). On trio this is ``trio.lowlevel.checkpoint()``; on
-    asyncio a bare yield to the loop (what ``asyncio.sleep(0)`` does) and then the same
-    cancellation check as :func:`cancellation_check`.
+    The checkpointing acquire (``Gate(fast_acquire=False)``, the default) takes a free
+    slot first and then awaits this, so that an uncontended acquire lets other tasks run
+    (trio's checkpoint rule, anyio's default semaphore) without giving up arrival order:
+    callers that arrive together are admitted in the order they called, not the order the
+    scheduler resumes them (issue 26, item 3). This is what ``trio.Lock``,
+    ``trio.CapacityLimiter`` and ``anyio.Semaphore`` do; the cancel point is the check
+    before admission (:func:`cancellation_check`), so an already-cancelled scope still
+    gets no slot.
+
+    On trio this is ``trio.lowlevel.cancel_shielded_checkpoint()``: nothing can cancel
+    it. On asyncio it is a bare yield to the loop (what ``asyncio.sleep(0)`` does), not
+    anyio's ``cancel_shielded_checkpoint()``, whose shielding cancel scope would cost
+    about as much as the rest of the acquire: a cancellation delivered during that one
+    yield (a native ``Task.cancel()``, or a cancel scope fired in that very tick) raises
+    there, and the caller gives the slot back, as ``anyio.Semaphore`` does for a native
+    cancellation.
     """
-    if _in_trio():
-        trio_checkpoint: Awaitable[None] = _trio_lowlevel.checkpoint()
-        return trio_checkpoint
+    local = _sniffio_local or ("trio" in _modules and _find_trio())  # _in_trio() inline
+    if local and local.name == "trio":
+        trio_yield: Awaitable[None] = _trio_lowlevel.cancel_shielded_checkpoint()
+        return trio_yield
     if _get_running_loop() is not None:
-        return _ASYNCIO_CHECKPOINT
-    return anyio.lowlevel.checkpoint()  # no loop: anyio raises its usual error
+        return _ASYNCIO_YIELD
+    return anyio.lowlevel.cancel_shielded_checkpoint()  # no loop: anyio raises its usual error
 
 
-class _AsyncioCheckpoint:
-    """Awaitable: a bare yield to the loop, then the cancellation check (see full_checkpoint)."""
+class _AsyncioYield:
+    """Awaitable: a bare yield; the task is rescheduled at once, after the tasks already ready."""
 
     __slots__ = ()
 
     def __await__(self) -> Generator[None, None, None]:
-        yield  # a bare yield: the task is rescheduled at once, after the tasks already ready
-        if _cancel_state.asyncio_pending(_get_running_loop()):
-            yield from anyio.lowlevel.checkpoint().__await__()  # raises the cancellation
+        yield
 
 
-_ASYNCIO_CHECKPOINT = _AsyncioCheckpoint()
-
-
-async def shielded_schedule_point() -> None:
-    """A schedule point that is not a cancel point (anyio's ``cancel_shielded_checkpoint``).
-
-    For the rare checkpointing acquire that got its slot without ever yielding (a slot
-    freed between the fast path's look and queueing): the slot is already taken, so a
-    cancellation must not land here; on asyncio a native ``Task.cancel()`` still can,
-    and the caller gives the slot back.
-    """
-    await anyio.lowlevel.cancel_shielded_checkpoint()
+_ASYNCIO_YIELD = _AsyncioYield()
 
 
 class Waiter:
@@ -267,11 +263,21 @@ class TrioWaiter(Waiter):
     run, or a silent early return from that other wait. A wake-up sent from another thread
     can arrive that late: it was sent while the waiter was armed, the task then polled
     instead of parking (its budget timer was already due) and re-armed, so a second
-    wake-up for the next park can follow. A dropped wake-up loses nothing: the task looks
-    at its state under the gate's lock before it parks again (I9 in ``ledger``).
+    wake-up for the next park can follow.
+
+    A wake-up that finds the task not parked is *kept* (``pending``), never dropped: the
+    next :meth:`park` then returns at once instead of parking (issue 26, item 6). Dropping
+    it lost grants: a release run on this very thread between queueing and parking (a
+    user ``__del__`` in a collection, or the deferred work ``Ledger._enqueue`` drains as
+    it unlocks, I7) grants the waiter and wakes it before it parks; the grant disarmed it,
+    so nothing else would ever wake it and its abort refused to cancel (a task parked for
+    ever on a granted slot). A kept wake-up that turns out stale costs one look at the
+    state under the lock: every caller of :meth:`park` looks at ``state`` when it returns
+    (I9 in ``ledger``), and :meth:`prepare` clears it before the waiter re-arms, since no
+    wake-up for the next arming can be sent before that.
     """
 
-    __slots__ = ("leave", "parked", "task", "thread_id", "trio_token")
+    __slots__ = ("leave", "parked", "pending", "task", "thread_id", "trio_token")
 
     def __init__(self) -> None:
         self.state = WAITING
@@ -283,8 +289,14 @@ class TrioWaiter(Waiter):
         self.seq = 0
         self.since = _monotonic()
         self.parked = False
+        self.pending = False
         self.trio_token = _trio_lowlevel.current_trio_token()
         self.task = _trio_lowlevel.current_task()
+
+    def prepare(self) -> None:
+        # Runs on the trio thread before the waiter re-arms under the lock: a wake-up kept
+        # from an earlier arming is stale (the caller is about to look at its state).
+        self.pending = False
 
     def wake(self) -> bool:
         # Directly only from inside the run itself. From host code on the same thread
@@ -303,9 +315,19 @@ class TrioWaiter(Waiter):
         if self.parked:
             self.parked = False
             _trio_lowlevel.reschedule(self.task)
+        else:
+            self.pending = True  # not parked yet (or any more): the next park returns
 
     def park(self, leave: Callable[[Waiter], bool]) -> Awaitable[None]:
-        """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm)."""
+        """Wait for :meth:`wake`; a cancel scope firing first asks ``leave`` (disarm).
+
+        Returns at once (after a schedule point that is not a cancel point) when a wake-up
+        arrived before the park: the caller looks at ``state``, as after any park.
+        """
+        if self.pending:
+            self.pending = False
+            ready: Awaitable[None] = _trio_lowlevel.cancel_shielded_checkpoint()
+            return ready
         self.leave = leave
         self.parked = True  # the caller awaits the result at once: no yield in between
         # A bound method rather than a closure: two fewer objects per parked task.
@@ -325,12 +347,18 @@ class TrioWaiter(Waiter):
 
 
 class ThreadWaiter(Waiter):
-    """A plain thread blocked in ``acquire_sync``."""
+    """A plain thread blocked in ``acquire_sync``.
+
+    Created ``GONE`` (not queued): the queueing step makes it ``WAITING`` (or ``GRANTED``
+    when it admits at once) under the gate's lock, so an exception at any step of
+    ``acquire_sync`` can tell from the state alone whether there is a queue entry or a
+    slot to settle (issue 26, item 7).
+    """
 
     __slots__ = ("_lock",)
 
     def __init__(self) -> None:
-        self.state = WAITING
+        self.state = GONE
         self.armed = True
         self.due = math.inf
         self.priority = 0

@@ -304,7 +304,9 @@ class Attempts:
             )
         token = await gate.acquire(timeout=busy_wait)
         try:
-            run.in_flight = in_flight = gate.in_flight
+            # As admitted, not as now: the acquire's schedule point comes after admission
+            # (issue 26), and peers admitted during it are no part of this attempt's count.
+            run.in_flight = in_flight = token.in_flight_at_admission
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
             if not testing.enabled:
                 # Holding the slot while paused is the point: when the pause ends, one probe
