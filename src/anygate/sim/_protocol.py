@@ -71,8 +71,8 @@ class Request:
 
     def __init__(self, send: Send, *, prompt_tokens: int = 0, max_tokens: int = 0) -> None:
         self._send = send
-        self.prompt_tokens = prompt_tokens
-        self.max_tokens = max_tokens
+        self.prompt_tokens: int = prompt_tokens
+        self.max_tokens: int = max_tokens
 
     def __call__(self) -> Awaitable[Any]:
         """Send the request once."""

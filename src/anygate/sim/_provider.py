@@ -114,9 +114,9 @@ class ProviderResponse:
     __slots__ = ("headers", "status_code", "usage")
 
     def __init__(self, headers: dict[str, str], prompt: int, completion: int) -> None:
-        self.status_code = 200
-        self.headers = headers
-        self.usage = {
+        self.status_code: int = 200
+        self.headers: dict[str, str] = headers
+        self.usage: dict[str, int] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
@@ -152,11 +152,11 @@ class ProviderError(Exception):
             said = answer(kind)
         super().__init__(f"Error code: {said.status} - {said.code}: {said.message}")
         self.kind = kind
-        self.status_code = said.status
-        self.code = said.code
-        self.type = said.type
-        self.message = said.message
-        self.body = said.body
+        self.status_code: int = said.status
+        self.code: str = said.code
+        self.type: str = said.type
+        self.message: str = said.message
+        self.body: dict[str, object] = said.body
         headers = dict(headers or {})
         if retry_after is not None:
             headers["retry-after-ms"] = str(round(retry_after * 1000))
