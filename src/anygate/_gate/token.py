@@ -439,4 +439,3 @@ class _Collection:
 
 _collection = _Collection()
 gc.callbacks.append(_collection)
-
