@@ -30,6 +30,21 @@ def virtual_gate(capacity: float = math.inf, **rate: Any) -> Gate:
     return Gate(capacity, name="r", rate=Rate(**rate), clock=anyio.current_time)
 
 
+async def fleet_admission_times(gate: Gate, calls: int) -> list[float]:
+    """When each of ``calls`` callers starting together was admitted, in seconds from now."""
+    start = anyio.current_time()
+    times: list[float] = []
+
+    async def call() -> None:
+        async with gate.acquire():
+            times.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(calls):
+            tg.start_soon(call)
+    return times
+
+
 # ----------------------------------------------------------------------------- Rate values
 
 
@@ -125,16 +140,7 @@ def test_busy_carries_retry_after_and_pickles() -> None:
 async def test_budget_starts_empty_and_refills_continuously(anyio_backend: Any) -> None:
     """60 rpm admits a fleet that starts at once at 1 s, 2 s, 3 s...: no full-bucket start."""
     gate = virtual_gate(requests_per_minute=60)
-    start = anyio.current_time()
-    times: list[float] = []
-
-    async def call() -> None:
-        async with gate.acquire():
-            times.append(anyio.current_time() - start)
-
-    async with anyio.create_task_group() as tg:
-        for _ in range(5):
-            tg.start_soon(call)
+    times = await fleet_admission_times(gate, 5)
     assert times == pytest.approx([1.0, 2.0, 3.0, 4.0, 5.0])
 
 
@@ -142,16 +148,7 @@ async def test_budget_starts_empty_and_refills_continuously(anyio_backend: Any) 
 async def test_no_first_second_spike(anyio_backend: Any) -> None:
     """1200 rpm with the default 1 s burst admits 20 in the first second, not 1200."""
     gate = virtual_gate(requests_per_minute=1200)
-    start = anyio.current_time()
-    times: list[float] = []
-
-    async def call() -> None:
-        async with gate.acquire():
-            times.append(anyio.current_time() - start)
-
-    async with anyio.create_task_group() as tg:
-        for _ in range(200):
-            tg.start_soon(call)
+    times = await fleet_admission_times(gate, 200)
     assert sum(1 for t in times if t <= 1.0 + 1e-9) == 20
     assert max(times) == pytest.approx(10.0)  # 200 requests at 20 per second
 
@@ -571,14 +568,5 @@ async def test_rate_per_second_paces_a_fleet(anyio_backend: Any) -> None:
     so it needs a full budget), each next one a request's 2.5 s of refill.
     """
     gate = Gate(name="r", rate=Rate.per(5, requests=2), clock=anyio.current_time)
-    start = anyio.current_time()
-    times: list[float] = []
-
-    async def call() -> None:
-        async with gate.acquire():
-            times.append(anyio.current_time() - start)
-
-    async with anyio.create_task_group() as tg:
-        for _ in range(4):
-            tg.start_soon(call)
+    times = await fleet_admission_times(gate, 4)
     assert times == pytest.approx([1.0, 3.5, 6.0, 8.5])

@@ -136,7 +136,8 @@ class SlotWaiting:
     Attributes:
         policy, gate: names.
         attempt: the attempt number (1 for the first).
-        in_flight, waiting, capacity: the gate as seen just before queueing.
+        in_flight, waiting, capacity: the gate as seen just before queueing (a hook that
+            reads ``gate.statistics()`` here does not see this caller in ``waiting`` yet).
     """
 
     policy: str
