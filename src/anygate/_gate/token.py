@@ -439,3 +439,4 @@ class _Collection:
 
 _collection = _Collection()
 gc.callbacks.append(_collection)
+
