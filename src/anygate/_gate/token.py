@@ -19,7 +19,6 @@ call or a coroutine fewer on each path the benchmarks measure (a and b).
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import TYPE_CHECKING, Any, NoReturn, final
 
@@ -329,19 +328,6 @@ class Token:
             gate = self._gate
         except AttributeError:  # interrupted before its first field was set: holds nothing
             return
-        if gate is None:
-            return
-        if _collection.running:
-            # Collected with its owner, whose own __del__ (same pass, any order) may still
-            # release it: keep it alive until the collection ends and judge it then.
-            _collection.suspects.append(self)
-            return
-        self._gate = None
-        gate._reclaim_leaked(self._code, self._lasti)
-
-    def _judge(self) -> None:
-        """After a collection: a suspect nobody released is a leak (see :class:`_Collection`)."""
-        gate = self._gate
         if gate is not None:
             self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
@@ -400,43 +386,3 @@ def code_site(code: CodeType, lasti: int) -> str:
             line = lineno
             break
     return f"{code.co_filename}:{line}"
-
-
-class _Collection:
-    """Whether the garbage collector is running, and the tokens it finalized unreleased.
-
-    A token and the user object that owns it often die together in one garbage cycle, and
-    the object's ``__del__`` may release the token. The collector calls every finalizer
-    of the cycle in one pass, in no set order: finalized first, the token used to count
-    itself a leak (and warn) although its owner gave the slot back a moment later
-    (issue 27: 555 false leaks in a 23k-operation soak). Finalized *during a collection*,
-    a token now waits for the collection's end (``gc.callbacks``, phase ``"stop"``):
-    released by then, it was no leak; otherwise it is reclaimed as before. Keeping it in
-    :attr:`suspects` resurrects it and its cycle for one collection (PEP 442: they are
-    freed by the next one, without a second ``__del__``).
-
-    A token dropped outside a collection (reference count zero) is judged at once, as
-    before. The callback may run while this thread holds a gate's lock (a collection
-    triggered inside a locked section): ``Gate._reclaim_leaked`` defers under that lock
-    exactly as it does from ``__del__``.
-    """
-
-    __slots__ = ("running", "suspects")
-
-    def __init__(self) -> None:
-        self.running = False
-        self.suspects: list[Token] = []
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self.running = True
-            return
-        self.running = False
-        suspects = self.suspects
-        while suspects:
-            suspects.pop()._judge()
-
-
-_collection = _Collection()
-gc.callbacks.append(_collection)
-
