@@ -71,6 +71,13 @@ __all__ = [
     "check_threshold",
 ]
 
+#: Slack in seconds when comparing the clock with the end of the open period. A caller
+#: woken by a timer set for that end may read it 1 ulp early; without slack it was turned
+#: away, waited a zero-length timeout and asked again, spinning for ever on a virtual clock
+#: that only advances when everyone sleeps (seen in the max-wait test under trio's
+#: MockClock). The gate's rate budgets need the same slack (``_gate.rate.EPSILON``).
+_SLACK_S = 1e-9
+
 # State changes of a breaker used directly are logged here; a policy's permits are quiet,
 # because the policy delivers their changes to its hooks and its LoggingHook logs them.
 logger = logging.getLogger("anygate")
@@ -291,7 +298,7 @@ class CircuitBreaker:
             state = self._state
             if state is BreakerState.OPEN:
                 now = self._clock()
-                if now < self._opened_until:
+                if now < self._opened_until - _SLACK_S:
                     self._rejected += 1
                     retry_after = self._opened_until - now
                     raise CircuitOpen(name=self._name, retry_after=retry_after)
@@ -327,7 +334,8 @@ class CircuitBreaker:
             if self._state is BreakerState.CLOSED:
                 return 0.0
             if self._state is BreakerState.OPEN:
-                return max(0.0, self._opened_until - self._clock())
+                left = self._opened_until - self._clock()
+                return left if left > _SLACK_S else 0.0
             # Half-open: the probe is out (or about to be). Its success opens the wake-up
             # gate; if it fails, the breaker reopens for recovery_timeout, so asking again
             # after that long finds either the next probe's turn or a closed breaker.
