@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Attempts", "NotAwaitable", "check_pause"]
 
+#: A breaker wait left shorter than this counts as spent (a clock's resolution, with room).
+_SPENT_S = 1e-6
+
 T = TypeVar("T")
 
 
@@ -264,7 +267,9 @@ class Attempts:
                 self.retrier.admit(breaker, run)
             except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
                 left = self.breaker_max_wait - run.breaker_waited
-                if not self.wait_when_open or left <= 0:
+                # A remainder below the clock's resolution is spent: waiting it would not
+                # move a virtual clock, and the loop would spin at one instant.
+                if not self.wait_when_open or left <= _SPENT_S:
                     if run.verdict is None:
                         raise
                     self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
@@ -418,7 +423,7 @@ class Attempts:
             except CircuitOpen as exc:  # noqa: PERF203 - the loop is the wait for the breaker
                 now = time.monotonic()
                 left = min(deadline - now, self.breaker_max_wait - run.breaker_waited)
-                if not self.wait_when_open or left <= 0:
+                if not self.wait_when_open or left <= _SPENT_S:
                     if run.verdict is None:
                         raise
                     self.retrier.fail(run, "circuit_open", self.max_attempts, run.exc or exc)
