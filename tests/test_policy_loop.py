@@ -284,3 +284,57 @@ async def test_the_deadline_cuts_a_hung_step_and_reraise_gives_its_cause(
         await policy.run(step, deadline=10, reraise=True)
     assert raw.value is first
     assert policy.gate.in_flight == 0
+
+
+async def test_attempt_tokens_wait_for_room_in_the_token_budget() -> None:
+    """Issue 30: ``attempt.acquire(tokens=)`` admits an attempt only when the gate's token
+    budget has room for its estimate, so attempts started together cannot overdraw it; a
+    settle's refund lets the next one go. (Charged only after admission, the second would
+    have been admitted at once.)"""
+    clock = [1000.0]
+    gate = Gate(
+        4,
+        name="tokens",
+        rate=anygate.Rate(tokens_per_minute=600, burst_s=60),
+        clock=lambda: clock[0],
+    )
+    clock[0] += 60  # a full budget: 600 tokens, and the clock then stands still
+    policy = _policy(gate=gate)
+    sent: list[int] = []
+    finish = anyio.Event()
+
+    async def step(attempt: anygate.Attempt, number: int) -> None:
+        async with await attempt.acquire(tokens=400) as token:
+            sent.append(number)
+            await finish.wait()
+            token.settle(tokens=100)  # the usage: a refund of 300
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(policy.run, lambda a: step(a, 1))
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(policy.run, lambda a: step(a, 2))
+        await anyio.wait_all_tasks_blocked()
+        assert sent == [1]  # 200 tokens left: the second waits for room, holding no slot
+        assert (gate.in_flight, gate.waiting) == (1, 1)
+        finish.set()
+    assert sent == [1, 2]
+    rate = gate.statistics().rate
+    assert rate is not None
+    assert rate.tokens_available == pytest.approx(400.0)  # 600 - 100 - 100
+
+
+async def test_attempt_tokens_above_a_minute_of_budget_end_the_call() -> None:
+    """A cost the budget can never admit is the caller's error: ValueError naming the
+    budget, raised unchanged from the first attempt (not retried), nothing taken."""
+    gate = Gate(2, name="tokens", rate=anygate.Rate(tokens_per_minute=600))
+    policy = _policy(gate=gate)
+    attempts: list[int] = []
+
+    async def step(attempt: anygate.Attempt) -> None:
+        attempts.append(attempt.number)
+        await attempt.acquire(tokens=601)
+
+    with pytest.raises(ValueError, match=r"tokens must be <= the gate's tokens_per_minute \(600\)"):
+        await policy.run(step)
+    assert attempts == [1]
+    assert gate.in_flight == 0

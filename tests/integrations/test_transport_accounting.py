@@ -11,8 +11,10 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
 import anygate
@@ -257,6 +259,38 @@ async def test_policy_retries_charge_each_attempt_once(flavour: Flavour) -> None
             response = await client.post("http://llm/v1/chat/completions", json=BODY)
             assert response.status_code == 200
     assert _tokens_left(gate) == FULL - ESTIMATE - 42
+
+
+async def test_policy_attempts_wait_for_room_for_their_estimate(flavour: Flavour) -> None:
+    """Issue 30: under a policy an attempt is admitted only with room for its estimate, as
+    without one; charged after admission, requests sent together overdrew the budget. The
+    first request's usage refunds its estimate, and that lets the second go."""
+    clock = Still()
+    gate = _gate(clock, tokens_per_minute=ESTIMATE + ESTIMATE // 2)
+    sent: list[str] = []
+    release = anyio.Event()
+
+    async def handler(request: Any) -> Any:
+        sent.append(request.url.path)
+        if request.url.path == "/first":
+            await release.wait()
+        return flavour.lib.Response(200, json={"usage": USAGE})
+
+    policy = anygate.Policy(name="llm", gate=gate)
+    with anygate.set_testing(True):
+        async with (
+            _client(flavour, gate, handler, policy=policy) as client,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(partial(client.post, "http://llm/first", json=BODY))
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(partial(client.post, "http://llm/second", json=BODY))
+            await anyio.wait_all_tasks_blocked()
+            assert sent == ["/first"]
+            assert gate.waiting == 1
+            release.set()
+    assert sent == ["/first", "/second"]
+    assert _tokens_left(gate) == ESTIMATE + ESTIMATE // 2 - 2 * 42
 
 
 # ----------------------------------------------------------------------------- learning

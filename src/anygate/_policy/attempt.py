@@ -73,6 +73,7 @@ class Attempt:
         gate: Gate | None = None,
         *,
         timeout: float | None = None,
+        tokens: int | None = None,
     ) -> Token:
         """Take the slot for this attempt, as :meth:`anygate.Policy.call` would.
 
@@ -81,27 +82,39 @@ class Attempt:
                 honoured is the policy's (its throttles are reported there).
             timeout: the longest wait for the slot, in seconds; ``None``: the policy's
                 ``busy_wait_s``.
+            tokens: the attempt's token estimate, as for :meth:`anygate.Gate.acquire`:
+                admitted only when the gate's token budget has room for it (settle the
+                real cost with :meth:`anygate.Token.settle`). ``None`` charges nothing
+                now, so that attempts admitted together can overdraw the budget and later
+                callers wait out the debt.
 
         Raises:
             Busy: no slot within the timeout. It ends the call (it is not retried).
+            TypeError, ValueError: a bad ``tokens`` (as for :meth:`anygate.Gate.acquire`);
+                the call ends, nothing is taken.
         """
         loop = self._loop
         gate, busy_wait = self._where(gate, timeout)
-        token = await loop.admit(self._run, self._testing, self._timed, gate, busy_wait)
+        token = await loop.admit(self._run, self._testing, self._timed, gate, busy_wait, tokens)
         self._keep(token)
         return token
 
-    def acquire_sync(self, gate: Gate | None = None, *, timeout: float | None = None) -> Token:
+    def acquire_sync(
+        self, gate: Gate | None = None, *, timeout: float | None = None, tokens: int | None = None
+    ) -> Token:
         """The blocking twin of :meth:`acquire`, for :meth:`anygate.Policy.run_sync`.
 
         Also bounded by the call's ``deadline``.
 
         Raises:
             Busy: as for :meth:`acquire`.
+            TypeError, ValueError: a bad ``tokens``, as for :meth:`acquire`.
             RuntimeError: called on a thread running an event loop.
         """
         gate, busy_wait = self._where(gate, timeout)
-        token = self._loop.admit_sync(self._run, self._testing, self._deadline, gate, busy_wait)
+        token = self._loop.admit_sync(
+            self._run, self._testing, self._deadline, gate, busy_wait, tokens
+        )
         self._keep(token)
         return token
 

@@ -289,9 +289,11 @@ class Attempts:
         timed: bool,
         gate: Gate,
         busy_wait: float | None,
+        tokens: int | None = None,
     ) -> Token:
         """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
-        for the next attempt; sit out an adaptive pause holding it.
+        for the next attempt, with ``tokens`` of its token budget; sit out an adaptive
+        pause holding it.
 
         The pause is always that of the policy's adaptive limit (the one its throttles are
         reported to). Both passed explicitly, not defaulted: this is the per-call path.
@@ -307,7 +309,7 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = await gate.acquire(timeout=busy_wait)
+        token = await gate.acquire(timeout=busy_wait, tokens=tokens)
         try:
             # As admitted, not as now: the acquire's schedule point comes after admission
             # (issue 26), and peers admitted during it are no part of this attempt's count.
@@ -442,6 +444,7 @@ class Attempts:
         deadline: float,
         gate: Gate,
         busy_wait: float | None,
+        tokens: int | None = None,
     ) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
         hooks, adaptive = self.hooks, self.adaptive
@@ -460,7 +463,7 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = gate.acquire_sync(timeout=timeout)
+        token = gate.acquire_sync(timeout=timeout, tokens=tokens)
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0

@@ -255,6 +255,10 @@ class TransportCore:
             token = await self.gate.acquire(timeout=self.timeout)
         elif attempt is None:
             token = await policy.acquire(self.gate, timeout=self._slot_wait())
+        elif self.accounting.fits(cost):
+            # Admitted only with room for the estimate, as without a policy: charged after
+            # admission, attempts admitted together overdraw the budget (issue 30).
+            return await attempt.acquire(self.gate, timeout=self._slot_wait(), tokens=cost)
         else:
             token = await attempt.acquire(self.gate, timeout=self._slot_wait())
         self.accounting.charge_admitted(token, cost)
@@ -344,8 +348,10 @@ class TransportCore:
             token = self.gate.acquire_sync(timeout=self.timeout)
         elif attempt is None:
             token = policy.acquire_sync(self.gate, timeout=self._slot_wait())
-        else:
+        elif self.accounting.fits(cost):
             # No deadline of its own: the client's timeouts bound the request, not the wait.
+            return attempt.acquire_sync(self.gate, timeout=self._slot_wait(), tokens=cost)
+        else:
             token = attempt.acquire_sync(self.gate, timeout=self._slot_wait())
         self.accounting.charge_admitted(token, cost)
         return token

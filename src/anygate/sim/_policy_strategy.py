@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -41,7 +42,10 @@ from .. import (
     LimitChanged,
     Policy,
     SlotAdmitted,
+    headers_of,
+    learn_from_headers,
     load_config,
+    usage_tokens,
 )
 from ._protocol import CallLost
 from ._results import RunStats, current_call
@@ -50,7 +54,7 @@ from ._scenarios import builtin_policy, deep_merge
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .. import PolicyConfig
+    from .. import Attempt, PolicyConfig
     from ._protocol import Send, StrategyContext
     from ._spec import Published, StrategySpec
 
@@ -85,13 +89,17 @@ def _facts(spec: StrategySpec, published: Published) -> dict[str, Any]:
         facts["max_concurrent_calls"] = published.concurrency
     if spec.paces_published_rpm and published.rpm is not None:
         facts["requests_per_minute"] = published.rpm
+    # A token budget only where the published one is the whole budget (OpenAI's TPM):
+    # Anthropic's separate input and output budgets are not one per-minute token count.
+    if spec.paces_published_rpm and published.tpm is not None:
+        facts["tokens_per_minute"] = published.tpm
     return facts
 
 
 def published_facts(spec: StrategySpec, published: Published) -> dict[str, Any]:
     """The ``llm_call`` keys the scenario's published facts set for ``spec``: the published
     concurrency (``max_concurrent_calls``) and, for ``anygate``, the published RPM
-    (``requests_per_minute``). A user's file keeps the keys it states: the facts fill only
+    (``requests_per_minute``) and TPM (``tokens_per_minute``). A user's file keeps the keys it states: the facts fill only
     the ones it leaves out."""
     facts = _facts(spec, published)
     if spec.user_file:
@@ -214,15 +222,16 @@ class PolicyClient:
                 settings["failure_threshold"] = breaker_cfg.failure_threshold
             settings["recovery_timeout"] = breaker_cfg.effective_recovery_timeout_sec
             breaker = CircuitBreaker(f"sim-{spec.name}", clock=anyio.current_time, **settings)
+        self._gate = Gate(
+            cap if cap else math.inf,
+            name=f"sim-{spec.name}",
+            rate=config.rate,
+            clock=anyio.current_time,
+        )
         self._policy = Policy.from_config(
             config,
             # The rate goes on the gate itself: a gate handed to a Policy keeps its own.
-            gate=Gate(
-                cap if cap else math.inf,
-                name=f"sim-{spec.name}",
-                rate=config.rate,
-                clock=anyio.current_time,
-            ),
+            gate=self._gate,
             breaker=breaker,
             rng=context.rng("policy"),
             hooks=[self._hook],
@@ -291,12 +300,54 @@ class PolicyClient:
             record.slot_wait += event.waited_s
 
     async def call(self, send: Send) -> None:
-        """Make one logical call through the policy; its errors say how it was lost."""
+        """Make one logical call through the policy; its errors say how it was lost.
+
+        With a token budget on the gate (published or learned) each attempt is made as
+        :class:`anygate.httpx.GatedTransport` makes it, through :meth:`anygate.Policy.run`:
+        the request's estimate (its prompt plus ``max_tokens``, what
+        :func:`anygate.estimate_tokens` reads from the body) is charged at admission, the
+        answer's headers are learned from, and its ``usage`` settles the charge.
+        """
+        cost = _estimate(send)
         try:
-            await self._policy.call(send, deadline=self._deadline)
+            if cost and self._token_budget() is not None:
+                await self._policy.run(partial(self._attempt, send, cost), deadline=self._deadline)
+            else:
+                await self._policy.call(send, deadline=self._deadline)
         except CallFailed as exc:
             raise CallLost("gave_up") from exc
         except CircuitOpen as exc:
             raise CallLost("circuit_open") from exc
         except Busy as exc:
             raise CallLost("busy") from exc
+
+    def _token_budget(self) -> float | None:
+        rate = self._gate.rate
+        return None if rate is None else rate.tokens_per_minute
+
+    async def _attempt(self, send: Send, cost: int, attempt: Attempt) -> None:
+        """One attempt the way the gated transports make it (see :meth:`call`)."""
+        gate = self._gate
+        budget = self._token_budget()
+        if budget is not None and cost <= budget:
+            token = await attempt.acquire(tokens=cost)
+        else:  # the budget shrank below the estimate: charged after admission instead
+            token = await attempt.acquire()
+            token.settle(tokens=cost)
+        try:
+            try:
+                response = await send()
+            except Exception as exc:
+                learn_from_headers(gate, headers_of(exc))
+                raise  # an error keeps the estimate, as a transport's error response does
+            learn_from_headers(gate, headers_of(response))
+            used = usage_tokens({"usage": getattr(response, "usage", None)})
+            if used is not None:
+                token.settle(tokens=used)
+        finally:
+            token.release()
+
+
+def _estimate(send: Send) -> int:
+    """A request's token estimate: prompt plus ``max_tokens`` (0: unknown)."""
+    return int(getattr(send, "prompt_tokens", 0)) + int(getattr(send, "max_tokens", 0))
