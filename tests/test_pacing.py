@@ -648,6 +648,12 @@ def test_policies_on_one_gate_must_agree_about_pacing() -> None:
 # --------------------------------------------------------------------------- through a policy
 
 
+def _plain_rate() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429, body={"error": {"code": "rate_limit_exceeded", "message": "Rate limit reached."}}
+    )
+
+
 def _rpm() -> anygate.ResponseError:
     return anygate.ResponseError(
         429,
@@ -699,12 +705,13 @@ async def test_throttles_answered_in_zero_time_do_not_stall_the_gate(callers: in
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
-@pytest.mark.parametrize("throttle", [burst, _rpm], ids=["burst", "rpm"])
+@pytest.mark.parametrize("throttle", [burst, _plain_rate], ids=["burst", "rate"])
 async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
-    """20 calls a second for 10 s, then a burst (or RPM) 429 at 10 s that the provider
-    repeats for the check's probe: the gate is paced below its user rate of 1200/min, its
-    8 slots stay 8, the throttled calls succeed on their retries, and the user's rate
-    comes back once the calls slow down."""
+    """20 calls a second for 10 s, then a burst 429 (or a per-minute 429 that does not say
+    what it counted) at 10 s that the provider repeats for the check's probe: the gate is
+    paced below its user rate of 1200/min, its 8 slots stay 8, the throttled calls succeed
+    on their retries, and the user's rate comes back once the calls slow down. (A 429 that
+    says it counted requests is estimated instead: the test after this one.)"""
     user = Rate(requests_per_minute=1200)
     gate = Gate(8, name="paced-policy", rate=user, clock=anyio.current_time)
     retry = RetryConfig(throttle_attempts=3)
@@ -740,3 +747,40 @@ async def test_a_policy_paces_its_gate_after_a_throttle(throttle: Any) -> None:
         await anyio.sleep(1.0)
     assert gate.rate is user
     assert math.isclose(policy.adaptive_limit.limit, 8)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_policy_holds_sends_to_the_requests_per_minute_it_counted() -> None:
+    """Issue 30: the provider accepts 100 requests in any 60 s although the gate may send
+    1200/min. The 429s say "requests per min (RPM)"; the first holds sends to the count
+    the window held (100) tentatively, the next within a minute confirms it, and from then
+    on no window of the provider's sees more than 100 (so nothing more is rejected),
+    while the estimate grows back by one request a minute to find a raised limit."""
+    gate = Gate(
+        8, name="rpm-estimate", rate=Rate(requests_per_minute=1200), clock=anyio.current_time
+    )
+    policy = Policy(gate=gate, retry=RetryConfig(throttle_attempts=10), clock=anyio.current_time)
+    accepted: list[float] = []
+    rejected = 0
+
+    async def provider() -> str:
+        nonlocal rejected
+        now = anyio.current_time()
+        if sum(1 for t in accepted if t > now - 60.0) >= 100:
+            rejected += 1
+            raise _rpm()
+        accepted.append(now)
+        await anyio.sleep(0.5)
+        return "ok"
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(300):
+            tg.start_soon(policy.call, provider)
+            await anyio.sleep(0.1)  # 600 a minute: six times the hidden limit
+    assert len(accepted) == 300
+    assert rejected <= 3  # the first word, its confirmation, and at most one in between
+    estimate = policy.adaptive_limit.statistics().requests_per_minute_estimate
+    assert estimate is not None
+    assert 100 <= estimate < 110
+    assert gate.rate == Rate(requests_per_minute=1200)  # the user's rate is left alone

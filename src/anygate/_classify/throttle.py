@@ -35,12 +35,20 @@ from .classify import Reason
 if TYPE_CHECKING:
     from .classify import Verdict
 
-__all__ = ["ThrottleKind", "throttle_kind"]
+__all__ = ["RateUnit", "ThrottleKind", "rate_unit", "throttle_kind"]
 
 ThrottleKind = Literal["concurrency", "overload", "burst", "rate"]
+#: What a per-minute 429 counted: requests or tokens (any token budget).
+RateUnit = Literal["requests", "tokens"]
 
 _CONCURRENCY_WORDS: Final = ("concurren", "parallel request", "simultaneous")
 _OVERLOAD_CODES: Final = frozenset({"overloaded_error", "overloaded", "server_overloaded"})
+# OpenAI: "on requests per min (RPM)", "on tokens per min (TPM)"; Anthropic: "of N input
+# tokens per minute", "... requests per minute"; Azure: "exceeded call rate limit" /
+# "token rate limit". Tokens first: "requests per min" never names tokens, while Azure's
+# token message also mentions the requests it came from.
+_TOKEN_WORDS: Final = ("tokens per min", "(tpm)", "token rate limit", "tokens per minute")
+_REQUEST_WORDS: Final = ("requests per min", "(rpm)", "call rate limit", "requests per minute")
 
 
 def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
@@ -58,4 +66,15 @@ def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
         if any(word in text for word in _CONCURRENCY_WORDS):
             return "concurrency"
         return "rate"
+    return None
+
+
+def rate_unit(verdict: Verdict) -> RateUnit | None:
+    """What a per-minute 429 (:func:`throttle_kind` ``"rate"``) says was counted, from its
+    wording; ``None`` when it does not say (a plain "Too Many Requests")."""
+    text = verdict.detail.lower()
+    if any(word in text for word in _TOKEN_WORDS):
+        return "tokens"
+    if any(word in text for word in _REQUEST_WORDS):
+        return "requests"
     return None

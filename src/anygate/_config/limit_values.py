@@ -200,6 +200,9 @@ class AdaptiveStatistics:
         checked_throttles: first burst throttles that were only checked (with pacing: a
             probe went before anything was paused or cut); those its probe confirmed
             count in ``throttles`` too.
+        requests_per_minute_estimate: the provider's per-minute request limit as this
+            gate's counts at rejection put it (:mod:`anygate._limits.window`); sends are
+            held to it. ``None`` until a requests-per-minute 429 teaches one.
     """
 
     gate: str
@@ -216,3 +219,4 @@ class AdaptiveStatistics:
     paced_requests_per_minute: float | None = None
     pacing_episodes: int = 0
     checked_throttles: int = 0
+    requests_per_minute_estimate: float | None = None

@@ -69,6 +69,7 @@ from .._config.limit_values import (
 )
 from .._gate.gate_args import check_capacity
 from .._gate.waiters import ki_protected
+from .._limits.requests import RequestLimit
 from .._validation import check_flag, check_int, check_number, show
 from .burst_pause import BurstPause
 from .pacer import BurstPacer
@@ -125,6 +126,7 @@ class AdaptiveLimit:
         "_pacer",
         "_pause",
         "_pause_s",
+        "_requests",
         "_sampled",
         "_stale",
         "_throttles",
@@ -173,6 +175,8 @@ class AdaptiveLimit:
         self._pace = pace_burst_rate
         self._pacer = BurstPacer()
         self._sampled = -math.inf
+        # The requests-per-minute estimate from counts at rejection (issue 30).
+        self._requests = RequestLimit()
 
     # ------------------------------------------------------------------ reading
 
@@ -269,7 +273,9 @@ class AdaptiveLimit:
     def statistics(self) -> AdaptiveStatistics:
         """A consistent snapshot."""
         with self._lock:
-            left = self._pause.left(self._clock())
+            now = self._clock()
+            left = self._pause.left(now)
+            estimate = self._requests.estimate(now)
             return AdaptiveStatistics(
                 gate=self._name,
                 enabled=self._enabled,
@@ -285,6 +291,7 @@ class AdaptiveLimit:
                 paced_requests_per_minute=self._pacer.paced_per_minute,
                 pacing_episodes=self._pacer.episodes,
                 checked_throttles=self._checks,
+                requests_per_minute_estimate=estimate,
             )
 
     def __repr__(self) -> str:
@@ -393,11 +400,17 @@ class AdaptiveLimit:
         probe: bool = False,
         admitted_at: float | None = None,
         caller: object | None = None,
+        unit: str | None = None,
     ) -> float | None:
         """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
-        to its published rate overshoots it by the budget's burst after a lull. With
-        pacing on and not already pacing, pace the request rate as for a burst throttle
-        (no pause, no cut); returns the paced requests per minute, or ``None``.
+        to its published rate overshoots it by the budget's burst after a lull.
+
+        A 429 that says it counted requests (``unit="requests"``, with ``admitted_at``)
+        paces the gate's request rate to the limit's estimate: the count of this gate's
+        requests the provider accepted in the minute before the rejected one was sent
+        (:mod:`anygate._limits.requests`). Any other, with pacing on and not already
+        pacing, paces the request rate as for a burst throttle (no pause, no cut).
+        Returns the paced requests per minute, or ``None``.
 
         With the attempt's ``generation`` known, a first one is only checked, as a burst
         throttle is (:meth:`on_throttle`): one 429 could be a shared pool's. The check's
@@ -405,6 +418,12 @@ class AdaptiveLimit:
         """
         gate = self._pace_gate() if self._enabled else None
         if gate is None:
+            return None
+        if unit == "requests" and admitted_at is not None:
+            # The window's count at rejection bounds the limit (_limits.window): pace
+            # to it, no check, no pause; the estimate tells noise apart by itself.
+            with self._lock:
+                self._requests.rejected(admitted_at, self._clock(), caller)
             return None
         with self._lock:
             if self._pacer.active:
@@ -495,6 +514,27 @@ class AdaptiveLimit:
             return LimitChange(old, self._applied, self._ceiling, "concurrency", 0.0)
 
     @ki_protected
+    def reserve_send(self, at: float, caller: object | None = None) -> float:
+        """An attempt on the gate would be sent at ``at`` (this limit's clock): ``0.0`` and
+        it is counted, or the seconds to wait, holding the slot, until the per-minute
+        estimate's window has room (:meth:`anygate._limits.requests.RequestLimit.reserve`)."""
+        if not (self._enabled and self._pace):
+            return 0.0
+        with self._lock:
+            return self._requests.reserve(at, caller)
+
+    def turned_away(self, at: float) -> None:
+        """The attempt sent at ``at`` was throttled: the provider did not count it."""
+        if self._enabled and self._pace:
+            with self._lock:
+                self._requests.turned_away(at)
+
+    def passed(self, at: float) -> None:
+        """The attempt sent at ``at`` succeeded: a lower bound for the estimate."""
+        if self._requests.limit is not None:  # unlocked: no estimate, no work
+            with self._lock:
+                self._requests.passed(at)
+
     def on_success(self, *, saturated: bool = True, probe: bool = False) -> LimitChange | None:
         """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
         a whole slot.

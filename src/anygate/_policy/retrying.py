@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NoReturn, final
 
 from .._classify.classify import Reason, RuleLike, Verdict
+from .._classify.throttle import rate_unit
 from .._errors import Busy, CallFailed, CircuitOpen
 from .._events.events import (
     GaveUp,
@@ -134,6 +135,8 @@ class Retrier:
         probe, run.burst_probe = run.burst_probe, False
         if self.adaptive is not None:
             if outcome == SUCCESS:
+                if run.admitted_at is not None:
+                    self.adaptive.passed(run.admitted_at)
                 grown = self.adaptive.on_success(saturated=run.saturated, probe=probe)
             elif probe:
                 self.adaptive.probe_ended()
@@ -205,6 +208,8 @@ class Retrier:
         adaptive = self.adaptive
         assert adaptive is not None
         kind = judgement.kind
+        if kind is not None and kind != "rate" and run.admitted_at is not None:
+            adaptive.turned_away(run.admitted_at)  # a throttled send filled no window
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
@@ -212,7 +217,11 @@ class Retrier:
             return self.learn_concurrency(run, exact=kind == "concurrency")
         if kind == "rate":
             adaptive.on_rate(
-                run.generation, probe=run.burst_probe, admitted_at=run.admitted_at, caller=run
+                run.generation,
+                probe=run.burst_probe,
+                admitted_at=run.admitted_at,
+                caller=run,
+                unit=rate_unit(judgement.verdict),
             )
         return False
 

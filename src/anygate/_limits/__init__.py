@@ -1,0 +1,11 @@
+"""The provider model: what the provider's limits are, inferred from what it says.
+
+A room of its own between the gate (which admits) and the policy (which reacts to each
+answer), as Netflix concurrency-limits keeps its ``Limit`` algorithms apart from the
+limiters that apply them: each class here is pure arithmetic over counts and times, takes
+outcomes and returns an estimate, and knows nothing of locks, clocks, gates or events. The
+policy feeds them (under its adaptive limit's lock) and sets the gate from their estimates.
+
+* :mod:`.window`: a per-window count limit (requests per minute) from the client's own
+  count at rejection time (issue 30).
+"""

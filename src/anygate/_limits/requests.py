@@ -1,0 +1,95 @@
+"""Sends held to a per-minute request limit's estimate (:mod:`.window`).
+
+One :class:`RequestLimit` per adaptive limit: it counts sends, turns a requests-per-minute
+429 into the count the window held (the estimate), and from then on lets an attempt go
+only while the provider's window, as this client counts it, has room. Every method runs
+under the caller's lock; nothing here reads a clock or touches the gate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import final
+
+from .window import SentLog, WindowLimit
+
+__all__ = ["WINDOW_S", "RequestLimit"]
+
+#: A per-minute limit's window: OpenAI, Anthropic and Azure count requests per minute.
+WINDOW_S = 60.0
+
+
+@final
+class RequestLimit:
+    """Sends and the request limit's estimate (``ceiling``: the most it may grow to,
+    per window; the gate's own rate already bounds what is sent)."""
+
+    __slots__ = ("_limit", "_log", "_probe")
+
+    def __init__(self) -> None:
+        self._log = SentLog(WINDOW_S)
+        self._limit: WindowLimit | None = None  # made at the first rejection
+        # The caller whose rejection is not confirmed yet: its retry goes past the hold,
+        # and its answer confirms or disproves the estimate (DESIGN.md: "confirm a
+        # rejection by re-sending the rejected call itself while others are held").
+        self._probe: object | None = None
+
+    @property
+    def limit(self) -> WindowLimit | None:
+        """The estimate, once a per-minute rejection made one."""
+        return self._limit
+
+    def estimate(self, now: float) -> float | None:
+        """The limit sends are held to now, or ``None``."""
+        limit = self._limit
+        if limit is None:
+            return None
+        value = limit.estimate(now)
+        return None if value == math.inf else value
+
+    def reserve(self, at: float, caller: object | None = None) -> float:
+        """An attempt would be sent at ``at``: ``0.0``, and it is counted as sent, or the
+        seconds until the estimated window has room (nothing counted).
+
+        Before a first rejection every send goes. After it, a send goes only while the
+        window holds fewer accepted sends than the estimate: a sliding window frees its
+        slots at the pace they were taken (:meth:`.SentLog.free_at`), which a rate cannot
+        mimic after a ramp. Measured on morning-peak with a hidden RPM of 600 (seeds 1-3):
+        paced to the estimate as a rate, 1.047x the oracle; held at the gate's admission
+        instead of here, a rate's burst overshot the window (5 % of calls with a 429).
+        """
+        log = self._log
+        limit = self._limit
+        if limit is not None:
+            estimate = limit.estimate(at)
+            if caller is not None and caller is self._probe and not limit.confirmed:
+                self._probe = None  # the check: sent at the count that was turned away
+            else:
+                free = log.free_at(at, estimate)
+                if free is not None:
+                    return free - at
+        log.sent(at)
+        return 0.0
+
+    def passed(self, at: float) -> None:
+        """The attempt sent at ``at`` succeeded (no work before a first rejection)."""
+        if self._limit is not None:
+            self._limit.passed(self._log.accepted(at))
+
+    def turned_away(self, at: float) -> None:
+        """The attempt sent at ``at`` was throttled otherwise (its send filled no window)."""
+        self._log.rejected(at)
+
+    def rejected(self, at: float, now: float, caller: object | None = None) -> bool:
+        """A requests-per-minute 429 for ``caller``'s attempt sent at ``at``; whether the
+        estimate went down."""
+        log = self._log
+        log.rejected(at)
+        count = log.accepted(at)
+        limit = self._limit
+        if limit is None:
+            limit = self._limit = WindowLimit(WINDOW_S, math.inf)
+        changed = limit.rejected(count, now)
+        if not limit.confirmed:
+            self._probe = caller
+        return changed

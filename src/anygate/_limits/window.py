@@ -1,0 +1,201 @@
+"""A per-window count limit (requests per minute), inferred from the client's own counts.
+
+Why. A per-minute 429 says the provider's counter for the window was full when the
+rejected request arrived. The client knows how many of its own requests the provider
+accepted in that window: every one it sent in the ``window_s`` before, less those turned
+away. That count bounds the limit from above (the provider had counted at least the limit;
+other users of the key only make the real share smaller, and pacing to the count is then
+still what this client can have). A success bounds it from below the same way. The reflex
+this replaces paced to 0.7x the *recent admission rate* after each 429, which stays far
+above a real limit half the published one (hidden RPM 600 behind a published 1,200: 866,
+836, 722, 704 per minute, 30 % of calls with a 429; issue 30).
+
+What.
+
+* :class:`SentLog` counts what the provider accepted in a trailing window, by send time:
+  sends minus the rejections reported since. A request still in flight counts as
+  accepted, so the count can only err high, and the bound stays a bound.
+* :class:`WindowLimit` keeps the interval ``[low, high]`` of what the limit can be, and
+  the estimate sends are held to: ``high`` after a rejection, growing back by one request
+  per window without rejections (a raised limit is found again at that bounded, stated
+  rate; never above the ceiling). A first rejection, or one at a count below ``low`` (the
+  provider accepted as many before), holds only tentatively: a second within a window
+  confirms it, the rejected call's own retry passing disproves it, and it lapses after
+  a window without either (one 429 alone may be a shared pool's noise).
+* :meth:`SentLog.free_at` says when a full window has room again. Sends are held to the
+  estimate as a *window*, not paced as a rate: a provider's sliding window frees its
+  slots at the pace they were taken, and after a ramp a rate at the estimate sends too
+  much early and too little late (hidden RPM 600, morning-peak seeds 1-3: paced as a rate
+  1.047x the oracle; held as a window 1.008x, 0.5 % of calls with a 429).
+
+Not thread-safe, no clock of its own: the caller passes times and holds a lock.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right, insort
+from typing import final
+
+__all__ = ["SentLog", "WindowLimit"]
+
+#: The log compacts at most once per this many sends (amortises the list slicing).
+_SLACK = 256
+#: Added to a computed free time: ``(s + 60) - 60`` can round below ``s`` in floats, and
+#: a waiter woken then would find its window still full and wait 0 s, forever.
+_SLACK_S = 1e-6
+
+
+@final
+class SentLog:
+    """Send times, and the send times of requests turned away, in a trailing window."""
+
+    __slots__ = ("_rejected", "_sent", "_start", "window_s")
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._sent: list[float] = []  # nondecreasing (admission order on one clock)
+        self._start = 0  # first entry that may still be in a window
+        self._rejected: list[float] = []  # sorted; rejections arrive out of send order
+
+    def sent(self, at: float) -> None:
+        """A request went out at ``at`` (admission time)."""
+        sent = self._sent
+        if sent and at < sent[-1]:  # a clock read out of order across threads: keep order
+            at = sent[-1]
+        sent.append(at)
+        if len(sent) % _SLACK == 0 and sent[0] < at - 2 * self.window_s:
+            self._compact(at)
+
+    def rejected(self, at: float) -> None:
+        """The request sent at ``at`` was turned away: the provider did not count it."""
+        insort(self._rejected, at)
+
+    def accepted(self, before: float) -> int:
+        """Requests sent in ``[before - window_s, before)`` and not (yet) known turned away."""
+        lo = before - self.window_s
+        sent, rejected = self._sent, self._rejected
+        self._start = start = bisect_left(sent, lo, self._start)
+        count = bisect_left(sent, before, start) - start
+        turned = bisect_left(rejected, before) - bisect_left(rejected, lo)
+        return max(0, count - turned)
+
+    def free_at(self, now: float, limit: float) -> float | None:
+        """When the window ending then holds fewer than ``limit`` accepted requests, if no
+        more are sent: ``None`` if it already does at ``now`` (sends at ``now`` count).
+
+        The ``k``-th accepted send in the window leaves it ``window_s`` after it was sent,
+        ``k = count - limit + 1``: a provider's sliding window frees its slots in the order
+        (and at the pace) they were taken, which a rate cannot mimic after a ramp.
+        """
+        if limit == math.inf:
+            return None
+        sent, rejected = self._sent, self._rejected
+        lo = now - self.window_s  # the window is (lo, now]: a send at lo has left it
+        start = bisect_right(sent, lo, self._start)
+        end = len(sent)
+        turned_before = bisect_right(rejected, lo)
+        count = (end - start) - (len(rejected) - turned_before)
+        k = count - math.floor(limit) + 1
+        if k <= 0:
+            return None
+        # The smallest i with k accepted among sent[start:i]: accepted(i) is nondecreasing.
+        low, high = start + k, end
+        while low < high:
+            mid = (low + high) // 2
+            turned = bisect_right(rejected, sent[mid - 1], turned_before) - turned_before
+            if mid - start - turned >= k:
+                high = mid
+            else:
+                low = mid + 1
+        return sent[low - 1] + self.window_s + _SLACK_S
+
+    def _compact(self, now: float) -> None:
+        # Sends older than two windows can be in no window asked about (asks are about
+        # now or a send still in flight, never a window's length back).
+        horizon = now - 2 * self.window_s
+        self._sent = self._sent[bisect_left(self._sent, horizon) :]
+        self._start = 0
+        self._rejected = self._rejected[bisect_left(self._rejected, horizon) :]
+
+
+@final
+class WindowLimit:
+    """The interval a per-window limit lies in, and the estimate to pace at.
+
+    Args:
+        window_s: the provider's window (60 s for a per-minute limit).
+        ceiling: the most the estimate grows back to (``math.inf``: no bound).
+    """
+
+    __slots__ = (
+        "_fallback",
+        "_unconfirmed_at",
+        "ceiling",
+        "estimated_at",
+        "high",
+        "low",
+        "window_s",
+    )
+
+    def __init__(self, window_s: float = 60.0, ceiling: float = math.inf) -> None:
+        self.window_s = window_s
+        self.ceiling = ceiling
+        self.low = 0  # the most a window held when a request still passed
+        self.high = math.inf  # the count at the last rejection that set the estimate
+        self.estimated_at = -math.inf  # when ``high`` was set
+        # A rejection not yet confirmed by a second within a window, and the estimate to
+        # go back to if none comes.
+        self._unconfirmed_at = -math.inf
+        self._fallback = (math.inf, -math.inf)
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the estimate stands on two words (or none is held)."""
+        return self._unconfirmed_at == -math.inf
+
+    def passed(self, count: int) -> None:
+        """A request was accepted with ``count`` of ours already in its window. One that
+        passed at or above an unconfirmed estimate disproves it (the rejection was noise)."""
+        if count + 1 > self.low:
+            self.low = count + 1
+        if not self.confirmed and count >= self.high:
+            self._unconfirmed_at = -math.inf
+            self.high, self.estimated_at = self._fallback
+
+    def rejected(self, count: int, now: float) -> bool:
+        """A request was turned away with ``count`` of ours in its window; whether the
+        estimate went down.
+
+        The first word of a limit, and one at a count that passed before (``< low``), hold
+        sends to the count only *tentatively*: a second rejection within a window confirms
+        it, a request passing at that count (the rejected call's own retry, sent while the
+        others are held) disproves it, and with neither it lapses after a window. One 429
+        may be a shared pool's noise; holding to the count meanwhile sends at the last
+        window's pace, not less.
+        A window with none of ours (``count == 0``) teaches nothing: someone else filled it.
+        """
+        if count <= 0:
+            return False
+        before = self.estimate(now)
+        if now - self._unconfirmed_at <= self.window_s:  # the second word: confirmed
+            self._unconfirmed_at = -math.inf
+            if count < self.low:  # lowered, or taken by other users of the key
+                self.low = 0
+        elif self.high == math.inf or count < self.low:
+            self._unconfirmed_at = now
+            self._fallback = (self.high, self.estimated_at)
+        self.high = count
+        self.estimated_at = now
+        return count < before
+
+    def estimate(self, now: float) -> float:
+        """The limit to pace at: the count at the last rejection, grown by one request per
+        window since, never above the ceiling; the ceiling when none holds."""
+        if self._unconfirmed_at != -math.inf and now - self._unconfirmed_at > self.window_s:
+            self._unconfirmed_at = -math.inf  # never confirmed: noise
+            self.high, self.estimated_at = self._fallback
+        if self.high == math.inf:
+            return self.ceiling
+        grown = self.high + max(0.0, now - self.estimated_at) / self.window_s
+        return min(grown, self.ceiling)

@@ -1,0 +1,116 @@
+"""The per-window limit estimate (``anygate._limits.window``): pure arithmetic, no clock.
+
+Times are plain floats; every expected number is worked out from the rule in the
+docstring of the thing under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from anygate._limits.requests import RequestLimit
+from anygate._limits.window import SentLog, WindowLimit
+
+
+def test_the_log_counts_sends_less_rejections_in_the_window_before() -> None:
+    """``accepted(t)`` counts sends in ``[t - 60, t)`` less those reported turned away."""
+    log = SentLog(60.0)
+    for at in (0.0, 10.0, 20.0, 30.0):
+        log.sent(at)
+    log.rejected(20.0)
+    assert log.accepted(30.0) == 2  # 0 and 10; 20 was turned away; 30 is not before 30
+    assert log.accepted(30.5) == 3
+    assert log.accepted(70.5) == 1  # 0 and 10 have left the window; 20 rejected; 30 stays
+
+
+def test_free_at_is_when_the_kth_accepted_send_leaves_the_window() -> None:
+    """Four sends (one rejected) hold three; with a limit of 2, the window has room once
+    the first accepted send leaves it, 60 s after it went (plus a microsecond)."""
+    log = SentLog(60.0)
+    for at in (1.0, 2.0, 3.0, 4.0):
+        log.sent(at)
+    log.rejected(1.0)
+    assert log.free_at(4.0, 4) is None  # 3 < 4: room now
+    assert log.free_at(4.0, 3) == pytest.approx(62.0, abs=1e-5)  # 2.0 leaves: 2 < 3
+    assert log.free_at(4.0, 2) == pytest.approx(63.0, abs=1e-5)  # 2.0 and 3.0 must leave
+    assert log.free_at(4.0, math.inf) is None
+    assert log.free_at(62.0 + 1e-5, 3) is None  # asked again when it said: room
+
+
+def test_the_log_forgets_old_sends() -> None:
+    """A long run keeps only about two windows of sends (the list is compacted)."""
+    log = SentLog(60.0)
+    for i in range(20_000):
+        log.sent(i * 0.1)
+    assert log.accepted(2000.0) == 600
+    assert len(log._sent) < 2 * 600 + 300
+
+
+def test_a_first_rejection_holds_tentatively_and_a_second_confirms() -> None:
+    """The first word sets the estimate to the count; a second within a window confirms
+    it (and a lower count lowers it)."""
+    limit = WindowLimit(60.0)
+    assert limit.estimate(0.0) == math.inf
+    assert limit.rejected(600, 10.0)
+    assert (limit.estimate(10.0), limit.confirmed) == (600, False)
+    assert limit.rejected(590, 20.0)
+    assert limit.confirmed
+    assert limit.estimate(20.0) == 590
+
+
+def test_an_unconfirmed_estimate_lapses_after_a_window() -> None:
+    """No second word within a window: the one rejection was noise."""
+    limit = WindowLimit(60.0)
+    limit.rejected(600, 10.0)
+    assert limit.estimate(69.0) == pytest.approx(600 + 59.0 / 60.0)
+    assert limit.estimate(70.5) == math.inf
+    assert limit.confirmed
+
+
+def test_a_pass_at_the_rejected_count_disproves_it() -> None:
+    """The rejected call's retry passes with as many in the window: it was noise, and the
+    estimate goes back to what it was."""
+    limit = WindowLimit(60.0)
+    limit.rejected(500, 0.0)
+    limit.rejected(500, 1.0)  # confirmed at 500
+    limit.passed(400)
+    limit.rejected(300, 100.0)  # below what passed: tentative
+    assert limit.estimate(100.0) == 300
+    limit.passed(300)
+    assert limit.confirmed
+    assert limit.estimate(100.0) == pytest.approx(500 + 99.0 / 60.0)  # set at 1.0
+
+
+def test_the_estimate_grows_one_request_per_window_up_to_the_ceiling() -> None:
+    """A raised limit is found again at a bounded rate: +1 per window, never above the
+    ceiling."""
+    limit = WindowLimit(60.0, ceiling=103.0)
+    limit.rejected(100, 0.0)
+    limit.rejected(100, 0.0)
+    assert limit.estimate(120.0) == pytest.approx(102.0)
+    assert limit.estimate(6000.0) == 103.0
+
+
+def test_a_window_with_none_of_ours_teaches_nothing() -> None:
+    """A 429 while none of this client's requests are in the window: someone else filled
+    it, and no estimate follows."""
+    limit = WindowLimit(60.0)
+    assert not limit.rejected(0, 5.0)
+    assert limit.estimate(5.0) == math.inf
+
+
+def test_the_request_limit_lets_the_rejected_call_check_its_own_rejection() -> None:
+    """After a first rejection, others wait for the window; the rejected caller's retry
+    goes at once (the check), once."""
+    requests = RequestLimit()
+    caller, other = object(), object()
+    for i in range(10):
+        assert requests.reserve(float(i)) == 0.0
+    assert requests.rejected(10.0, 10.0, caller)  # 10 in the window: estimate 10
+    requests.reserve(10.0)  # the rejected send was never counted as accepted
+    wait = requests.reserve(10.5, other)
+    assert wait == pytest.approx(60.0 - 10.5, abs=1e-5)  # the send at 0.0 leaves at 60
+    assert requests.reserve(10.5, caller) == 0.0  # the check goes
+    assert requests.reserve(10.6, caller) > 0  # once
