@@ -43,6 +43,7 @@ BUILTIN_STRATEGIES = (
     "stamina",
     "stamina+cap",
     "litellm",
+    "litellm+limits",
     "cookbook-parallel",
     "seed",
     "anygate",
