@@ -18,8 +18,10 @@ Variations (each one change to ``morning-peak``, so each row says what it tests)
 
 Then issue 29's token-limited cells, each one change to ``openai-tier1-tpm``: hidden TPM a
 tier below the published one, background load from another service on the key, plain 429s,
-prompts growing along the chain, a long-context workload, and an Anthropic-like ITPM/OTPM
-provider with a 529 outage. Their tables add tokens per second against the oracle's.
+prompts growing along the chain, a long-context workload, an Anthropic-like ITPM/OTPM
+provider with a 529 outage, and Azure OpenAI's rule (a 200,000 TPM deployment: 1,200 RPM
+evaluated per sliding 10 s, tokens per sliding 60 s). Their tables add tokens per second
+against the oracle's.
 
 Besides every built-in it runs one diagnostic strategy, ``anygate+cap32``: the library's
 defaults with the cap people pick when nothing is published (32, as the ``+cap`` peers
@@ -102,6 +104,15 @@ TOKEN_SWEEP: tuple[tuple[str, list[str]], ...] = (
             "provider.headers=anthropic",
             "provider.outages=[{start_s: 120, end_s: 150}]",
             "fleet.agents=40",
+        ],
+    ),
+    # Azure OpenAI: a TPM quota per deployment, RPM 6 per 1,000 TPM (1,200 here, as the
+    # portal shows it), requests over a sliding 10 s, tokens over a sliding 60 s.
+    (
+        "Azure OpenAI rule (1,200 RPM per 10 s, TPM per 60 s)",
+        [
+            "provider.tokens={rule: azure, tpm: 200000}",
+            "published={rpm: 1200, tpm: 200000}",
         ],
     ),
 )

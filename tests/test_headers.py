@@ -109,7 +109,9 @@ def test_anthropic_headers_count_resets_from_the_date_header() -> None:
     assert report.tokens == ReportedLimit(48000, 47000, 1.5, 60)
     assert report.input_tokens == ReportedLimit(40000, 39000, 2.0, 60)
     assert report.output_tokens == ReportedLimit(8000, 8000, 0.0, 60)
-    assert report.token_limit is report.tokens
+    # The combined header is reported as sent, but total tokens pace within both split
+    # limits: the output limit (8000, untouched) binds, not the 48000 of tokens-*.
+    assert report.token_limit == report.output_tokens
 
 
 def test_anthropic_without_date_uses_now_and_split_token_limits() -> None:
@@ -125,6 +127,62 @@ def test_anthropic_without_date_uses_now_and_split_token_limits() -> None:
     assert report.requests is not None
     assert report.requests.reset_s == pytest.approx(1.0)
     assert report.token_limit is report.output_tokens  # 8000 < 40000 per minute
+
+
+#: A real response's rate-limit headers (tier 2, August 2025, recorded in tidyllm's test
+#: fixtures): tokens-* showed ITPM + OTPM while nothing bound.
+ANTHROPIC_TIER2 = {
+    "date": "Thu, 21 Aug 2025 12:41:00 GMT",
+    "anthropic-ratelimit-input-tokens-limit": "80000",
+    "anthropic-ratelimit-input-tokens-remaining": "80000",
+    "anthropic-ratelimit-input-tokens-reset": "2025-08-21T12:40:59Z",
+    "anthropic-ratelimit-output-tokens-limit": "16000",
+    "anthropic-ratelimit-output-tokens-remaining": "16000",
+    "anthropic-ratelimit-output-tokens-reset": "2025-08-21T12:41:00Z",
+    "anthropic-ratelimit-requests-limit": "1000",
+    "anthropic-ratelimit-requests-remaining": "999",
+    "anthropic-ratelimit-requests-reset": "2025-08-21T12:40:59Z",
+    "anthropic-ratelimit-tokens-limit": "96000",
+    "anthropic-ratelimit-tokens-remaining": "96000",
+    "anthropic-ratelimit-tokens-reset": "2025-08-21T12:40:59Z",
+}
+
+
+def test_anthropic_tokens_header_is_not_a_total_token_budget() -> None:
+    """tokens-* is the most restrictive limit in effect (here ITPM + OTPM), not a total
+    budget: total tokens pace by the lower split limit, OTPM 16000, never by 96000."""
+    report = parse_limit_headers(ANTHROPIC_TIER2)
+    assert report.tokens is not None
+    assert report.tokens.limit == 96000  # reported as sent
+    assert report.input_tokens == ReportedLimit(80000, 80000, 0.0, 60)
+    assert report.token_limit == ReportedLimit(16000, 16000, 0.0, 60)
+
+
+def test_anthropic_either_split_limit_drained_drains_the_token_budget() -> None:
+    """A drained input limit drains the total budget (with the input limit's reset), even
+    though the output limit is the lower one."""
+    headers = {
+        **ANTHROPIC_TIER2,
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": "2025-08-21T12:41:03Z",
+        "anthropic-ratelimit-output-tokens-remaining": "12000",
+        "anthropic-ratelimit-tokens-limit": "80000",  # the binding one now
+        "anthropic-ratelimit-tokens-remaining": "0",
+    }
+    budget = parse_limit_headers(headers).token_limit
+    assert budget == ReportedLimit(16000, 0, 3.0, 60)
+    assert budget is not None
+    assert budget.drained
+    headers["anthropic-ratelimit-input-tokens-remaining"] = "41000"
+    assert parse_limit_headers(headers).token_limit == ReportedLimit(16000, 12000, 0.0, 60)
+
+
+def test_anthropic_tokens_header_alone_is_the_token_budget() -> None:
+    """Without the split headers (older responses, gateways) tokens-* is all there is."""
+    headers = {k: v for k, v in ANTHROPIC_TIER2.items() if "put-tokens" not in k}
+    report = parse_limit_headers(headers)
+    assert report.token_limit is report.tokens
+    assert report.tokens == ReportedLimit(96000, 96000, 0.0, 60)
 
 
 def test_anthropic_reset_in_the_past_is_zero() -> None:

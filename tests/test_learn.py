@@ -89,6 +89,24 @@ def test_token_limits_and_the_gates_other_fields() -> None:
     assert RateLearner.of(gate) is learner
 
 
+def test_anthropic_paces_total_tokens_within_both_split_limits() -> None:
+    """Anthropic's tokens-* (ITPM + OTPM here) is not learned as the token budget: the
+    lower split limit is, so input-heavy work cannot overrun ITPM."""
+    gate = Gate(name="llm")
+    learner = RateLearner(gate, ceiling=None, confirm=1, headroom=0.0)
+    headers = {
+        "anthropic-ratelimit-tokens-limit": "96000",
+        "anthropic-ratelimit-tokens-remaining": "90000",
+        "anthropic-ratelimit-input-tokens-limit": "80000",
+        "anthropic-ratelimit-input-tokens-remaining": "75000",
+        "anthropic-ratelimit-output-tokens-limit": "16000",
+        "anthropic-ratelimit-output-tokens-remaining": "15000",
+    }
+    assert learner.observe_headers(headers)
+    assert learner.limits.tokens_per_minute == 16000
+    assert gate.rate == Rate(tokens_per_minute=16000)
+
+
 def test_never_above_the_users_rate() -> None:
     """A user's configured budget caps what is learned; an unset dimension is learned freely."""
     gate = Gate(name="llm", rate=Rate(requests_per_minute=30))

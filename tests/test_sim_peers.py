@@ -26,7 +26,7 @@ from anygate.sim._peers import (
     openai_should_retry,
     stamina_backoff,
 )
-from anygate.sim._provider import ProviderError
+from anygate.sim._provider import ProviderError, ProviderResponse
 from tests.conftest import mock_clock
 
 pytest.importorskip("trio")
@@ -220,6 +220,93 @@ async def test_litellm_router_retries_twice_and_sleeps_after_the_last(anyio_back
     start = anyio.current_time()
     assert await _instants(client) == pytest.approx([0.0, 0.8, 2.1])
     assert anyio.current_time() - start == pytest.approx(2.1 + 2.3)
+
+
+async def _to_next_minute() -> float:
+    """Sleep to the next whole virtual minute (LiteLLM's counters are per UTC minute)."""
+    await anyio.sleep(60.0 - anyio.current_time() % 60.0)
+    return anyio.current_time()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_litellm_limits_rejects_over_the_minutes_rpm_at_once(anyio_backend: Any) -> None:
+    """rpm=2 (the published RPM): the third first attempt of a calendar minute never reaches
+    the provider and the call is lost at once (num_retries=0: no sleep); the next minute
+    counts afresh."""
+    context = StrategyContext(name="t", published=Published(rpm=2), seed=1)
+    client = PEERS["litellm+limits"](context)  # type: ignore[operator]
+    start = await _to_next_minute()
+    sent: list[float] = []
+
+    async def ok() -> ProviderResponse:
+        sent.append(anyio.current_time() - start)
+        return ProviderResponse({}, 0, 0)
+
+    await client.call(ok)
+    await anyio.sleep(30)
+    await client.call(ok)
+    await anyio.sleep(29)
+    with pytest.raises(CallLost) as info:
+        await client.call(ok)
+    assert info.value.cause == "model_rate_limit"
+    assert anyio.current_time() - start == 59  # lost without waiting
+    await anyio.sleep(1)  # a new minute, not 60 s after the first request
+    await client.call(ok)
+    assert sent == [0, 30, 60]
+    assert "enforce_model_rate_limits" in client.summary
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_litellm_limits_counts_tokens_at_success_and_never_checks_a_requests_size(
+    anyio_backend: Any,
+) -> None:
+    """tpm=1000: a 1,500-token call goes (the check reads only the minute's count, 0);
+    once its usage is logged every attempt of that minute is rejected (1500 >= 1000)."""
+    context = StrategyContext(name="t", published=Published(tpm=1000), seed=1)
+    client = PEERS["litellm+limits"](context)  # type: ignore[operator]
+    await _to_next_minute()
+    calls = 0
+
+    async def big() -> ProviderResponse:
+        nonlocal calls
+        calls += 1
+        return ProviderResponse({}, 1400, 100)
+
+    await client.call(Request(big, prompt_tokens=1400, max_tokens=200))
+    with pytest.raises(CallLost):
+        await client.call(big)
+    assert calls == 1
+    await _to_next_minute()
+    await client.call(big)
+    assert calls == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_litellm_limits_rejected_retries_count_and_sleep_like_failures(
+    anyio_backend: Any,
+) -> None:
+    """rpm=2: the provider rejects the first attempt (a 429 with no header), the first
+    retry passes the check (count 2) and fails at the provider, the second is rejected by
+    the check (count 3) and costs a sleep like any failure: requests at 0 and 0.8 only,
+    the error after 0.8 + 1.3 + 2.3 s."""
+    context = StrategyContext(name="t", published=Published(rpm=2), seed=1)
+    client = PEERS["litellm+limits"](context)  # type: ignore[operator]
+    client._rng = Pinned(0.4, 0.4, 0.4)
+    start = await _to_next_minute()
+    times: list[float] = []
+
+    async def reject() -> None:
+        times.append(anyio.current_time() - start)
+        raise ProviderError("burst")
+
+    with pytest.raises(CallLost) as info:
+        await client.call(reject)
+    assert info.value.cause == "gave_up"
+    assert times == pytest.approx([0.0, 0.8])
+    assert anyio.current_time() - start == pytest.approx(0.8 + 1.3 + 2.3)
 
 
 @pytest.mark.anyio

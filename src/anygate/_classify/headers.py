@@ -12,7 +12,10 @@ Three header families, read from any response (success or error):
   plain seconds, the time until the bucket is full again.
 * Anthropic: ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
   remaining,reset}``, limits per minute, reset an RFC 3339 time of full replenishment,
-  turned into seconds from the response's ``Date`` header (or the local clock).
+  turned into seconds from the response's ``Date`` header (or the local clock). The
+  ``tokens-*`` trio is "the most restrictive limit currently in effect", not a limit on
+  total tokens: :attr:`LimitReport.token_limit` paces by the input/output limits when
+  they are sent (docs.claude.com/en/api/rate-limits, "Response headers").
 * IETF (draft-ietf-httpapi-ratelimit-headers), both generations: the older trio
   ``RateLimit-Limit`` / ``RateLimit-Remaining`` / ``RateLimit-Reset`` (delta seconds; the
   window from ``RateLimit-Policy: 100;w=60`` or a ``;w=`` on the limit), the dictionary
@@ -89,9 +92,14 @@ class LimitReport:
 
     Attributes:
         requests: the request limit, or ``None`` if the response said nothing usable.
-        tokens: the token limit (OpenAI's, or Anthropic's most restrictive token limit).
-        input_tokens: Anthropic's input-token limit.
-        output_tokens: Anthropic's output-token limit.
+        tokens: the token limit as the ``*-tokens`` headers state it: OpenAI's tokens per
+            minute (input plus output); Anthropic's ``anthropic-ratelimit-tokens-*``, which
+            shows *the most restrictive token limit currently in effect* (Anthropic's
+            rate-limit docs): one of the input, output or workspace limits, or a combined
+            view, depending on the moment, so it is not a budget for total tokens when the
+            split limits are reported (see :attr:`token_limit`).
+        input_tokens: Anthropic's input-token limit (ITPM).
+        output_tokens: Anthropic's output-token limit (OTPM).
         source: ``"openai"``, ``"anthropic"``, ``"ietf"``, or ``""`` when nothing was found
             (the first family found wins; providers send one).
     """
@@ -110,14 +118,40 @@ class LimitReport:
 
     @property
     def token_limit(self) -> ReportedLimit | None:
-        """The token dimension to pace total tokens by: ``tokens``, else the stricter of the
-        input and output limits (Anthropic's own meaning of its combined header)."""
-        if self.tokens is not None:
-            return self.tokens
+        """The budget for *total* tokens (input plus output) that keeps within every
+        reported token limit: what a gate that charges one token count per call paces by.
+
+        * OpenAI (and a response with no input/output split): ``tokens``.
+        * Anthropic with input and/or output limits: ``tokens`` is ignored (it shows
+          whichever limit binds now, so pacing total tokens by it would be wrong both
+          ways: by the input limit when output binds, or by a combined figure such as
+          ITPM + OTPM that input-heavy work overruns). The budget is the lower of the
+          split limits (total tokens within it are within both), remaining the lowest
+          remaining (drained when either is), reset the reset of the dimension that
+          constrains it. Safe, and conservative for input-heavy work, where ITPM is
+          several times OTPM (issue 29).
+        """
         split = [d for d in (self.input_tokens, self.output_tokens) if d is not None]
         if not split:
-            return None
-        return min(split, key=lambda d: math.inf if d.per_minute is None else d.per_minute)
+            return self.tokens
+        if len(split) == 1:
+            return split[0]
+        if any(d.per_minute is None for d in split):
+            return min(split, key=lambda d: math.inf if d.per_minute is None else d.per_minute)
+        return _within_all(split)
+
+
+def _within_all(split: list[ReportedLimit]) -> ReportedLimit:
+    """One total-token budget within every dimension of ``split`` (all with a rate)."""
+    strict = min(split, key=lambda d: d.per_minute or 0.0)
+    known = [d for d in split if d.remaining is not None]
+    if strict.limit is None or not known:
+        return strict
+    tight = min(known, key=lambda d: d.remaining or 0.0)
+    left = tight.remaining
+    if tight is strict or left is None or left >= strict.limit:
+        return strict
+    return ReportedLimit(strict.limit, left, tight.reset_s, strict.window_s)
 
 
 #: The report of a response that says nothing.

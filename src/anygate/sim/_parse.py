@@ -194,7 +194,15 @@ def _token_limits(value: object, path: str) -> TokenLimits | None:
         return None
     data = _mapping(value, path)
     keys = ("rpm", "tpm", "itpm", "otpm")
-    _check_keys(data, path, (*keys, "capacity_s", "charge_rejected", "background"))
+    extra = ("capacity_s", "charge_rejected", "background")
+    _check_keys(data, path, (*keys, *extra, "rule", "interval_s"))
+    rule = data.get("rule", "buckets")
+    if rule not in ("buckets", "azure"):
+        raise _fail(_join(path, "rule"), rule, "'buckets' or 'azure'")
+    if rule == "azure":
+        return _azure_limits(data, path)
+    if "interval_s" in data:
+        raise _fail(_join(path, "interval_s"), data["interval_s"], "left out without rule: azure")
     limits = {key: _optional_int(data, key, path, minimum=1) for key in keys}
     if all(v is None for v in limits.values()):
         raise _fail(path, dict(data), "a mapping setting at least one of rpm, tpm, itpm, otpm")
@@ -202,10 +210,33 @@ def _token_limits(value: object, path: str) -> TokenLimits | None:
     if background >= 1.0:
         raise _fail(_join(path, "background"), background, "a number >= 0 and < 1")
     return TokenLimits(
-        **limits,
+        rpm=limits["rpm"],
+        tpm=limits["tpm"],
+        itpm=limits["itpm"],
+        otpm=limits["otpm"],
         capacity_s=_number(data, "capacity_s", path, 60.0, strict=True),
         charge_rejected=_boolean(data, "charge_rejected", path, False),
         background=background,
+    )
+
+
+def _azure_limits(data: Mapping[str, Any], path: str) -> TokenLimits:
+    """``rule: azure``: a TPM quota; the RPM, windows and charges follow from the rule."""
+    for key in ("rpm", "itpm", "otpm", "capacity_s", "charge_rejected", "background"):
+        if key in data:
+            raise _fail(
+                _join(path, key),
+                data[key],
+                "left out with rule: azure (a TPM quota per deployment; its RPM is 6 per"
+                " 1,000 TPM, its windows fixed)",
+            )
+    if data.get("tpm") is None:
+        raise _fail(_join(path, "tpm"), None, "set with rule: azure (the deployment's quota)")
+    interval = _number(data, "interval_s", path, 10.0, strict=True)
+    if interval not in (1.0, 10.0):
+        raise _fail(_join(path, "interval_s"), interval, "1 or 10 (seconds)")
+    return TokenLimits(
+        tpm=_optional_int(data, "tpm", path, minimum=1), rule="azure", interval_s=interval
     )
 
 

@@ -10,8 +10,10 @@ Sources read for these (late 2026): openai-python 3.57.0 ``_base_client.py`` /
 ``_constants.py``; tenacity 9.1.4+ (main at c650fb4) ``wait.py`` / ``__init__.py``; stamina
 26.1.0+ (main at 87ccfa4) ``_core.py``; LiteLLM Router's retry path
 (``async_function_with_retries``, ``_time_to_sleep_before_retry``,
-``litellm.utils._calculate_retry_after``, ``constants.py``). ``docs/simulate.md`` states the
-formulas and what is modelled and what is not.
+``litellm.utils._calculate_retry_after``, ``constants.py``) and its deployment rpm/tpm check
+(``router_utils/pre_call_checks/model_rate_limit_check.py``, called from
+``Router.async_routing_strategy_pre_call_checks``). ``docs/simulate.md`` states the formulas and
+what is modelled and what is not.
 """
 
 from __future__ import annotations
@@ -345,6 +347,117 @@ class LiteLLM:
         raise CallLost("gave_up") from original
 
 
+class _MinuteCounts:
+    """One of ``ModelRateLimitingCheck``'s counters: a count per calendar minute.
+
+    LiteLLM keys it by the UTC minute (``f"{id}:{model}:rpm:{dt.strftime('%H-%M')}"``,
+    60 s TTL), so a count covers the wall-clock minute it falls in, not the last 60 s.
+    Virtual time 0 is a minute boundary (the provider's ``SIM_EPOCH``).
+    """
+
+    __slots__ = ("count", "minute")
+
+    def __init__(self) -> None:
+        self.minute = -1
+        self.count = 0
+
+    def now(self, at: float) -> int:
+        """The count of the minute ``at`` falls in."""
+        minute = math.floor(at / 60.0)
+        if minute != self.minute:
+            self.minute, self.count = minute, 0
+        return self.count
+
+
+class _ModelRateLimit(Exception):
+    """The ``litellm.RateLimitError`` the pre-call check raises (429, ``retry-after: 60``,
+    ``num_retries=0``): it never reaches the provider."""
+
+    def __init__(self, kind: str, limit: int, used: int) -> None:
+        super().__init__(f"Model rate limit exceeded. {kind} limit={limit}, current usage={used}")
+        self.headers = {"retry-after": "60"}
+
+
+class LiteLLMLimits(LiteLLM):
+    """``litellm`` with ``rpm``/``tpm`` on the deployment, enforced by the Router.
+
+    The deployment's ``rpm``/``tpm`` are the published RPM/TPM, with
+    ``optional_pre_call_checks=["enforce_model_rate_limits"]``: without that check a
+    single deployment's ``rpm``/``tpm`` are only ``simple-shuffle`` weights and nothing is
+    enforced (the ``litellm`` row). ``ModelRateLimitingCheck.async_pre_call_check``
+    (``router_utils/pre_call_checks/model_rate_limit_check.py``) runs before each attempt:
+
+    * TPM first: the minute's token count (each *success* adds its ``total_tokens`` when
+      it is logged; a request's own size is never checked) ``>= tpm``: rejected;
+    * then RPM, increment first: the minute's request count, this one included (rejected
+      attempts count too), ``> rpm``: rejected.
+
+    A rejection is a 429 ``RateLimitError`` with ``num_retries=0``. On a call's first
+    attempt that makes ``async_function_with_retries`` raise at once (``num_retries > 0``
+    else ``raise``): the call is lost, with no wait. On a retry (the first attempt was a
+    provider error) it is one more failed retry, and the loop sleeps as ``litellm`` does,
+    from the first error's headers.
+    """
+
+    summary = (
+        "litellm with deployment rpm/tpm = published RPM/TPM and enforce_model_rate_limits: "
+        "per-UTC-minute counts (tokens at success); over them a 429 at once, never retried "
+        "on a first attempt; no cap"
+    )
+
+    def __init__(self, context: StrategyContext) -> None:
+        super().__init__(context)
+        self._rpm = context.published.rpm
+        self._tpm = context.published.tpm
+        self._requests = _MinuteCounts()
+        self._tokens = _MinuteCounts()
+
+    def _check(self) -> None:
+        """``async_pre_call_check``: raise :class:`_ModelRateLimit` over a limit."""
+        now = anyio.current_time()
+        if self._tpm is not None:
+            used = self._tokens.now(now)
+            if used >= self._tpm:  # LiteLLM: current_tpm is not None and >= tpm_limit
+                raise _ModelRateLimit("TPM", self._tpm, used)
+        if self._rpm is not None:
+            self._requests.now(now)
+            self._requests.count += 1
+            if self._requests.count > self._rpm:
+                raise _ModelRateLimit("RPM", self._rpm, self._requests.count)
+
+    async def _attempt(self, send: Send) -> None:
+        self._check()
+        response = await send()
+        usage = getattr(response, "usage", None)
+        total = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
+        if total:  # async_log_success_event: "if not model or not total_tokens: return"
+            self._tokens.now(anyio.current_time())
+            self._tokens.count += total
+
+    async def call(self, send: Send) -> None:
+        """``async_function_with_retries`` with the pre-call check before every attempt."""
+        num_retries = self._num_retries
+        try:
+            await self._attempt(send)
+        except _ModelRateLimit as exc:
+            raise CallLost("model_rate_limit") from exc  # num_retries=0: raised at once
+        except ProviderError as first:
+            original = first
+        else:
+            return
+        await anyio.sleep(litellm_retry_delay(0, original.headers, self._rng))
+        for current_attempt in range(num_retries):
+            try:
+                await self._attempt(send)
+            except (ProviderError, _ModelRateLimit):  # noqa: PERF203 - the source's loop
+                await anyio.sleep(
+                    litellm_retry_delay(current_attempt + 1, original.headers, self._rng)
+                )
+            else:
+                return
+        raise CallLost("gave_up") from original
+
+
 class Capped:
     """``+cap``: a semaphore held around the whole logical call, retries and sleeps included.
 
@@ -385,5 +498,6 @@ PEERS: Final = {
     "stamina": Stamina,
     "stamina+cap": _capped(Stamina),
     "litellm": LiteLLM,
+    "litellm+limits": LiteLLMLimits,
     "cookbook-parallel": ParallelProcessor,
 }

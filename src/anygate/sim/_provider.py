@@ -8,7 +8,8 @@ with an error after a short "reject latency" or served for its service time:
    a shared pool's random share         -> its kind's answer, counted toward nothing
 2. the sliding-window RPM limit       -> 429 ``rate_limit_exceeded``        (kind ``rpm``)
    the token buckets (``tokens``)     -> 429 per bucket    (kinds ``rpm``, ``tpm``, ``itpm``,
-                                         ``otpm``; see :mod:`._buckets`)
+                                         ``otpm``; Azure's windows with ``rule: azure``;
+                                         see :mod:`._buckets`)
 3. the burst-slope rule               -> 429 ``limit_burst_rate``           (kind ``burst``)
 4. every slot busy, ``on_full=reject`` -> 429 ``concurrency_limit_exceeded`` (kind ``concurrency``)
    ``on_full=queue``: wait FIFO for a slot; beyond ``max_queue`` waiting -> 503 (``queue_full``)
@@ -47,7 +48,7 @@ import anyio
 
 from .. import Busy, Gate
 from ._answers import Answer, Dimension, Used, answer, limit_headers
-from ._buckets import Buckets
+from ._buckets import Buckets, make_buckets
 
 if TYPE_CHECKING:
     import random
@@ -230,7 +231,7 @@ class ProviderModel:
         self._window = -1  # index of the burst window being counted
         self._window_count = 0
         self._previous_count = 0
-        self._buckets = None if spec.tokens is None else Buckets(spec.tokens)
+        self._buckets = None if spec.tokens is None else make_buckets(spec.tokens)
         self.trace = Trace()
 
     @property

@@ -43,6 +43,7 @@ BUILTIN_STRATEGIES = (
     "stamina",
     "stamina+cap",
     "litellm",
+    "litellm+limits",
     "cookbook-parallel",
     "seed",
     "anygate",
@@ -186,6 +187,14 @@ class TokenLimits:
         background: the share of every bucket's refill another service on the same API
             key spends, steadily (``0 <= background < 1``); the client sees it only in
             the headers' ``remaining`` and in its 429s.
+        rule: ``"buckets"`` (the above) or ``"azure"``: Azure OpenAI's quota, a ``tpm``
+            per deployment with RPM at 6 per 1,000 TPM, the requests evaluated over a
+            sliding ``interval_s`` (at most ``ceil(RPM * interval_s / 60)`` in any
+            ``interval_s``) and the tokens (prompt + ``max_tokens``, at admission) over a
+            sliding 60 s (see :class:`~anygate.sim._buckets.AzureWindows`). Only ``tpm``
+            and ``interval_s`` apply then.
+        interval_s: Azure's request interval: 10 (stuartleeks/aoai-simulated-api) or 1
+            (Azure OpenAI's docs: "typically 1 or 10 seconds").
     """
 
     rpm: int | None = None
@@ -195,6 +204,8 @@ class TokenLimits:
     capacity_s: float = 60.0
     charge_rejected: bool = False
     background: float = 0.0
+    rule: Literal["buckets", "azure"] = "buckets"
+    interval_s: float = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ._provider import sample
 
 if TYPE_CHECKING:
-    from ._spec import FleetSpec, Outage, ProviderSpec
+    from ._spec import FleetSpec, Outage, ProviderSpec, TokenLimits
 
 __all__ = ["AgentPlan", "CallPlan", "FanOutPlan", "LowerBound", "Workload", "build_workload"]
 
@@ -136,7 +136,9 @@ class Workload:
                 window += 1
             parts["burst"] = max(first, window * burst.window_s) + shortest
         limits = provider.tokens
-        if limits is not None:
+        if limits is not None and limits.rule == "azure":
+            parts["tokens"] = first + _window_wait_of(self.calls, limits) + shortest
+        elif limits is not None:
             costs = (
                 (limits.rpm, float(total)),
                 (limits.tpm, math.fsum(c.prompt_tokens + c.max_tokens for c in self.calls)),
@@ -161,6 +163,19 @@ class Workload:
             outage_s=outage,
             tokens_s=parts.get("tokens"),
         )
+
+
+def _window_wait_of(calls: tuple[CallPlan, ...], limits: TokenLimits) -> float:
+    """Azure's windows admit at most ``capacity`` per ``window_s``: a bucket of that
+    capacity refilled at ``capacity / window_s`` admits at least as much, so its wait for
+    the whole fleet's cost bounds the windows' from below."""
+    from ._buckets import AzureWindows, Buckets
+
+    waits = []
+    for window in AzureWindows(limits).all:
+        cost = math.fsum(Buckets.cost(window, c.prompt_tokens, c.max_tokens) for c in calls)
+        waits.append(max(0.0, cost - window.capacity) / window.rate)
+    return max(waits)
 
 
 def _outage_delay(
@@ -284,14 +299,15 @@ def _check_sizes(workload: Workload, provider: ProviderSpec) -> None:
     if provider.tokens is None:
         return
     from .. import ConfigError
-    from ._buckets import Buckets
+    from ._buckets import Buckets, make_buckets
 
-    for bucket in Buckets(provider.tokens).all:
+    for bucket in make_buckets(provider.tokens).all:
         worst = max(Buckets.cost(bucket, c.prompt_tokens, c.max_tokens) for c in workload.calls)
         if worst > bucket.capacity:
             where = f"provider.tokens.{bucket.kind}"
+            per_s = getattr(bucket, "window_s", provider.tokens.capacity_s)
             msg = (
-                f"{where} holds at most {bucket.capacity:g} per {provider.tokens.capacity_s:g}"
+                f"{where} holds at most {bucket.capacity:g} per {per_s:g}"
                 f" s, less than the largest call's cost ({worst:g}); raise it or shrink"
                 " fleet.tokens"
             )
