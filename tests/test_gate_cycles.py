@@ -198,6 +198,28 @@ def test_an_owner_release_deferred_inside_a_locked_step_is_no_leak() -> None:
     assert (stats.in_flight, stats.waiting, stats.leaked) == (0, 0, 0)
 
 
+def test_a_leak_judged_while_an_unprotected_section_holds_the_lock_does_not_deadlock() -> None:
+    """A real leak judged while this thread holds the gate's lock outside any
+    ``@ki_protected`` step (``inside_locked_step`` cannot see it) waits for the lock
+    at most ``LOCK_WAIT_S``, never for good: the slot is reclaimed once, as the holder
+    drains after unlocking."""
+    gate = Gate(1, name="unprotected")
+    hoard(gate)
+
+    def work() -> None:
+        gate._lock.acquire()
+        try:
+            with pytest.warns(ResourceWarning, match="gate 'unprotected'"):
+                gc.collect()
+        finally:
+            gate._lock.release()
+            gate._drain()
+
+    run_bounded(work)
+    stats = gate.statistics()
+    assert (stats.in_flight, stats.leaked) == (0, 1)
+
+
 async def test_an_owner_release_in_a_cycle_hands_the_slot_to_the_waiter(
     anyio_backend: Any,
 ) -> None:

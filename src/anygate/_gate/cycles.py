@@ -25,12 +25,14 @@ owner had its say; and a finalizer per token costs the hot path (DESIGN.md).
 - Keeping a suspect resurrects the token alone (it references no user object); the
   collector frees the rest of the garbage now and the token when it is dropped after its
   judgement, without a second ``__del__`` (PEP 442).
-- The ``"stop"`` callback may run while this thread holds a gate's lock (a collection
-  started by an allocation inside a locked step): an owner's release made in that
-  collection is then still queued in the gate's deferred work (I7), which counts as
-  released; a leak is reclaimed as from ``__del__`` (``Gate._reclaim_leaked`` defers the
-  bookkeeping to the step's unlock). Otherwise the slot is flipped under the lock, so
-  exactly once.
+- The slot is flipped under the gate's lock, as every release flips it, so exactly once.
+  An owner's release still queued in the gate's deferred work (I7: its thread held the
+  lock) counts as released. The ``"stop"`` callback may run while this thread holds the
+  lock (a collection started by an allocation inside a locked step): then nothing else
+  flips or drains meanwhile, and a leak is reclaimed as from ``__del__``
+  (``Gate._reclaim_leaked`` defers the bookkeeping to the step's unlock). The judgement
+  never waits for a lock this thread may hold: it waits only when ``inside_locked_step``
+  says this thread holds none, and at most ``LOCK_WAIT_S``.
 - A ``"stop"`` that never came (someone removed our callback mid-collection) is made up
   for at this thread's next ``"start"``.
 """
@@ -46,6 +48,7 @@ from .waiters import inside_locked_step
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .gate import Gate
     from .token import Token
 
 __all__ = ["defer"]
@@ -100,35 +103,45 @@ class _Collections:
                 first = None  # no cycle through this frame
 
 
+#: How long a judgement waits for a gate's lock that ``inside_locked_step`` says this thread
+#: does not hold, seconds. Another thread's locked steps take microseconds; past this, the
+#: holder is taken to be this very thread (a locked section outside ``@ki_protected``),
+#: which must not wait for itself.
+LOCK_WAIT_S = 0.1
+
+
 def _judge(token: Token) -> None:
     """A suspect its owner did not release during the collection leaked: reclaim, report."""
     gate = token._gate
     if gate is None:  # released by its owner's __del__ in the same collection: no leak
         return
     lock = gate._lock
-    if not lock.acquire(False):
-        if inside_locked_step():
-            # This thread holds the lock (the collection started inside a locked step), so
-            # nobody drains meanwhile: an owner's release made during the collection is
-            # still queued in _deferred (Ledger._release, I7) and will be applied as the
-            # step unlocks. Not a leak then.
-            if any(item is token for item in gate._deferred):
-                return
-            token._gate = None
+    if lock.acquire(False) or (not inside_locked_step() and lock.acquire(timeout=LOCK_WAIT_S)):
+        # Under the lock, as every release flips it: exactly once even if the owner
+        # resurrected the token and another thread releases it right now.
+        try:
+            held = token._gate is not None and not _queued(gate, token)
+            if held:
+                token._gate = None
+        finally:
+            lock.release()
+            if gate._deferred:  # I7: work others left while we held the lock (maybe the
+                gate._drain()  # owner's release, queued when its thread held the lock)
+        if held:
             gate._reclaim_leaked(token._code, token._lasti)
-            return
-        lock.acquire()  # another thread's step: short, as for a user finalizer's release
-    # Flipped under the lock, as every release does: exactly once even if the owner
-    # resurrected the token and another thread releases it right now.
-    try:
-        held = token._gate is not None
-        token._gate = None
-    finally:
-        lock.release()
-        if gate._deferred:  # I7: work others left while we held the lock
-            gate._drain()
-    if held:
-        gate._reclaim_leaked(token._code, token._lasti)
+        return
+    # This thread holds the lock (the collection started inside a locked step): nothing
+    # else flips the token or drains meanwhile. The owner's release made during the
+    # collection is then still queued (Ledger._release, I7), applied as the step unlocks.
+    if _queued(gate, token):
+        return
+    token._gate = None
+    gate._reclaim_leaked(token._code, token._lasti)  # defers under the lock, as from __del__
+
+
+def _queued(gate: Gate, token: Token) -> bool:
+    """Whether a release of ``token`` waits in ``gate``'s deferred work (I7)."""
+    return any(item is token for item in gate._deferred)
 
 
 _collections = _Collections(_judge)
