@@ -58,8 +58,9 @@ class _Collections:
     """The suspects of each thread that is running a collection, keyed by thread ident.
 
     A plain dict: its single operations are atomic, and none of this takes a lock (it runs
-    inside finalizers and collections). Everything it needs at interpreter shutdown is held
-    by the instance, not looked up in module globals that may be gone by then.
+    inside finalizers and collections). The collections late in interpreter shutdown (as
+    modules are torn down) call no ``gc.callbacks``: tokens finalized then are judged at
+    once, as before.
     """
 
     __slots__ = ("_ident", "_judge", "_running")
