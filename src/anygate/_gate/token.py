@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, NoReturn, final
 
-from . import cycles as _cycles
 from . import waiters as _waiters
+from .cycles import defer as _judged_later
 from .waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ class Token:
             gate = self._gate
         except AttributeError:  # interrupted before its first field was set: holds nothing
             return
-        if gate is not None and not _cycles.defer(self):
+        if gate is not None and not _judged_later(self):
             self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
 
