@@ -309,8 +309,9 @@ class Token:
         # On asyncio the loop is known from the cancel point: the waiter is built for it
         # (and parks on its future) without asking again.
         waiter = _waiters.async_waiter() if loop is None else _waiters.asyncio_waiter(loop)
-        waiter.tokens = self._cost
-        waiter.priority = self._priority
+        if self._cost or self._priority:  # both 0 in a new waiter
+            waiter.tokens = self._cost
+            waiter.priority = self._priority
         if gate._enqueue(waiter):  # a slot freed up since we looked
             await gate._admitted_at_once(self)
             return self
