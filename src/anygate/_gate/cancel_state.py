@@ -30,6 +30,11 @@ public one for the running task. Any mismatch or error selects the public path f
 of the process. Both paths are tested on the oldest and newest anyio and trio the project
 supports (``tests/test_cancel_state.py``; ``nox -s oldest``), and ``use_public()`` lets
 tests force the fallback. ``docs/performance.md`` says what each read saves.
+
+``Token.__aenter__`` spells the two private reads out (a call fewer each on the fast
+pair): it reads ``states_get`` / ``task_of`` (asyncio) and ``trio_context`` (trio), which
+are set only once the guard has trusted that path, and calls ``cancellation_check()`` in
+``waiters`` (these functions) for everything else.
 """
 
 from __future__ import annotations
