@@ -81,6 +81,7 @@ def oldest(session: nox.Session) -> None:
         "pytest", "-n", "auto", "-m", "not slow and not processes",
         "tests/test_cancel_state.py", "tests/test_gate_checkpoints.py", "tests/test_gate.py",
         "tests/test_gate_races.py", "tests/test_gate_regressions.py", "tests/test_gate_runtimes.py",
+        "tests/test_gate_hotpath.py",
         *session.posargs,
     )  # fmt: skip
 

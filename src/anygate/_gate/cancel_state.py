@@ -30,6 +30,11 @@ public one for the running task. Any mismatch or error selects the public path f
 of the process. Both paths are tested on the oldest and newest anyio and trio the project
 supports (``tests/test_cancel_state.py``; ``nox -s oldest``), and ``use_public()`` lets
 tests force the fallback. ``docs/performance.md`` says what each read saves.
+
+``Token.__aenter__`` spells the two private reads out (a call fewer each on the fast
+pair): it reads ``states_get`` / ``task_of`` (asyncio) and ``trio_context`` (trio), which
+are set only once the guard has trusted that path, and calls ``cancellation_check()`` in
+``waiters`` (these functions) for everything else.
 """
 
 from __future__ import annotations
@@ -47,13 +52,17 @@ _PROBE, _PRIVATE, _PUBLIC = "probe", "private", "public"
 _modes = {"asyncio": _PROBE, "trio": _PROBE}
 
 _current_task = asyncio.current_task
-_task_of: Any = _current_task  # see _asyncio_probe
 _ref = weakref.ref
-_states_get: Any = None  # anyio's _task_states.data.get, once the guard passed
+#: anyio's ``_task_states.data.get`` once the guard chose the private path on asyncio, else
+#: ``None``; ``Token.__aenter__`` then walks the running task's scopes inline.
+states_get: Any = None
+#: The running task of a loop (``task_of(loop)``), as the guard checked it.
+task_of: Any = _current_task
 #: trio's ``GLOBAL_RUN_CONTEXT`` (a thread-local) once the guard chose the private path,
 #: else ``None``; ``_waiters.cancellation_check`` reads the task from it inline.
 trio_context: Any = None
 _public_deadline: Any = None  # anyio's asyncio current_effective_deadline
+_private_states_get: Any = None  # what _asyncio_private reads (states_get once trusted)
 
 
 def mode(backend: str) -> str:
@@ -64,8 +73,8 @@ def mode(backend: str) -> str:
 def use_public(public: bool) -> None:
     """Force the public path (``True``) or let the guard probe again (``False``); for tests."""
     global asyncio_pending, trio_pending
-    global trio_context
-    trio_context = None
+    global trio_context, states_get
+    trio_context = states_get = None
     if public:
         asyncio_pending, trio_pending = _asyncio_public, _trio_public
         _modes.update(asyncio=_PUBLIC, trio=_PUBLIC)
@@ -85,10 +94,10 @@ def _anyio_asyncio() -> Any:
 
 
 def _asyncio_private(loop: object) -> bool:
-    task = _task_of(loop)
+    task = task_of(loop)
     if task is None:
         return False
-    state = _states_get(_ref(task))
+    state = _private_states_get(_ref(task))
     if state is None:  # a task anyio never saw has no anyio cancel scope
         return False
     scope = state.cancel_scope
@@ -116,8 +125,9 @@ def _resolve_public_deadline() -> Any:
 
 def _asyncio_probe(loop: object) -> bool:
     """The first question on asyncio: check the structure, compare answers, pick a path."""
-    global asyncio_pending, _states_get, _task_of
+    global asyncio_pending, states_get, task_of, _private_states_get
     public = _asyncio_public(loop)
+    states_get = None
     try:
         # The running task of ``loop``: on 3.12+ asyncio's C ``current_task(loop)``; before
         # that ``current_task`` is Python (a loop lookup and a call), and the dict it reads,
@@ -126,8 +136,8 @@ def _asyncio_probe(loop: object) -> bool:
             current = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
             if not isinstance(current, dict):
                 raise TypeError(current)
-            _task_of = current.get
-        if _task_of(loop) is not _current_task():
+            task_of = current.get
+        if task_of(loop) is not _current_task():
             raise LookupError(loop)
         backend = _anyio_asyncio()
         states = backend._task_states
@@ -142,10 +152,12 @@ def _asyncio_probe(loop: object) -> bool:
             and scope._parent_scope is None
         )
         if ok:
-            _states_get = data.get
+            _private_states_get = data.get
             ok = _asyncio_private(loop) == public
     except Exception:
         ok = False
+    if ok:
+        states_get = _private_states_get
     asyncio_pending = _asyncio_private if ok else _asyncio_public
     _modes["asyncio"] = _PRIVATE if ok else _PUBLIC
     return public

@@ -341,8 +341,7 @@ class Gate(Ledger):
         token._cost = cost
         token._timeout = timeout
         token._priority = priority
-        token._seen = 0
-        token._since = PENDING
+        token._since = PENDING  # _seen is set at admission (Token.in_flight_at_admission)
         return token  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
     @ki_protected

@@ -189,7 +189,7 @@ class Ledger:
         beyond ``limit_s`` seconds is refused instead: it is not queued, its state is
         ``GONE`` and ``waiter.due`` holds the estimate (the caller raises ``Busy``).
         """
-        wakes: list[Waiter] = []
+        wakes: list[Waiter] | None = None  # no list on the contended path without a rate
         lock = self._lock
         lock.acquire()
         try:
@@ -223,6 +223,7 @@ class Ledger:
                         return False
                 self._push_locked(waiter)
                 waiter.armed = False  # we are not parked: never wake ourselves
+                wakes = []
                 self._advance_locked(now, wakes)
                 admitted = waiter.state == GRANTED
                 waiter.armed = True
@@ -464,20 +465,21 @@ class Ledger:
         successor: Waiter | None = None
         wakes: list[Waiter] | None = None  # no list on the uncontended path
         lock = self._lock
-        # Try first: a user's __del__ calling release() can run from a collection inside
+        # Look first: a user's __del__ calling release() can run from a collection inside
         # one of our own locked sections on this thread (any allocation there, or on 3.12+
         # any call), and blocking on our own lock would hang the thread for good. The
-        # non-blocking try costs ~20 ns; the stack check runs only when the lock is taken.
-        if not lock.acquire(False):
-            if inside_locked_step():
-                # Deferred (I7): the section we interrupted drains right after unlocking.
-                # A false positive (another thread holds the lock while we are merely in
-                # some protected frame) is harmless: that thread drains after unlocking,
-                # and our append comes before our own failed try.
-                self._deferred.append(token)
-                self._drain()
-                return
-            lock.acquire()
+        # stack check runs only when the lock is taken. locked() and a blocking acquire()
+        # rather than acquire(False), whose argument costs a tuple and a parse: between
+        # the two only another thread can take the lock, and then we just wait for it.
+        if lock.locked() and inside_locked_step():
+            # Deferred (I7): the section we interrupted drains right after unlocking.
+            # A false positive (another thread holds the lock while we are merely in
+            # some protected frame) is harmless: that thread drains after unlocking,
+            # and if it already has, our own _drain() below takes the lock and does it.
+            self._deferred.append(token)
+            self._drain()
+            return
+        lock.acquire()
         try:
             if token._gate is not None:  # else another releaser won the race: no-op
                 token._gate = None

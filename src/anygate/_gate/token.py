@@ -19,15 +19,22 @@ call or a coroutine fewer on each path the benchmarks measure (a and b).
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
+import weakref
+from asyncio import _get_running_loop
 from typing import TYPE_CHECKING, Any, NoReturn, final
 
+from anyio.lowlevel import checkpoint as _anyio_checkpoint
+
+from . import cancel_state as _cancel_state
 from . import waiters as _waiters
 from .cycles import defer as _judged_later
 from .waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Awaitable, Generator
     from types import CodeType, TracebackType
 
     from typing_extensions import Self
@@ -37,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["Token"]
 
 _INF = float("inf")
+_modules = sys.modules
+_ref = weakref.ref
 
 #: ``Token._since`` of an acquisition not yet awaited or entered.
 PENDING = -1.0
@@ -120,7 +129,10 @@ class Token:
         other tasks run (they may have been admitted meanwhile): the policy's adaptive
         limit learns a provider's slots from it. ``0`` until admitted.
         """
-        return self._seen
+        try:
+            return self._seen
+        except AttributeError:  # set at admission only: a store fewer per acquire()
+            return 0
 
     @property
     def tokens(self) -> int:
@@ -216,9 +228,48 @@ class Token:
         # The cancel point comes first, before any slot is taken: an acquire in an
         # already-cancelled scope gets nothing, even a free slot (and a grant could
         # otherwise complete a wait before anyio delivers a pending cancellation).
-        check = _waiters.cancellation_check()
-        if check is not None:
-            await check  # raises the pending cancellation
+        # _waiters.cancellation_check() spelled out for the two guarded private reads
+        # (_cancel_state): the calls were a third of the fast pair on asyncio. Whatever
+        # the guard has not trusted (yet) takes the function, which asks the public APIs.
+        local = _waiters._sniffio_local
+        loop = None  # the running asyncio loop, once the private read below has it
+        if local is not None and local.name == "trio":
+            context = _cancel_state.trio_context
+            if context is not None:
+                task = context.task
+                if task._cancel_status.effectively_cancelled or task._runner.ki_pending:
+                    await _waiters.trio_checkpoint_if_cancelled()  # raises it (or passes)
+                else:
+                    task._cancel_points += 1  # counted as trio's own check counts it
+            elif _cancel_state.trio_pending():
+                await _waiters.trio_checkpoint_if_cancelled()
+        elif (
+            (states_get := _cancel_state.states_get) is not None
+            and (local is not None or "trio" not in _modules)  # else: maybe trio's first use
+            and (loop := _get_running_loop()) is not None
+        ):
+            global _held_ref  # a one-entry cache, see _held_ref
+            task = _cancel_state.task_of(loop)
+            state = None
+            if task is not None:
+                # Not kept in a local: the frame of a task that parks below would keep its
+                # reference alive (80 B per queued waiter, benchmark d).
+                if _held_ref() is not task:
+                    _held_ref = _ref(task)
+                state = states_get(_held_ref)
+            if state is not None:
+                scope = state.cancel_scope
+                while scope is not None:  # as current_effective_deadline() walks them
+                    if scope._cancel_called:
+                        await _anyio_checkpoint()  # raises the pending cancellation
+                        break
+                    if scope._shield:
+                        break
+                    scope = scope._parent_scope
+        else:
+            check = _waiters.cancellation_check()
+            if check is not None:
+                await check  # raises the pending cancellation
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip, and its park is the schedule point.
         free = not gate._live and gate._in_flight < gate._limit
@@ -257,9 +308,12 @@ class Token:
         # Queue and park with no timeout: the contended path (benchmark b), inline down to
         # the common case, one park ended by a grant; anything else (a rate budget's timer,
         # a nudge) continues in Gate._park.
-        waiter = _waiters.async_waiter()
-        waiter.tokens = self._cost
-        waiter.priority = self._priority
+        # On asyncio the loop is known from the cancel point: the waiter is built for it
+        # (and parks on its future) without asking again.
+        waiter = _waiters.async_waiter() if loop is None else _waiters.asyncio_waiter(loop)
+        if self._cost or self._priority:  # both 0 in a new waiter
+            waiter.tokens = self._cost
+            waiter.priority = self._priority
         if gate._enqueue(waiter):  # a slot freed up since we looked
             await gate._admitted_at_once(self)
             return self
@@ -267,7 +321,10 @@ class Token:
             raise gate._busy(0.0, timed_out=True, due=waiter.due)
         try:
             if waiter.due == _INF:
-                await waiter.park(gate._interrupt)
+                if loop is None:
+                    await waiter.park(gate._interrupt)
+                else:
+                    await waiter.future  # type: ignore[union-attr]  # AsyncioWaiter.park
                 if waiter.state != GRANTED:
                     await gate._park(waiter, woken=True)
             else:  # next on a rate budget: a timed park first
@@ -291,20 +348,28 @@ class Token:
         self._since = ACQUIRING
 
     @ki_protected
-    async def __aexit__(
+    def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
-    ) -> None:
+    ) -> Awaitable[None]:
+        # A plain function returning a finished awaitable: the exit never yields (release
+        # never awaits, and neither anyio's nor trio's semaphores checkpoint on exit), and
+        # awaiting _DONE (a resolved asyncio future) costs less than making and running
+        # a coroutine per exit (benchmark a).
         gate = self._gate
         if gate is None:
-            return
+            return _DONE
         # Ledger._release's common case (nobody queued: the slot is only freed), inline.
         # A waiter to hand it to (seen before locking, or under the lock), or the lock
         # taken (maybe by a finalizer running on this very thread), takes the full path.
         lock = gate._lock
-        if not gate._live and lock.acquire(False):
+        # locked() then a blocking acquire(), not acquire(False): the argument costs a
+        # tuple and a parse per call. Between the two only another thread can take the
+        # lock (nothing on this thread runs there that keeps it), and then we just wait.
+        if not gate._live and not lock.locked():
+            lock.acquire()
             try:
                 freed = self._gate is not None and not gate._live
                 if freed:
@@ -315,8 +380,9 @@ class Token:
                 if gate._deferred:
                     gate._drain()
             if freed:
-                return
+                return _DONE
         gate._release(self)
+        return _DONE
 
     def __del__(self) -> None:
         # __del__ rather than weakref.finalize: a finalizer per token costs 1-3 us at
@@ -347,6 +413,31 @@ class Token:
 
 _new_token = object.__new__
 _monotonic = time.monotonic
+
+
+class _NoLoop:
+    """The loop of :data:`_DONE`, which no loop ever runs: a future asks its loop only
+    ``get_debug()`` when made, and a finished one never schedules anything."""
+
+    __slots__ = ()
+
+    def get_debug(self) -> bool:
+        return False
+
+
+#: What ``Token.__aexit__`` returns: an already resolved future. Awaiting it is a C-level
+#: iterator that stops at once, on any runtime (a finished future never yields, so trio
+#: never sees it); a coroutine would be made, run and freed per exit.
+_DONE: asyncio.Future[None] = asyncio.Future(loop=_NoLoop())  # type: ignore[arg-type]
+_DONE.set_result(None)
+
+#: A weak reference to the last task whose cancel scopes the fast path looked up on
+#: asyncio: anyio's task states are keyed by weak references, and while one to this task
+#: is held, the lookup for the same task needs no new one (CPython hands back the existing
+#: plain reference; allocating and hashing a fresh one per acquire cost ~20 ns more).
+#: Checked with ``held() is task`` before use; a dead or other task's reference is
+#: replaced. Keeps no task alive.
+_held_ref: weakref.ref[Any] = _ref(_NoLoop)
 
 
 def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:

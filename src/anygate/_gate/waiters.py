@@ -86,6 +86,12 @@ def _in_trio() -> bool:
     return local is not None and local.name == "trio"
 
 
+def trio_checkpoint_if_cancelled() -> Awaitable[None]:
+    """trio's ``checkpoint_if_cancelled()`` (trio is imported lazily, see :func:`_find_trio`)."""
+    check: Awaitable[None] = _trio_lowlevel.checkpoint_if_cancelled()
+    return check
+
+
 def cancellation_check() -> Awaitable[None] | None:
     """What to await to honour a cancellation already pending, or ``None`` if there is none.
 
@@ -198,9 +204,16 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 class AsyncioWaiter(Waiter):
-    """A task parked on an asyncio (or uvloop) loop future."""
+    """A task parked on an asyncio (or uvloop) loop future.
 
-    __slots__ = ("future", "loop")
+    ``here`` says the loop's class records the thread running it in ``_thread_id`` (the
+    standard library's loops, checked on first sight by :func:`asyncio_waiter`): then
+    "is the releaser on this loop?" is that attribute against the thread's id, not
+    ``asyncio._get_running_loop()``, which on Python 3.10 and 3.11 makes a ``getpid()``
+    system call (a tenth of the contended benchmark, b).
+    """
+
+    __slots__ = ("future", "here", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.state = WAITING
@@ -211,6 +224,7 @@ class AsyncioWaiter(Waiter):
         self.seq = 0
         self.since = _monotonic()
         self.loop = loop
+        self.here = False
         self.future: asyncio.Future[None] = loop.create_future()
 
     def prepare(self) -> None:
@@ -221,11 +235,16 @@ class AsyncioWaiter(Waiter):
 
     def wake(self) -> bool:
         loop = self.loop
-        if _get_running_loop() is loop:
-            # The releaser runs on the waiter's own loop (the contended path's common
-            # case): resolve the future here. A cancelled future means the task is already
-            # unwinding; its own cleanup sees GRANTED under the gate lock and passes the
-            # slot on, so there is nothing to do.
+        # On the loop's own thread while it runs (the contended path's common case: the
+        # releaser is a task of the same loop), resolve the future here. ``_thread_id``
+        # is set for exactly the time run_forever() runs on a thread (see ``here``).
+        if (
+            (loop._thread_id == _get_ident())  # type: ignore[attr-defined]
+            if self.here
+            else (_get_running_loop() is loop)
+        ):
+            # A cancelled future means the task is already unwinding; its own cleanup
+            # sees GRANTED under the gate lock and passes the slot on: nothing to do.
             future = self.future
             if not future.done():
                 future.set_result(None)
@@ -250,6 +269,36 @@ class AsyncioWaiter(Waiter):
         coroutine) to keep one frame off the contended path.
         """
         return self.future
+
+
+#: Loop classes seen so far, and whether their ``_thread_id`` names the thread running
+#: them (``AsyncioWaiter.here``).
+_thread_id_loops: dict[type, bool] = {}
+_Future = asyncio.Future
+_new_asyncio_waiter = object.__new__
+
+
+def asyncio_waiter(loop: asyncio.AbstractEventLoop) -> AsyncioWaiter:
+    """A waiter for the running task of ``loop``, the loop running on this thread.
+
+    ``AsyncioWaiter.__init__`` spelled out without the call (the contended path, b).
+    """
+    waiter: AsyncioWaiter = _new_asyncio_waiter(AsyncioWaiter)
+    waiter.state = WAITING
+    waiter.armed = True
+    waiter.due = math.inf
+    waiter.priority = waiter.tokens = waiter.seq = 0
+    waiter.since = _monotonic()
+    waiter.loop = loop
+    here = _thread_id_loops.get(type(loop))
+    if here is None:  # first sight of this loop class: does _thread_id say who runs it?
+        here = isinstance(loop, asyncio.BaseEventLoop) and (
+            getattr(loop, "_thread_id", None) == _get_ident()
+        )
+        _thread_id_loops[type(loop)] = here
+    waiter.here = here
+    waiter.future = _Future(loop=loop)
+    return waiter
 
 
 class TrioWaiter(Waiter):
@@ -394,7 +443,7 @@ def async_waiter() -> AsyncioWaiter | TrioWaiter:
         return TrioWaiter()
     loop = _get_running_loop()
     if loop is not None:
-        return AsyncioWaiter(loop)
+        return asyncio_waiter(loop)
     anyio.lowlevel.current_token()  # raises anyio's NoEventLoopError, naming backends
     msg = "anygate supports asyncio and trio event loops only"
     raise RuntimeError(msg)
