@@ -89,10 +89,13 @@ def test_token_limits_and_the_gates_other_fields() -> None:
     assert RateLearner.of(gate) is learner
 
 
-def test_anthropic_paces_total_tokens_within_both_split_limits() -> None:
-    """Anthropic's tokens-* (ITPM + OTPM here) is not learned as the token budget: the
-    lower split limit is, so input-heavy work cannot overrun ITPM."""
-    gate = Gate(name="llm")
+def test_anthropic_split_limits_set_no_total_budget_but_a_drain_holds() -> None:
+    """Anthropic's tokens-* (ITPM + OTPM here) is not learned as a token budget, nor is
+    the lower split limit (issue 30: a gate charging prompt + max_tokens against OTPM ran
+    5.3x the oracle): no tokens_per_minute. A drained input limit still holds the gate
+    until its reset."""
+    clock = [100.0]
+    gate = Gate(name="llm", rate=Rate(requests_per_minute=600), clock=lambda: clock[0])
     learner = RateLearner(gate, ceiling=None, confirm=1, headroom=0.0)
     headers = {
         "anthropic-ratelimit-tokens-limit": "96000",
@@ -102,9 +105,17 @@ def test_anthropic_paces_total_tokens_within_both_split_limits() -> None:
         "anthropic-ratelimit-output-tokens-limit": "16000",
         "anthropic-ratelimit-output-tokens-remaining": "15000",
     }
-    assert learner.observe_headers(headers)
-    assert learner.limits.tokens_per_minute == 16000
-    assert gate.rate == Rate(tokens_per_minute=16000)
+    learner.observe_headers(headers)
+    assert learner.limits.tokens_per_minute is None
+    assert gate.rate is not None
+    assert gate.rate.tokens_per_minute is None
+    assert learner.limits.holds == 0
+    drained = LimitReport(
+        input_tokens=ReportedLimit(80000, 0, 30.0, 60.0),
+        output_tokens=ReportedLimit(16000, 15000, 1.0, 60.0),
+    )
+    assert learner.observe(drained)
+    assert learner.limits.holds == 1
 
 
 def test_never_above_the_users_rate() -> None:

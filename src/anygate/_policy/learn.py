@@ -251,6 +251,9 @@ class RateLearner:
                 adopted |= self._weigh(kind, dim)
                 if dim.drained and dim.reset_s is not None:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
+            for dim in report.split_limits:  # not paced (see token_limit), but a drain holds
+                if dim.drained and dim.reset_s is not None:
+                    hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
             changed = self._apply(gate) if adopted else False
             if hold_s > 0:
                 start = gate._read_clock() if now is None else now
