@@ -492,10 +492,9 @@ class Attempts:
                 # A thread sleeps (and asks again): the pause is measured on the policy's
                 # clock, and a probe's success is noticed within one pause_s.
                 time.sleep(pause)
-            while (
-                not testing.enabled
-                and (wait := adaptive.reserve_send(at := adaptive.clock(), run)) > 0
-            ):
+            at = adaptive.clock()
+            # The send time the per-minute estimate counted is the attempt's (see admit).
+            while not testing.enabled and (wait := adaptive.reserve_send(at, run)) > 0:
                 check_pause(gate, wait, busy_wait)
                 if time.monotonic() + wait >= deadline:
                     raise Busy(
@@ -505,7 +504,6 @@ class Attempts:
                         waited=time.monotonic() - now,
                     )
                 time.sleep(wait)
-            if testing.enabled:
                 at = adaptive.clock()
             run.generation = adaptive.generation
             run.admitted_at = at
