@@ -16,7 +16,9 @@ Variations (each one change to ``morning-peak``, so each row says what it tests)
   arrivals counted toward the slope;
 * a shared pool that turns 5 % of arrivals away at random (``limit_burst_rate``).
 
-Then issue 29's token-limited cells, each one change to ``openai-tier1-tpm``: hidden TPM a
+Then issue 30's further one-change cells of ``morning-peak`` (hidden RPM a tier below and
+above the published one, slots 48, slope growth 1.5 and 3, plain 429s, the peak scaled
+x10), and issue 29's token-limited cells, each one change to ``openai-tier1-tpm``: hidden TPM a
 tier below the published one, background load from another service on the key, plain 429s,
 prompts growing along the chain, a long-context workload, an Anthropic-like ITPM/OTPM
 provider with a 529 outage, and Azure OpenAI's rule (a 200,000 TPM deployment: 1,200 RPM
@@ -114,6 +116,23 @@ TOKEN_SWEEP: tuple[tuple[str, list[str]], ...] = (
             "provider.tokens={rule: azure, tpm: 200000}",
             "published={rpm: 1200, tpm: 200000}",
         ],
+    ),
+)
+
+#: Issue 30's one-change cells of morning-peak not in SWEEP: hidden limits a tier below and
+#: above the published one, slots 48, slope growth 1.5 and 3, plain 429s, and the peak
+#: scaled x10 (2,400 agents, 320 slots, 12,000 RPM published and real). Reported, never
+#: tuned on.
+CONTROLLER_SWEEP: tuple[tuple[str, list[str]], ...] = (
+    ("hidden RPM a tier below (600 behind 1,200)", ["provider.rpm=600"]),
+    ("hidden RPM a tier above (2,400 behind 1,200)", ["provider.rpm=2400"]),
+    ("slots 48", ["provider.slots=48"]),
+    ("burst growth 1.5", ["provider.burst={window_s: 10, growth: 1.5, floor: 60}"]),
+    ("burst growth 3", ["provider.burst={window_s: 10, growth: 3.0, floor: 60}"]),
+    ("plain 429s", ["provider.plain_429=true"]),
+    (
+        "morning peak x10",
+        ["fleet.agents=2400", "provider.slots=320", "provider.rpm=12000", "published.rpm=12000"],
     ),
 )
 
@@ -244,6 +263,13 @@ def main() -> None:
             print(f"-- sweep: {label} (morning-peak with one change)")
             print(format_sweep(result), end="\n\n", flush=True)
         if not args.tuning:
+            for label, vary in CONTROLLER_SWEEP:
+                result = run_sweep(
+                    base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs
+                )
+                results.append(result)
+                print(f"-- sweep: {label} (morning-peak with one change)")
+                print(format_sweep(result), end="\n\n", flush=True)
             base, _ = scenario_mapping("openai-tier1-tpm")
             for label, vary in TOKEN_SWEEP:
                 result = run_sweep(
