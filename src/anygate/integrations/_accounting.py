@@ -87,7 +87,8 @@ class Accounting:
 
     # ------------------------------------------------------------------ before sending
 
-    def _token_budget(self) -> float | None:
+    def token_budget(self) -> float | None:
+        """The gate's tokens per minute now, or ``None`` (no token budget to account to)."""
         rate = self.gate.rate
         return None if rate is None else rate.tokens_per_minute
 
@@ -96,7 +97,7 @@ class Accounting:
         estimator = self.estimator
         if estimator is None:
             return None
-        rate = self.gate.rate  # _token_budget() inline: this runs for every request
+        rate = self.gate.rate  # token_budget() inline: this runs for every request
         budget = None if rate is None else rate.tokens_per_minute
         if budget is None:
             return None  # nothing to pace; usage still settles if a budget appears
@@ -120,7 +121,7 @@ class Accounting:
         the estimate; then the slot is taken without it and :meth:`charge_admitted` charges)."""
         if not cost:
             return True
-        budget = self._token_budget()
+        budget = self.token_budget()
         return budget is None or cost <= budget
 
     def charge_admitted(self, token: Token, cost: int | None) -> None:
@@ -163,7 +164,7 @@ class Accounting:
         policy's hooks (each only when wanted), or ``None`` if there is nothing to do."""
         settles = False
         if self.estimator is not None:
-            rate = self.gate.rate  # _token_budget() inline, as in estimate()
+            rate = self.gate.rate  # token_budget() inline, as in estimate()
             settles = rate is not None and rate.tokens_per_minute is not None
         reporter = None
         policy = self.policy
