@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, final
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, final
 
 import anyio
 
@@ -100,6 +100,7 @@ class TransportCore:
         "_estimator",
         "_learn",
         "_request_type",
+        "_slot_wait",
         "_sync_body",
         "accounting",
         "attempt_timeout",
@@ -176,6 +177,9 @@ class TransportCore:
         self._sync_body = flavour.sync_body
         self._estimator = self.accounting.estimator
         self._learn = self.accounting.learn
+        # A policy's slot wait: self.timeout resolved (None: no limit, even if the policy
+        # has one).
+        self._slot_wait = math.inf if self.timeout is None else self.timeout
 
     def _retriable(self, request: Any) -> bool:
         # Only a body held in memory can be sent again; a streamed upload is sent once.
@@ -192,8 +196,22 @@ class TransportCore:
         """
         if not isinstance(request, self._request_type):
             raise wrong_client(self.flavour.name, request)
-        if self.policy is not None:
-            return await self._send_policy_async(request)
+        policy = self.policy
+        if policy is not None:
+            cost = self.accounting.estimate(request)
+            try:
+                if not self._retriable(request):
+                    return await self._attempt_async(request, None, guarded=False, cost=cost)
+                try:
+                    step = partial(self._attempt_async, request, cost=cost)
+                    return await policy.run(step, reraise=True)
+                except ErrorResponse as exc:
+                    return final_response(exc)
+            except (Busy, CircuitOpen) as exc:
+                err = self._at_boundary(exc, request)
+                if err is exc:
+                    raise
+                raise err from exc
         # Sent once, without a policy: _attempt_async(guarded=False), _acquire_async's
         # gate-only case and _tie's common case, inline, so the common request runs one
         # frame of ours (issue 14).
@@ -236,24 +254,6 @@ class TransportCore:
                 raise
             raise err from exc
 
-    async def _send_policy_async(self, request: Any) -> Any:
-        policy = self.policy
-        assert policy is not None  # the caller checked
-        cost = self.accounting.estimate(request)
-        try:
-            if not self._retriable(request):
-                return await self._attempt_async(request, None, guarded=False, cost=cost)
-            try:
-                step = partial(self._attempt_async, request, cost=cost)
-                return await policy.run(step, reraise=True)
-            except ErrorResponse as exc:
-                return final_response(exc)
-        except (Busy, CircuitOpen) as exc:
-            err = self._at_boundary(exc, request)
-            if err is exc:
-                raise
-            raise err from exc
-
     async def _attempt_async(
         self,
         request: Any,
@@ -276,11 +276,15 @@ class TransportCore:
                     number = 1 if attempt is None else attempt.number
                     msg = f"attempt {number} timed out after {self.attempt_timeout:g}s"
                     raise TimeoutError(msg)
-            else:
-                response = await self._send_async(request, guarded=guarded)
+            else:  # _send_async inline: a coroutine fewer per attempt (issue 14)
+                response = await self.inner.handle_async_request(request)
+                if self._learn:
+                    self.accounting.observe(response)
+                if guarded and is_classified(response.status_code):
+                    await self._refuse_async(request, response)
             # Inside the try: once the body owns the token nothing else can raise here, and
             # until then a BaseException (a Ctrl-C under trio included) gives the slot back.
-            return self._tie(response, token, request, self.flavour.async_body)
+            return self._tie(response, token, request, self._async_body)
         except BaseException:
             token.release()  # idempotent: a no-op if the body already finished
             raise
@@ -291,31 +295,32 @@ class TransportCore:
         policy = self.policy
         assert policy is not None
         if attempt is None:
-            token = await policy.acquire(self.gate, timeout=self._slot_wait())
+            token = await policy.acquire(self.gate, timeout=self._slot_wait)
         elif self.accounting.fits(cost):
             # Admitted only with room for the estimate, as without a policy: charged after
             # admission, attempts admitted together overdraw the budget (issue 30).
-            return await attempt.acquire(self.gate, timeout=self._slot_wait(), tokens=cost)
+            return await attempt.acquire(self.gate, timeout=self._slot_wait, tokens=cost)
         else:
-            token = await attempt.acquire(self.gate, timeout=self._slot_wait())
+            token = await attempt.acquire(self.gate, timeout=self._slot_wait)
         self.accounting.charge_admitted(token, cost)
         return token
 
-    def _slot_wait(self) -> float:
-        # self.timeout is resolved already (None: no limit, even if the policy has one).
-        return math.inf if self.timeout is None else self.timeout
-
     async def _send_async(self, request: Any, *, guarded: bool) -> Any:
         response = await self.inner.handle_async_request(request)
-        self.accounting.observe(response)
+        if self._learn:
+            self.accounting.observe(response)
         if guarded and is_classified(response.status_code):
-            stream = response.stream
-            try:
-                raw = b"".join([chunk async for chunk in stream])
-            finally:
-                await stream.aclose()
-            raise self._error_response(request, response, raw)
+            await self._refuse_async(request, response)
         return response
+
+    async def _refuse_async(self, request: Any, response: Any) -> NoReturn:
+        """Buffer a classified response's body and raise it for the policy to classify."""
+        stream = response.stream
+        try:
+            raw = b"".join([chunk async for chunk in stream])
+        finally:
+            await stream.aclose()
+        raise self._error_response(request, response, raw)
 
     # ------------------------------------------------------------------ sync
 
@@ -323,8 +328,22 @@ class TransportCore:
         """Send ``request`` through the inner sync transport while holding one slot."""
         if not isinstance(request, self._request_type):
             raise wrong_client(self.flavour.name, request)
-        if self.policy is not None:
-            return self._send_policy_sync(request)
+        policy = self.policy
+        if policy is not None:
+            cost = self.accounting.estimate(request)
+            try:
+                if not self._retriable(request):
+                    return self._attempt_sync(request, None, guarded=False, cost=cost)
+                try:
+                    step = partial(self._attempt_sync, request, cost=cost)
+                    return policy.run_sync(step, reraise=True)
+                except ErrorResponse as exc:
+                    return final_response(exc)
+            except (Busy, CircuitOpen) as exc:
+                err = self._at_boundary(exc, request)
+                if err is exc:
+                    raise
+                raise err from exc
         # Sent once, inline (see send_async).
         gate = self.gate
         accounting = self.accounting
@@ -359,24 +378,6 @@ class TransportCore:
                 raise
             raise err from exc
 
-    def _send_policy_sync(self, request: Any) -> Any:
-        policy = self.policy
-        assert policy is not None  # the caller checked
-        cost = self.accounting.estimate(request)
-        try:
-            if not self._retriable(request):
-                return self._attempt_sync(request, None, guarded=False, cost=cost)
-            try:
-                step = partial(self._attempt_sync, request, cost=cost)
-                return policy.run_sync(step, reraise=True)
-            except ErrorResponse as exc:
-                return final_response(exc)
-        except (Busy, CircuitOpen) as exc:
-            err = self._at_boundary(exc, request)
-            if err is exc:
-                raise
-            raise err from exc
-
     def _attempt_sync(
         self,
         request: Any,
@@ -388,7 +389,8 @@ class TransportCore:
         token = self._acquire_sync(attempt, cost)
         try:
             response = self.inner.handle_request(request)
-            self.accounting.observe(response)
+            if self._learn:
+                self.accounting.observe(response)
             if guarded and is_classified(response.status_code):
                 stream = response.stream
                 try:
@@ -396,7 +398,7 @@ class TransportCore:
                 finally:
                     stream.close()
                 raise self._error_response(request, response, raw)
-            return self._tie(response, token, request, self.flavour.sync_body)
+            return self._tie(response, token, request, self._sync_body)
         except BaseException:
             token.release()
             raise
@@ -405,12 +407,12 @@ class TransportCore:
         policy = self.policy
         assert policy is not None
         if attempt is None:
-            token = policy.acquire_sync(self.gate, timeout=self._slot_wait())
+            token = policy.acquire_sync(self.gate, timeout=self._slot_wait)
         elif self.accounting.fits(cost):
             # No deadline of its own: the client's timeouts bound the request, not the wait.
-            return attempt.acquire_sync(self.gate, timeout=self._slot_wait(), tokens=cost)
+            return attempt.acquire_sync(self.gate, timeout=self._slot_wait, tokens=cost)
         else:
-            token = attempt.acquire_sync(self.gate, timeout=self._slot_wait())
+            token = attempt.acquire_sync(self.gate, timeout=self._slot_wait)
         self.accounting.charge_admitted(token, cost)
         return token
 
@@ -453,7 +455,7 @@ class TransportCore:
             return response
         stream = response.stream
         if meter is not None:
-            is_async = body is self.flavour.async_body
+            is_async = body is self._async_body
             stream = meter.wrap_async(stream) if is_async else meter.wrap_sync(stream)
         response.stream = body(stream, token, request, self)
         return response
