@@ -34,7 +34,7 @@ transport"), httpx, gated - plain and its ratio to the gate pair, issue 14's sec
     Gate() (checkpointing)   asyncio 14.7-15.9 -> 13.4-14.1 us (4.3-4.5x -> 3.8-4.1x)
 
 The 3x target is missed: the floor alone is about 4x the pair, because inside a request
-the gate's calls run with cold caches (3-4x their cost in the pair's tight loop).
+the gate's calls run with cold caches (2.5-4x their cost in the pair's tight loop).
 """
 
 from __future__ import annotations
