@@ -24,17 +24,17 @@ Timings are the thread's CPU time (``time.thread_time()``), best of many short i
 runs with the garbage collector off inside a run, so other load on the shared 2-core machine
 counts little; still, read ratios within one run, not absolute numbers.
 
-Measured (CPython 3.11, 2 cores, shared; ranges over 3 runs; see docs/performance.md, "(t)
-the gated transport"), httpx, gated - plain and its ratio to the gate pair:
+Measured (CPython 3.11, 2 cores, shared; see docs/performance.md, "(t) the gated
+transport"), httpx, gated - plain and its ratio to the gate pair, issue 14's second pass
+(code before and after side by side in one process, two runs):
 
-    Gate(fast_acquire=True)  asyncio 27-29 -> 19-21 us (10.6-11.3x -> 7.5-8.5x)
-                             trio    24    -> 17-22 us (10.8-11.5x -> 8.1-10.0x)
-                             sync    20-21 -> 15-18 us (9.7-10.4x  -> 7.6-9.2x)
-    Gate() (checkpointing)   asyncio 38-45 -> 35-39 us (5.8-6.6x   -> 5.4-6.0x)
-                             trio    43-46 -> 37-38 us (5.9-6.3x   -> 5.0-5.2x)
+    Gate(fast_acquire=True)  asyncio 8.9-9.6   -> 6.8-8.3 us (7.6-7.8x -> 5.8-6.8x)
+                             trio    7.6-8.0   -> 7.2-7.8 us (6.6-7.7x -> 6.8-6.9x)
+                             sync    8.3-9.5   -> 5.4-6.1 us (8.3-9.4x -> 5.3-6.0x)
+    Gate() (checkpointing)   asyncio 14.7-15.9 -> 13.4-14.1 us (4.3-4.5x -> 3.8-4.1x)
 
-The 3x target is missed: the floor alone is 3.5-4.8x the pair, because inside a request
-the gate's calls run with cold caches (2.5-3x their cost in the pair's tight loop).
+The 3x target is missed: the floor alone is about 4x the pair, because inside a request
+the gate's calls run with cold caches (2.5-4x their cost in the pair's tight loop).
 """
 
 from __future__ import annotations

@@ -435,3 +435,67 @@ def test_learning_from_headers_whose_raw_names_are_not_bytes() -> None:
     for remaining in (590, 580):
         accounting.observe(Response(list(_limits(remaining).items())))
     assert gate.rate == anygate.Rate(requests_per_minute=540, tokens_per_minute=90_000)
+
+
+@pytest.mark.parametrize("lowered", [True, False], ids=["private-names", "public-raw"])
+async def test_the_header_scan_skips_the_parser_on_both_paths(
+    flavour: Flavour, lowered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Responses without a rate-limit header name never reach the parser, responses with
+    one (in any case) teach the gate: on the scan of httpx's lower-cased names and on the
+    public ``.raw`` fallback the scan takes for a headers class it does not trust."""
+    from anygate.integrations import _accounting
+
+    monkeypatch.setattr(_accounting, "_LOWERED", {flavour.lib.Headers: lowered})
+    parsed: list[object] = []
+    parse = _accounting.parse_limit_headers
+
+    def counting(headers: object) -> Any:
+        parsed.append(headers)
+        return parse(headers)
+
+    monkeypatch.setattr(_accounting, "parse_limit_headers", counting)
+    gate = anygate.Gate(name="llm")
+    remaining = iter([590, 580])
+
+    def handler(request: Any) -> Any:
+        if request.url.path.endswith("plain"):
+            return flavour.lib.Response(200, headers={"Server": "x", "X-Rate": "1"})
+        limits = {name.title(): value for name, value in _limits(next(remaining)).items()}
+        return flavour.lib.Response(200, headers={"Server": "x", **limits})
+
+    async with _client(flavour, gate, handler) as client:
+        for _ in range(3):
+            await client.post("http://llm/v1/plain", json=BODY)
+        assert (parsed, gate.rate) == ([], None)
+        await client.post("http://llm/v1/a", json=BODY)
+        await client.post("http://llm/v1/b", json=BODY)
+    assert len(parsed) == 2
+    assert gate.rate == anygate.Rate(requests_per_minute=540, tokens_per_minute=90_000)
+
+
+def test_the_lowered_names_are_read_only_from_the_expected_layout(flavour: Flavour) -> None:
+    """httpx's private ``Headers._list`` is trusted only for a class of the HTTP libraries
+    whose probe shows ``(name, lower-cased name, value)`` entries agreeing with ``.raw``;
+    any other class takes the public path (a false negative would stop learning)."""
+    from anygate.integrations._accounting import _keeps_lowered_names
+
+    assert _keeps_lowered_names(flavour.lib.Headers)
+
+    class Reordered(flavour.lib.Headers):  # type: ignore[name-defined,misc]
+        @property
+        def _list(self) -> list[tuple[bytes, bytes, bytes]]:
+            return [(lower, raw, value) for raw, lower, value in self.__dict__["_list"]]
+
+        @_list.setter
+        def _list(self, value: list[tuple[bytes, bytes, bytes]]) -> None:
+            self.__dict__["_list"] = value
+
+    class Broken(flavour.lib.Headers):  # type: ignore[name-defined,misc]
+        def __init__(self, *args: object) -> None:
+            raise RuntimeError
+
+    for cls in (Reordered, Broken):
+        cls.__module__ = f"{flavour.name}._models"  # pass the module check, fail the probe
+        assert not _keeps_lowered_names(cls)
+    assert not _keeps_lowered_names(dict)

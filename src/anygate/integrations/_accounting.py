@@ -49,10 +49,40 @@ __all__ = ["Accounting", "Estimator", "check_tokens_option"]
 Estimator = Callable[[Mapping[str, Any]], "int | None"]
 
 _name = itemgetter(0)  # of a (name, value) header pair
+_lower_name = itemgetter(1)  # of an httpx Headers._list entry (raw name, lower-cased, value)
+
+# Per headers class: whether its private ``_list`` holds ``(name, lower-cased name,
+# value)`` triples, as httpx's and httpx2's ``Headers`` do (0.27 to 0.29, 2.x). Checked once
+# per class on a probe (see _keeps_lowered_names); a class that fails takes ``.raw``.
+_LOWERED: dict[type, bool] = {}
 _NOTHING: tuple[int | None, int | None, str | None] = (None, None, None)
 
 # JSON bodies are buffered to read their usage; beyond this the estimate stands.
 _MAX_JSON = 8 << 20
+
+
+def _keeps_lowered_names(kind: type) -> bool:
+    """Whether ``kind`` (a headers class) keeps its names lower-cased in ``_list``.
+
+    ``Headers._list`` is httpx's private state: it is read only for a class whose probe
+    instance shows exactly the expected layout, and agrees with the public ``.raw``.
+    """
+    if kind.__module__.partition(".")[0] not in ("httpx", "httpx2"):
+        return False  # no probe built of a class we do not know
+    try:
+        probe: Any = kind([(b"X-RateLimit-Probe", b"1"), (b"Date", b"2")])
+        entries = probe._list
+        return (
+            type(entries) is list
+            and entries
+            == [
+                (b"X-RateLimit-Probe", b"x-ratelimit-probe", b"1"),
+                (b"Date", b"date", b"2"),
+            ]
+            and [(name, value) for name, _, value in entries] == probe.raw
+        )
+    except Exception:  # any other headers class (a mapping, a user's object)
+        return False
 
 
 def check_tokens_option(tokens: object) -> Estimator | None:
@@ -87,7 +117,8 @@ class Accounting:
 
     # ------------------------------------------------------------------ before sending
 
-    def _token_budget(self) -> float | None:
+    def token_budget(self) -> float | None:
+        """The gate's tokens per minute now, or ``None`` (no token budget to account to)."""
         rate = self.gate.rate
         return None if rate is None else rate.tokens_per_minute
 
@@ -96,7 +127,7 @@ class Accounting:
         estimator = self.estimator
         if estimator is None:
             return None
-        rate = self.gate.rate  # _token_budget() inline: this runs for every request
+        rate = self.gate.rate  # token_budget() inline: this runs for every request
         budget = None if rate is None else rate.tokens_per_minute
         if budget is None:
             return None  # nothing to pace; usage still settles if a budget appears
@@ -120,7 +151,7 @@ class Accounting:
         the estimate; then the slot is taken without it and :meth:`charge_admitted` charges)."""
         if not cost:
             return True
-        budget = self._token_budget()
+        budget = self.token_budget()
         return budget is None or cost <= budget
 
     def charge_admitted(self, token: Token, cost: int | None) -> None:
@@ -135,21 +166,30 @@ class Accounting:
         if not self.learn:
             return
         headers: Any = response.headers
-        raw = getattr(headers, "raw", None)
-        if type(raw) is list:
-            # The parser keeps only names that mention "ratelimit" (and "date" beside
-            # them), so a response with none of them -- most, and every one of a server
-            # that sends none -- is told apart by one scan of its names in C, several
-            # times cheaper than the parser's loop over them (issue 14). A false positive
-            # only costs the parse; the raw pairs are what the parser would read.
-            try:
-                names = b"\n".join(map(_name, raw)).lower()
-            except TypeError:  # a name that is not bytes: let the parser sort it out
-                pass
+        # The parser keeps only names that mention "ratelimit" (and "date" beside them),
+        # so a response with none of them -- most, and every one of a server that sends
+        # none -- is told apart by one scan of its names in C, several times cheaper than
+        # the parser's loop over them (issue 14). A false positive only costs the parse.
+        kind = type(headers)
+        lowered = _LOWERED.get(kind)
+        if lowered is None:
+            lowered = _LOWERED[kind] = _keeps_lowered_names(kind)
+        try:
+            if lowered:  # the names lower-cased already, without building .raw's pairs
+                names = b"\n".join(map(_lower_name, headers._list))
             else:
-                if b"ratelimit" not in names:
-                    return
-                headers = raw
+                raw = getattr(headers, "raw", None)
+                if type(raw) is not list:
+                    raise TypeError  # not httpx's: the parser sorts it out
+                names = b"\n".join(map(_name, raw)).lower()
+                headers = raw  # the raw pairs are what the parser would read
+        except (TypeError, AttributeError):  # a name that is not bytes, or no such list
+            pass
+        else:
+            # find(), not `in`: bytes.__contains__ first tries its operand as an integer
+            # (`65 in b"A"`), which costs about as much again on CPython 3.11.
+            if names.find(b"ratelimit") < 0:
+                return
         report = parse_limit_headers(headers)
         if report:
             RateLearner.of(self.gate).observe(report)
@@ -163,7 +203,7 @@ class Accounting:
         policy's hooks (each only when wanted), or ``None`` if there is nothing to do."""
         settles = False
         if self.estimator is not None:
-            rate = self.gate.rate  # _token_budget() inline, as in estimate()
+            rate = self.gate.rate  # token_budget() inline, as in estimate()
             settles = rate is not None and rate.tokens_per_minute is not None
         reporter = None
         policy = self.policy

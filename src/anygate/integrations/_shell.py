@@ -60,6 +60,14 @@ class _Shell(Generic[InnerT]):
             learn_limits=learn_limits,
             tokens=tokens,
         )
+        # The per-request entry point bound straight to the engine's, in the instance:
+        # the client's call then runs one coroutine frame, not this class's method and
+        # the engine's (an await of a coroutine per request, issue 14). The methods below
+        # stay for the base classes, help() and type checkers.
+        if self._is_async:
+            self.__dict__["handle_async_request"] = self._core.send_async
+        else:
+            self.__dict__["handle_request"] = self._core.send_sync
 
     @property
     def gate(self) -> Gate:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, final
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, final
 
 import anyio
 
@@ -96,6 +96,12 @@ class TransportCore:
     """
 
     __slots__ = (
+        "_async_body",
+        "_estimator",
+        "_learn",
+        "_request_type",
+        "_slot_wait",
+        "_sync_body",
         "accounting",
         "attempt_timeout",
         "flavour",
@@ -164,6 +170,16 @@ class TransportCore:
         self.timeout = None if timeout is None else float(timeout)
         self.attempt_timeout = None if policy is None else policy.config.attempt_timeout_s
         self.accounting = Accounting(gate, learn_limits=learn_limits, tokens=tokens, policy=policy)
+        # Read on every request: kept here rather than looked up through the flavour and
+        # the accounting each time (issue 14).
+        self._request_type = flavour.request
+        self._async_body = flavour.async_body
+        self._sync_body = flavour.sync_body
+        self._estimator = self.accounting.estimator
+        self._learn = self.accounting.learn
+        # A policy's slot wait: self.timeout resolved (None: no limit, even if the policy
+        # has one).
+        self._slot_wait = math.inf if self.timeout is None else self.timeout
 
     def _retriable(self, request: Any) -> bool:
         # Only a body held in memory can be sent again; a streamed upload is sent once.
@@ -178,36 +194,60 @@ class TransportCore:
         :mod:`._retries`); the slot of a successful response is held until it is closed.
         This and :meth:`send_sync` are the whole per-request path of a gated transport.
         """
-        if not isinstance(request, self.flavour.request):
+        if not isinstance(request, self._request_type):
             raise wrong_client(self.flavour.name, request)
-        accounting = self.accounting
-        cost = accounting.estimate(request)
-        try:
-            if self.policy is None:
-                # Sent once: _attempt_async(guarded=False) and _acquire_async's gate-only
-                # case, inline, so the common request is one frame, not three (issue 14).
-                gate = self.gate
-                if cost is None or accounting.fits(cost):
-                    token = await gate.acquire(timeout=self.timeout, tokens=cost)
-                else:  # the budget shrank since the estimate (see Accounting.fits)
-                    token = await gate.acquire(timeout=self.timeout)
-                    accounting.charge_admitted(token, cost)
-                try:
-                    response = await self.inner.handle_async_request(request)
-                    accounting.observe(response)
-                    # As in _attempt_async: once the body owns the token nothing else can
-                    # raise, and until then a BaseException gives the slot back.
-                    return self._tie(response, token, request, self.flavour.async_body)
-                except BaseException:
-                    token.release()
-                    raise
-            if not self._retriable(request):
-                return await self._attempt_async(request, None, guarded=False, cost=cost)
+        policy = self.policy
+        if policy is not None:
+            cost = self.accounting.estimate(request)
             try:
-                step = partial(self._attempt_async, request, cost=cost)
-                return await self.policy.run(step, reraise=True)
-            except ErrorResponse as exc:
-                return final_response(exc)
+                if not self._retriable(request):
+                    return await self._attempt_async(request, None, guarded=False, cost=cost)
+                try:
+                    step = partial(self._attempt_async, request, cost=cost)
+                    return await policy.run(step, reraise=True)
+                except ErrorResponse as exc:
+                    return final_response(exc)
+            except (Busy, CircuitOpen) as exc:
+                err = self._at_boundary(exc, request)
+                if err is exc:
+                    raise
+                raise err from exc
+        # Sent once, without a policy: _attempt_async(guarded=False), _acquire_async's
+        # gate-only case and _tie's common case, inline, so the common request runs one
+        # frame of ours (issue 14).
+        gate = self.gate
+        accounting = self.accounting
+        estimator = self._estimator
+        cost = None
+        if estimator is not None:
+            rate = gate.rate  # Accounting.token_budget() inline: nothing to estimate for
+            if rate is not None and rate.tokens_per_minute is not None:
+                cost = accounting.estimate(request)
+        try:
+            if cost is None or accounting.fits(cost):
+                # __aenter__ is what awaiting the acquisition runs: a call fewer.
+                token = await gate.acquire(timeout=self.timeout, tokens=cost).__aenter__()
+            else:  # the budget shrank since the estimate (see Accounting.fits)
+                token = await gate.acquire(timeout=self.timeout).__aenter__()
+                accounting.charge_admitted(token, cost)
+            try:
+                response = await self.inner.handle_async_request(request)
+                if self._learn:
+                    accounting.observe(response)
+                # Read again: a budget that appeared meanwhile (learned from this or
+                # another response) still gets this request's usage.
+                if (estimator is not None and accounting.token_budget() is not None) or (
+                    response.is_closed
+                ):
+                    # Usage to meter, or a body already read: the general tie.
+                    return self._tie(response, token, request, self._async_body)
+                # As in _attempt_async: once the body owns the token nothing else can
+                # raise, and until then a BaseException gives the slot back.
+                response.stream = self._async_body(response.stream, token, request, self)
+                return response
+            except BaseException:
+                token.release()
+                raise
         except (Busy, CircuitOpen) as exc:
             err = self._at_boundary(exc, request)
             if err is exc:
@@ -236,80 +276,102 @@ class TransportCore:
                     number = 1 if attempt is None else attempt.number
                     msg = f"attempt {number} timed out after {self.attempt_timeout:g}s"
                     raise TimeoutError(msg)
-            else:
-                response = await self._send_async(request, guarded=guarded)
+            else:  # _send_async inline: a coroutine fewer per attempt (issue 14)
+                response = await self.inner.handle_async_request(request)
+                if self._learn:
+                    self.accounting.observe(response)
+                if guarded and is_classified(response.status_code):
+                    await self._refuse_async(request, response)
             # Inside the try: once the body owns the token nothing else can raise here, and
             # until then a BaseException (a Ctrl-C under trio included) gives the slot back.
-            return self._tie(response, token, request, self.flavour.async_body)
+            return self._tie(response, token, request, self._async_body)
         except BaseException:
             token.release()  # idempotent: a no-op if the body already finished
             raise
 
     async def _acquire_async(self, attempt: Attempt | None, cost: int | None) -> Token:
-        # With a policy, slots are taken the way Policy.call takes them (adaptive pause,
-        # generation, slot events); without one, straight from the gate.
+        # Slots are taken the way Policy.call takes them (adaptive pause, generation, slot
+        # events). Only under a policy: send_async takes a gate-only request's slot itself.
         policy = self.policy
-        if policy is None and self.accounting.fits(cost):
-            return await self.gate.acquire(timeout=self.timeout, tokens=cost)
-        if policy is None:
-            token = await self.gate.acquire(timeout=self.timeout)
-        elif attempt is None:
-            token = await policy.acquire(self.gate, timeout=self._slot_wait())
+        assert policy is not None
+        if attempt is None:
+            token = await policy.acquire(self.gate, timeout=self._slot_wait)
         elif self.accounting.fits(cost):
             # Admitted only with room for the estimate, as without a policy: charged after
             # admission, attempts admitted together overdraw the budget (issue 30).
-            return await attempt.acquire(self.gate, timeout=self._slot_wait(), tokens=cost)
+            return await attempt.acquire(self.gate, timeout=self._slot_wait, tokens=cost)
         else:
-            token = await attempt.acquire(self.gate, timeout=self._slot_wait())
+            token = await attempt.acquire(self.gate, timeout=self._slot_wait)
         self.accounting.charge_admitted(token, cost)
         return token
 
-    def _slot_wait(self) -> float:
-        # self.timeout is resolved already (None: no limit, even if the policy has one).
-        return math.inf if self.timeout is None else self.timeout
-
     async def _send_async(self, request: Any, *, guarded: bool) -> Any:
         response = await self.inner.handle_async_request(request)
-        self.accounting.observe(response)
+        if self._learn:
+            self.accounting.observe(response)
         if guarded and is_classified(response.status_code):
-            stream = response.stream
-            try:
-                raw = b"".join([chunk async for chunk in stream])
-            finally:
-                await stream.aclose()
-            raise self._error_response(request, response, raw)
+            await self._refuse_async(request, response)
         return response
+
+    async def _refuse_async(self, request: Any, response: Any) -> NoReturn:
+        """Buffer a classified response's body and raise it for the policy to classify."""
+        stream = response.stream
+        try:
+            raw = b"".join([chunk async for chunk in stream])
+        finally:
+            await stream.aclose()
+        raise self._error_response(request, response, raw)
 
     # ------------------------------------------------------------------ sync
 
     def send_sync(self, request: Any) -> Any:
         """Send ``request`` through the inner sync transport while holding one slot."""
-        if not isinstance(request, self.flavour.request):
+        if not isinstance(request, self._request_type):
             raise wrong_client(self.flavour.name, request)
-        accounting = self.accounting
-        cost = accounting.estimate(request)
-        try:
-            if self.policy is None:  # sent once, inline (see send_async)
-                gate = self.gate
-                if cost is None or accounting.fits(cost):
-                    token = gate.acquire_sync(timeout=self.timeout, tokens=cost)
-                else:
-                    token = gate.acquire_sync(timeout=self.timeout)
-                    accounting.charge_admitted(token, cost)
-                try:
-                    response = self.inner.handle_request(request)
-                    accounting.observe(response)
-                    return self._tie(response, token, request, self.flavour.sync_body)
-                except BaseException:
-                    token.release()
-                    raise
-            if not self._retriable(request):
-                return self._attempt_sync(request, None, guarded=False, cost=cost)
+        policy = self.policy
+        if policy is not None:
+            cost = self.accounting.estimate(request)
             try:
-                step = partial(self._attempt_sync, request, cost=cost)
-                return self.policy.run_sync(step, reraise=True)
-            except ErrorResponse as exc:
-                return final_response(exc)
+                if not self._retriable(request):
+                    return self._attempt_sync(request, None, guarded=False, cost=cost)
+                try:
+                    step = partial(self._attempt_sync, request, cost=cost)
+                    return policy.run_sync(step, reraise=True)
+                except ErrorResponse as exc:
+                    return final_response(exc)
+            except (Busy, CircuitOpen) as exc:
+                err = self._at_boundary(exc, request)
+                if err is exc:
+                    raise
+                raise err from exc
+        # Sent once, inline (see send_async).
+        gate = self.gate
+        accounting = self.accounting
+        estimator = self._estimator
+        cost = None
+        if estimator is not None:
+            rate = gate.rate
+            if rate is not None and rate.tokens_per_minute is not None:
+                cost = accounting.estimate(request)
+        try:
+            if cost is None or accounting.fits(cost):
+                token = gate.acquire_sync(timeout=self.timeout, tokens=cost)
+            else:
+                token = gate.acquire_sync(timeout=self.timeout)
+                accounting.charge_admitted(token, cost)
+            try:
+                response = self.inner.handle_request(request)
+                if self._learn:
+                    accounting.observe(response)
+                if (estimator is not None and accounting.token_budget() is not None) or (
+                    response.is_closed
+                ):
+                    return self._tie(response, token, request, self._sync_body)
+                response.stream = self._sync_body(response.stream, token, request, self)
+                return response
+            except BaseException:
+                token.release()
+                raise
         except (Busy, CircuitOpen) as exc:
             err = self._at_boundary(exc, request)
             if err is exc:
@@ -327,7 +389,8 @@ class TransportCore:
         token = self._acquire_sync(attempt, cost)
         try:
             response = self.inner.handle_request(request)
-            self.accounting.observe(response)
+            if self._learn:
+                self.accounting.observe(response)
             if guarded and is_classified(response.status_code):
                 stream = response.stream
                 try:
@@ -335,24 +398,21 @@ class TransportCore:
                 finally:
                     stream.close()
                 raise self._error_response(request, response, raw)
-            return self._tie(response, token, request, self.flavour.sync_body)
+            return self._tie(response, token, request, self._sync_body)
         except BaseException:
             token.release()
             raise
 
     def _acquire_sync(self, attempt: Attempt | None, cost: int | None) -> Token:
         policy = self.policy
-        if policy is None and self.accounting.fits(cost):
-            return self.gate.acquire_sync(timeout=self.timeout, tokens=cost)
-        if policy is None:
-            token = self.gate.acquire_sync(timeout=self.timeout)
-        elif attempt is None:
-            token = policy.acquire_sync(self.gate, timeout=self._slot_wait())
+        assert policy is not None
+        if attempt is None:
+            token = policy.acquire_sync(self.gate, timeout=self._slot_wait)
         elif self.accounting.fits(cost):
             # No deadline of its own: the client's timeouts bound the request, not the wait.
-            return attempt.acquire_sync(self.gate, timeout=self._slot_wait(), tokens=cost)
+            return attempt.acquire_sync(self.gate, timeout=self._slot_wait, tokens=cost)
         else:
-            token = attempt.acquire_sync(self.gate, timeout=self._slot_wait())
+            token = attempt.acquire_sync(self.gate, timeout=self._slot_wait)
         self.accounting.charge_admitted(token, cost)
         return token
 
@@ -395,7 +455,7 @@ class TransportCore:
             return response
         stream = response.stream
         if meter is not None:
-            is_async = body is self.flavour.async_body
+            is_async = body is self._async_body
             stream = meter.wrap_async(stream) if is_async else meter.wrap_sync(stream)
         response.stream = body(stream, token, request, self)
         return response
