@@ -12,6 +12,11 @@ code, not a copy). Two strategies, each made the way a user makes it:
   jitter stream), taken from ``anygate.sim._policy_strategy.PolicyClient``.
 * ``sdk+cap``: the SDK's own retries (``max_retries=2``, its defaults) inside a
   semaphore of 32 held for the whole call.
+* ``cookbook+cap``: the OpenAI cookbook's recipe, real tenacity
+  (``wait_random_exponential(min=1, max=60)``, ``stop_after_attempt(6)``; ``sleep=anyio.sleep``
+  instead of its default ``asyncio.sleep``, so that it runs on trio's clock) around the
+  same default SDK, in the same semaphore. A third strategy makes the ranking say more
+  than "the one that lost nothing comes first".
 
 The same fleet (``sim._workload``: start times, think times, prompt sizes, ``max_tokens``;
 service times and completion sizes on the provider's side) runs the same chains as in the
@@ -43,7 +48,7 @@ simulator leaves out, so this run measures them.
 Usage (not part of the test suite: it takes a few minutes of wall time)::
 
     PYTHONPATH=src python benchmarks/reality_check.py [--scale 10] [--reps 2]
-        [--scenario openai-tier1-tpm] [--seed 1] [--agents N] [--json FILE]
+        [--scenario openai-tier1-tpm] [--seed 1] [--set KEY=VALUE ...] [--json FILE]
 
 or ``nox -s reality``. ``--serve`` is the provider's process (started by the script).
 """
@@ -62,8 +67,10 @@ from typing import Any
 import anyio
 import httpx2
 import openai
+import tenacity
 import trio
 import trio.testing
+import yaml
 
 from anygate.httpx2 import GatedTransport
 from anygate.sim import Scenario, StrategyContext, StrategyResult, load_scenario, simulate
@@ -74,15 +81,16 @@ from anygate.sim._results import Recorder, current_call, summarize
 from anygate.sim._scenarios import deep_merge, resolve_strategies, scenario_mapping
 from anygate.sim._workload import CallPlan, build_workload
 
+# The sibling module, also when this file is imported rather than run (a test does).
 sys.path.insert(0, str(Path(__file__).parent))
-from reality_provider import (  # noqa: E402 - the benchmark's sibling module
+from reality_provider import (
     SimulatedOpenAI,
     listening_socket,
     prompt_text,
     serve,
 )
 
-STRATEGIES = ("anygate", "sdk+cap")
+STRATEGIES = ("anygate", "sdk+cap", "cookbook+cap")
 #: The ``+cap`` peers' semaphore (``sim._peers.DEFAULT_CAP``).
 CAP = 32
 MODEL = "gpt-4o-mini"
@@ -93,11 +101,15 @@ LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
 TIMEOUT = httpx2.Timeout(600.0, connect=60.0)
 
 
-def scenario_for(name: str, agents: int | None) -> Scenario:
-    """The scenario, with ``fleet.agents`` replaced when given."""
+def scenario_for(name: str, changes: list[str]) -> Scenario:
+    """The scenario with each ``KEY=VALUE`` change (dotted key, YAML value) laid over it."""
     mapping, _ = scenario_mapping(name)
-    if agents is not None:
-        mapping = deep_merge(mapping, {"fleet": {"agents": agents}})
+    for change in changes:
+        key, _, text = change.partition("=")
+        value: Any = yaml.safe_load(text)
+        for part in reversed(key.split(".")):
+            value = {part: value}
+        mapping = deep_merge(mapping, value)
     return load_scenario(mapping)
 
 
@@ -148,6 +160,8 @@ def _cause(exc: BaseException) -> str:
         if retry_after is not None and float(retry_after) / 1000 > 120:
             return "retry_after_too_long"
         return "gave_up"
+    if isinstance(exc, tenacity.RetryError):
+        return "gave_up"
     return type(exc).__name__
 
 
@@ -158,20 +172,36 @@ class _Invoker:
     sdk: openai.AsyncOpenAI
     recorder: Recorder
     semaphore: anyio.Semaphore | None = None
+    tenacity: bool = False
 
     async def __call__(self, call: CallPlan) -> bool:
         record = self.recorder.begin(call.index)
         outcome = "ok"
         try:
             if self.semaphore is None:
-                await self._create(call)
+                await self._call(call)
             else:
                 async with self.semaphore:
-                    await self._create(call)
+                    await self._call(call)
         except Exception as exc:
             outcome = _cause(exc)
         self.recorder.finish(record, outcome)
         return outcome == "ok"
+
+    async def _call(self, call: CallPlan) -> None:
+        if not self.tenacity:
+            await self._create(call)
+            return
+        # The cookbook's @retry(wait=wait_random_exponential(min=1, max=60),
+        # stop=stop_after_attempt(6)), as the simulator's ``cookbook`` peer models it.
+        retrying = tenacity.AsyncRetrying(
+            wait=tenacity.wait_random_exponential(min=1, max=60),
+            stop=tenacity.stop_after_attempt(6),
+            sleep=anyio.sleep,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._create(call)
 
     async def _create(self, call: CallPlan) -> None:
         await self.sdk.chat.completions.create(
@@ -194,6 +224,8 @@ def _client(name: str, scenario: Scenario, seed: int, base_url: str) -> tuple[An
     else:
         transport, retries = inner, 2
         summary = f"openai SDK defaults (2 retries), semaphore cap {CAP}"
+        if name == "cookbook+cap":
+            summary = "tenacity cookbook recipe around " + summary
     http = httpx2.AsyncClient(transport=transport, timeout=TIMEOUT)
     sdk = openai.AsyncOpenAI(
         base_url=f"{base_url}/v1", api_key="sk-reality", max_retries=retries, http_client=http
@@ -208,7 +240,10 @@ async def _fleet(name: str, scenario: Scenario, seed: int, base_url: str) -> Str
     start = anyio.current_time()
     recorder = Recorder(len(workload.calls))
     sdk, summary = _client(name, scenario, seed, base_url)
-    invoke = _Invoker(sdk, recorder, anyio.Semaphore(CAP) if name == "sdk+cap" else None)
+    capped = name.endswith("+cap")
+    invoke = _Invoker(
+        sdk, recorder, anyio.Semaphore(CAP) if capped else None, name.startswith("cookbook")
+    )
     stop = scenario.fleet.on_failure == "stop"
     with anyio.move_on_after(scenario.time_limit_s):
         async with anyio.create_task_group() as tg:
@@ -315,14 +350,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="openai-tier1-tpm")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--agents", type=int, default=None, help="override fleet.agents")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change the scenario (dotted key, YAML value), e.g. provider.tokens.tpm=100000",
+    )
     parser.add_argument("--scale", type=float, default=10.0, help="virtual s per wall s")
     parser.add_argument("--reps", type=int, default=2, help="real runs per strategy")
     parser.add_argument("--only", default=",".join(STRATEGIES))
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    scenario = scenario_for(args.scenario, args.agents)
+    scenario = scenario_for(args.scenario, args.set)
     if args.serve:
         run_provider(scenario, args.seed, args.scale)
         return
@@ -330,11 +371,14 @@ def main() -> None:
     specs = resolve_strategies(scenario, only=names)
     began = time.perf_counter()
     simulated = {r.name: r for r in simulate(scenario, seed=args.seed, strategies=specs).strategies}
-    print(f"{scenario.name}, seed {args.seed}: simulated in {time.perf_counter() - began:.1f}s")
+    changed = f" with {', '.join(args.set)}" if args.set else ""
+    print(
+        f"{scenario.name}{changed}, seed {args.seed}: simulated in {time.perf_counter() - began:.1f}s"
+    )
     command = [sys.executable, __file__, "--serve", "--scenario", args.scenario]
     command += ["--seed", str(args.seed), "--scale", str(args.scale)]
-    if args.agents is not None:
-        command += ["--agents", str(args.agents)]
+    for change in args.set:
+        command += ["--set", change]
     server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
