@@ -87,9 +87,11 @@ from anygate.sim._workload import CallPlan, build_workload
 sys.path.insert(0, str(Path(__file__).parent))
 from reality_provider import (
     SimulatedOpenAI,
+    lag_summary,
     listening_socket,
     prompt_text,
     serve,
+    watch_lag,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +135,10 @@ def run_provider(scenario: Scenario, seed: int, scale: float) -> None:
 
     async def main() -> None:
         app.reset()
-        await serve(app, sock, stdin_closed)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_lag, app.lag)
+            await serve(app, sock, stdin_closed)
+            tg.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(rate=scale))
 
@@ -239,7 +244,9 @@ def _client(name: str, scenario: Scenario, seed: int, base_url: str) -> tuple[An
     return sdk, summary
 
 
-async def _fleet(name: str, scenario: Scenario, seed: int, base_url: str) -> StrategyResult:
+async def _fleet(
+    name: str, scenario: Scenario, seed: int, base_url: str
+) -> tuple[StrategyResult, dict[str, Any]]:
     workload = build_workload(scenario.fleet, scenario.provider, seed)
     async with httpx2.AsyncClient() as control:
         (await control.post(f"{base_url}/sim/reset")).raise_for_status()
@@ -251,10 +258,14 @@ async def _fleet(name: str, scenario: Scenario, seed: int, base_url: str) -> Str
         sdk, recorder, anyio.Semaphore(CAP) if capped else None, name.startswith("cookbook")
     )
     stop = scenario.fleet.on_failure == "stop"
-    with anyio.move_on_after(scenario.time_limit_s):
-        async with anyio.create_task_group() as tg:
-            for agent in workload.agents:
-                tg.start_soon(_agent, agent, invoke, recorder, stop)  # type: ignore[arg-type]
+    lag: list[float] = []
+    async with anyio.create_task_group() as watcher:
+        watcher.start_soon(watch_lag, lag)
+        with anyio.move_on_after(scenario.time_limit_s):
+            async with anyio.create_task_group() as tg:
+                for agent in workload.agents:
+                    tg.start_soon(_agent, agent, invoke, recorder, stop)  # type: ignore[arg-type]
+        watcher.cancel_scope.cancel()
     run_end = anyio.current_time() - start
     await sdk.close()
     async with httpx2.AsyncClient() as control:
@@ -268,16 +279,17 @@ async def _fleet(name: str, scenario: Scenario, seed: int, base_url: str) -> Str
     trace.admitted = seen["admitted"]
     trace.max_in_service = seen["max_in_service"]
     bound = workload.lower_bound(scenario.provider)
-    return summarize(name, summary, recorder, trace, bound, run_end=run_end)
+    result = summarize(name, summary, recorder, trace, bound, run_end=run_end)
+    return result, {"client": lag_summary(lag), "server": seen["lag"]}
 
 
 def run_real(name: str, scenario: Scenario, seed: int, base_url: str, scale: float) -> Any:
-    """One strategy's real run: ``(result, wall seconds)``."""
+    """One strategy's real run: ``(result, wall seconds, loop lag of client and server)``."""
     began = time.perf_counter()
     clock = trio.testing.MockClock(rate=scale)
     with quiet_policy_logs():
-        result = trio.run(_fleet, name, scenario, seed, base_url, clock=clock)
-    return result, time.perf_counter() - began
+        result, lag = trio.run(_fleet, name, scenario, seed, base_url, clock=clock)
+    return result, time.perf_counter() - began, lag
 
 
 # ---------------------------------------------------------------------- comparison
@@ -450,14 +462,20 @@ def main() -> None:
         assert server.stdout is not None
         base_url = f"http://127.0.0.1:{int(server.stdout.readline())}"
         reals: list[dict[str, StrategyResult]] = []
+        lags: list[dict[str, Any]] = []
         for rep in range(args.reps):
             runs: dict[str, StrategyResult] = {}
             for name in names:
-                runs[name], wall = run_real(name, scenario, args.seed, base_url, args.scale)
+                runs[name], wall, lag = run_real(name, scenario, args.seed, base_url, args.scale)
+                client, server = lag["client"], lag["server"]
                 print(
                     f"real run {rep + 1}, {name}: {wall:.1f}s wall"
-                    f" ({runs[name].makespan_s:.1f} virtual s at x{args.scale:g})"
+                    f" ({runs[name].makespan_s:.1f} virtual s at x{args.scale:g});"
+                    f" loop lag p50/p99/max, virtual ms: client {client['p50_ms']:.0f}/"
+                    f"{client['p99_ms']:.0f}/{client['max_ms']:.0f},"
+                    f" server {server['p50_ms']:.0f}/{server['p99_ms']:.0f}/{server['max_ms']:.0f}"
                 )
+                lags.append({"run": rep + 1, "strategy": name, "wall_s": wall, **lag})
             reals.append(runs)
     finally:
         assert server.stdin is not None
@@ -470,7 +488,7 @@ def main() -> None:
     band = simulate_band(scenario, args.seed, names, args.jitter_streams)
     out = report(simulated, reals, band)
     if args.json is not None:
-        args.json.write_text(json.dumps({"scale": args.scale, **out}, indent=2))
+        args.json.write_text(json.dumps({"scale": args.scale, "lag": lags, **out}, indent=2))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ class SimulatedOpenAI:
         self._seed = seed
         self._calls = build_workload(scenario.fleet, scenario.provider, seed).calls
         self._provider: ProviderModel | None = None
+        #: The server loop's lag since the last reset (see :func:`watch_lag`).
+        self.lag: list[float] = []
 
     def reset(self) -> None:
         """A fresh provider: full buckets, nothing in service, time 0 is now."""
@@ -92,6 +94,7 @@ class SimulatedOpenAI:
             growth_rng=random.Random(f"anygate.sim:{seed}:burst-growth"),
             pool_rng=random.Random(f"anygate.sim:{seed}:shared-pool"),
         )
+        self.lag.clear()
 
     def trace(self) -> dict[str, Any]:
         """What the provider saw since the last reset."""
@@ -103,6 +106,7 @@ class SimulatedOpenAI:
             "tokens": trace.tokens,
             "admitted": trace.admitted,
             "max_in_service": trace.max_in_service,
+            "lag": lag_summary(self.lag),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -182,6 +186,32 @@ async def _read_body(receive: Receive) -> bytes:
         body += message.get("body", b"")
         if not message.get("more_body"):
             return body
+
+
+#: How often the loop-lag watcher wakes, in virtual seconds.
+LAG_PERIOD_S = 0.05
+
+
+async def watch_lag(samples: list[float]) -> None:
+    """Record, every :data:`LAG_PERIOD_S`, how late a sleep ended, in virtual seconds.
+
+    The distortion of a scaled run in one number: a loop that wakes 1 ms (wall) late at
+    ``SCALE`` 20 is 20 ms late in virtual time, on every timer it runs.
+    """
+    while True:
+        before = anyio.current_time()
+        await anyio.sleep(LAG_PERIOD_S)
+        samples.append(anyio.current_time() - before - LAG_PERIOD_S)
+
+
+def lag_summary(samples: list[float]) -> dict[str, float]:
+    """p50 / p99 / max of lag samples, in virtual milliseconds."""
+    ordered = sorted(samples) or [0.0]
+
+    def rank(p: float) -> float:
+        return 1000 * ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+    return {"p50_ms": rank(50), "p99_ms": rank(99), "max_ms": 1000 * ordered[-1]}
 
 
 def listening_socket() -> socket.socket:
