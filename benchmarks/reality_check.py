@@ -467,13 +467,13 @@ def main() -> None:
             runs: dict[str, StrategyResult] = {}
             for name in names:
                 runs[name], wall, lag = run_real(name, scenario, args.seed, base_url, args.scale)
-                client, server = lag["client"], lag["server"]
+                mine, theirs = lag["client"], lag["server"]
                 print(
                     f"real run {rep + 1}, {name}: {wall:.1f}s wall"
                     f" ({runs[name].makespan_s:.1f} virtual s at x{args.scale:g});"
-                    f" loop lag p50/p99/max, virtual ms: client {client['p50_ms']:.0f}/"
-                    f"{client['p99_ms']:.0f}/{client['max_ms']:.0f},"
-                    f" server {server['p50_ms']:.0f}/{server['p99_ms']:.0f}/{server['max_ms']:.0f}"
+                    f" loop lag p50/p99/max, virtual ms: client {mine['p50_ms']:.0f}/"
+                    f"{mine['p99_ms']:.0f}/{mine['max_ms']:.0f},"
+                    f" server {theirs['p50_ms']:.0f}/{theirs['p99_ms']:.0f}/{theirs['max_ms']:.0f}"
                 )
                 lags.append({"run": rep + 1, "strategy": name, "wall_s": wall, **lag})
             reals.append(runs)
