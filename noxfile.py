@@ -4,7 +4,8 @@ By default `nox` runs ``tests`` (every Python), ``processes`` (the multi-process
 once), ``lint``, ``typing`` and ``docs``. `nox -s bench` runs the benchmarks (not part of
 the default run: they take minutes and their numbers only mean something on a quiet
 machine). `nox -s soak` runs the million-operation soak (tests marked ``slow``, which the
-default pytest run deselects)."""
+default pytest run deselects). `nox -s reality` checks the simulator against real HTTP runs
+(wall-clock bound, not in ``bench``)."""
 
 from __future__ import annotations
 
@@ -135,3 +136,17 @@ def bench(session: nox.Session) -> None:
     )
     for script in scripts:
         session.run("python", script)
+
+
+@nox.session
+def reality(session: nox.Session) -> None:
+    """The simulator's reality check: one token-limited scenario simulated and run for real.
+
+    The real openai SDK (through ``anygate.httpx2.GatedTransport``, and two peers) against
+    the simulator's provider served over HTTP on 127.0.0.1, with time scaled down
+    (``benchmarks/reality_check.py``; ``nox -s reality -- --scale 20 --reps 1``). Wall-clock
+    bound, a few minutes, and noisy on a loaded machine: not part of ``bench`` or ``tests``.
+    """
+    _install(session, "test", extras="all")
+    session.install("tenacity")  # the cookbook peer's retry library
+    session.run("python", "benchmarks/reality_check.py", *session.posargs)
