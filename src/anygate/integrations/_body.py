@@ -15,7 +15,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Coroutine, Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from .. import Token
     from ._transport import TransportCore
@@ -136,15 +136,15 @@ class AsyncBody(_Body):
             self._token.release()
             raise
 
-    def aclose(self) -> Coroutine[Any, Any, None]:
+    async def aclose(self) -> None:
         if self._ended:
             # The common case, read to the end and then closed: the slot went back at the
-            # end and the finished inner iterator has nothing to close, so the inner
-            # stream's aclose() is all there is to await; handing it over spares a
-            # coroutine of ours per response (issue 14).
-            closing: Coroutine[Any, Any, None] = self._inner.aclose()
-            return closing
-        return self._aclose()
+            # end and the finished inner iterator has nothing to close. (Returning the
+            # inner aclose() from a plain method spared a coroutine, but httpx declares
+            # aclose async and pyright refuses the override.)
+            await self._inner.aclose()
+            return
+        await self._aclose()
 
     async def _aclose(self) -> None:
         try:
