@@ -85,22 +85,19 @@ class ReleasesOnDel:
     outstanding: ClassVar[int] = (
         0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
     )
-    # Keeps each token reachable from outside the garbage cycle: otherwise the collector
-    # may finalize the token first (a leak, reclaimed with a ResourceWarning), and the
-    # user's release would be a no-op. Plain dict operations: no lock in a finalizer.
-    keep: ClassVar[dict[int, Token]] = {}
 
+    # The token dies in the same garbage cycle: the collector may finalize it first, and
+    # the gate must still count the release below, not a leak (issue 27; the soak used to
+    # keep every token reachable from a dict to dodge that).
     def __init__(self, token: Token, world: World) -> None:
-        self.key = id(token)
+        self.token = token
         self.world = world
-        ReleasesOnDel.keep[self.key] = token
         self.cycle: object = self
         ReleasesOnDel.outstanding += 1
 
     def __del__(self) -> None:
-        token = ReleasesOnDel.keep.pop(self.key)
         self.world.finalized.append(None)  # atomic, no lock: see World.add_held
-        token.release()
+        self.token.release()
         ReleasesOnDel.outstanding -= 1
 
 

@@ -30,6 +30,7 @@ from anyio.lowlevel import checkpoint as _anyio_checkpoint
 
 from . import cancel_state as _cancel_state
 from . import waiters as _waiters
+from .cycles import defer as _judged_later
 from .waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -387,14 +388,15 @@ class Token:
         # __del__ rather than weakref.finalize: a finalizer per token costs 1-3 us at
         # creation, __del__ costs nothing until collection. The gate defers the actual
         # release because this may run while this very thread holds the gate's lock.
-        # Cleared first: in a garbage cycle this token may be finalized before the object
-        # that owns it, whose own cleanup may then still call release(); that must be a
+        # Finalized by a collection, it is judged when the collection ends: in a garbage
+        # cycle the object that owns it may be finalized after it and release it then
+        # (issue 27, cycles.py). Otherwise cleared first, so a release still to come is a
         # no-op, not a second give-back of the same slot.
         try:
             gate = self._gate
         except AttributeError:  # interrupted before its first field was set: holds nothing
             return
-        if gate is not None:
+        if gate is not None and not _judged_later(self):
             self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
 
