@@ -21,8 +21,8 @@ WINDOW_S = 60.0
 
 @final
 class RequestLimit:
-    """Sends and the request limit's estimate (``ceiling``: the most it may grow to,
-    per window; the gate's own rate already bounds what is sent)."""
+    """Sends and the request limit's estimate. The estimate has no ceiling of its own:
+    the gate's rate (the user's, published or learned) already bounds what is sent."""
 
     __slots__ = ("_limit", "_log", "_probe")
 
