@@ -214,6 +214,21 @@ async def test_a_stream_that_breaks_after_acceptance_is_a_failure_that_loses_not
 
 
 @virtual_time
+async def test_an_accepted_probe_that_fails_uses_the_calls_own_budget() -> None:
+    """A failed probe costs its call nothing (it was the breaker's question); an accepted
+    one has had its answer, so its later failure is the call's own: with one attempt, the
+    call gives up instead of going round again for free."""
+    breaker = open_breaker(anyio.current_time, threshold=2)
+    policy = breaker_policy(breaker)  # max_attempts=1
+    stream = Stream()
+    stream.broken = True
+    stream.done.set()
+    with pytest.raises(CallFailed):
+        await policy.run(stream)
+    assert breaker.statistics().failures == 1
+
+
+@virtual_time
 async def test_the_block_form_releases_waiters_at_acceptance() -> None:
     """``AttemptBlock.accepted()`` does what ``Attempt.accepted()`` does."""
     breaker = open_breaker(anyio.current_time)
