@@ -101,8 +101,9 @@ def test_a_call_sent_before_the_opening_is_no_news_when_accepted() -> None:
 
 
 def test_accepted_from_another_thread_releases_a_thread_waiting_for_the_breaker() -> None:
-    """The acceptance may come from whichever thread reads the response; a thread parked in
-    ``wait_sync`` goes when it lands."""
+    """The acceptance may come from whichever thread reads the response; a thread waiting
+    for the breaker (parked in ``wait_sync`` or about to be) goes when it lands, long
+    before the 60 s it would wait otherwise."""
     clock = FakeClock()
     breaker = open_breaker(clock)
     clock.now = 10.0
