@@ -115,6 +115,7 @@ class BreakerModel(RuleBasedStateMachine):
         self.episode = 0
         self.probe_owner: Permit | None = None
         self.done: set[int] = set()
+        self.accepted: set[int] = set()  # permits whose acceptance has counted (or not)
         self.spell_of: dict[int, int] = {}  # permit -> openings before it was given
 
     def _open(self) -> None:
@@ -169,6 +170,22 @@ class BreakerModel(RuleBasedStateMachine):
         elif current:
             self.probe_owner = None
         getattr(permit, outcome)()
+
+    @precondition(lambda self: bool(self.permits))
+    @rule(data=st.data())
+    def accept(self, data: st.DataObject) -> None:
+        """The provider accepted a call (issue 30 item 4): a success now, once, if it was
+        sent since the latest opening; nothing once its outcome is in. Its outcome is
+        still reported later (``report``)."""
+        permit, _, _ = data.draw(st.sampled_from(self.permits))
+        key = id(permit)
+        fresh = key not in self.done and key not in self.accepted
+        self.accepted.add(key)
+        if fresh and (self.state == "closed" or self.spell_of[key] == self.opened):
+            self.failures = 0
+            self.state = "closed"
+            self.probe_owner = None
+        permit.accepted()
 
     @precondition(lambda self: bool(self.done))
     @rule()
@@ -225,7 +242,7 @@ BreakerModel.TestCase.settings = settings(max_examples=150, stateful_step_count=
 TestBreakerModel = BreakerModel.TestCase
 TestBreakerModel.__doc__ = (
     "Up to 9,000 steps (150 runs of up to 60): the breaker matches the reference model (episodes, probes, neutral "
-    "outcomes, stale and repeated reports, resets, recovery)."
+    "outcomes, stale and repeated reports, acceptances, resets, recovery)."
 )
 
 

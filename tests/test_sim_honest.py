@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import anyio
 import pytest
 
 import anygate
@@ -23,6 +24,7 @@ from anygate.sim._provider import ProviderModel, Trace
 from anygate.sim._results import Recorder
 from anygate.sim._scenarios import deep_merge, scenario_mapping
 from anygate.sim._spec import ProviderSpec, StrategySpec
+from tests.conftest import mock_clock
 
 pytest.importorskip("trio")
 pytest.importorskip("yaml")
@@ -329,3 +331,46 @@ def test_the_oracle_sends_a_call_turned_away_at_random_again() -> None:
     assert oracle.ok == oracle.calls
     assert 0.05 <= oracle.rate_429 <= 0.2
     assert oracle.responses["rpm"] == oracle.responses["concurrency"] == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_anygate_accepts_a_probe_when_its_answer_starts(anyio_backend: Any) -> None:
+    """The built-in anygate strategy accepts an attempt when ``send``'s ``on_headers``
+    reports a 2xx start: with its breaker open, the probe's answer starts 0.25 s after it
+    is sent and the caller waiting behind it is sent then, not when the probe's 2 s answer
+    ends. ``seed`` does not accept early (deer-flow's breaker hears of a call at its end)."""
+    from anygate.sim._engine import build_client
+    from anygate.sim._policy_strategy import PolicyClient
+
+    scenario = sim.load_scenario(SMALL)
+    specs = {s.name: s for s in sim.resolve_strategies(scenario, only=["anygate", "seed"])}
+    assert specs["anygate"].accepts
+    assert not specs["seed"].accepts
+    context = sim.StrategyContext(name="x", published=sim.Published(), seed=1)
+    provider = ProviderModel(scenario.provider, __import__("random").Random(0))
+    client = build_client(specs["anygate"], context, provider)
+    assert isinstance(client, PolicyClient)
+    breaker = client.policy.breaker
+    assert breaker is not None
+    for _ in range(breaker.failure_threshold):
+        breaker.acquire().failure()
+    start = anyio.current_time()
+    sent: list[float] = []
+    probing = anyio.Event()
+
+    async def answer(*, on_headers: Any = None) -> object:
+        sent.append(anyio.current_time() - start)
+        probing.set()
+        await anyio.sleep(0.25)
+        if on_headers is not None:
+            on_headers(200, {})
+        await anyio.sleep(1.75)
+        return object()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.call, sim.Request(answer))
+        await probing.wait()  # the probe is out (after the recovery time)
+        tg.start_soon(client.call, sim.Request(answer))
+    recovery = breaker.recovery_timeout
+    assert sent == [recovery, recovery + 0.25]

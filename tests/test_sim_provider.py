@@ -238,7 +238,57 @@ async def test_admission_wait_after_an_outage_never_idles_an_allowed_window(
     start = anyio.current_time()
     assert await _burst_of(provider, 2, 0.1) == ["ok", "ok"]
     assert provider.admission_wait() == pytest.approx(10.0 - 0.1)
-    await anyio.sleep_until(start + 30.0)
+    # A microsecond past: the provider reads (start + 30) - start, which is 30 less an ulp
+    # at some absolute times, and the tests of this module share one MockClock.
+    await anyio.sleep_until(start + 30.0 + 1e-6)
     assert provider.admission_wait() == 0.0
     assert await _burst_of(provider, 3, 0.1) == ["ok", "ok", "burst"]
     assert provider.admission_wait() == pytest.approx(10.0 - 0.1)
+
+
+async def test_an_answer_starts_a_first_byte_time_after_its_slot(anyio_backend: Any) -> None:
+    """``on_headers`` hears status 200 and the answer's headers a reject-latency draw after
+    the slot was taken (0.25 s here), while the request itself still ends at its service
+    time; a rejection never calls it."""
+    spec = ProviderSpec(reject_latency=Lognormal(median_s=0.25), slots=1, headers="openai", rpm=100)
+    provider = ProviderModel(spec, random.Random(0), epoch=anyio.current_time())
+    start = anyio.current_time()
+    heard: list[tuple[float, int, dict[str, str]]] = []
+
+    def on_headers(status: int, headers: dict[str, str]) -> None:
+        heard.append((anyio.current_time() - start, status, headers))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: provider.serve(2.0, on_headers=on_headers))
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(ProviderError):  # the slot is taken: no answer starts
+            await provider.serve(1.0, on_headers=on_headers)
+    assert anyio.current_time() - start == 2.0
+    ((when, status, headers),) = heard
+    assert (when, status) == (0.25, 200)
+    assert headers["x-ratelimit-limit-requests"] == "100"
+
+
+async def test_the_first_byte_draws_touch_no_other_stream(anyio_backend: Any) -> None:
+    """Times to first byte come from their own stream: the reject latencies a provider
+    draws are the same whether or not a client asks when its answers start, so strategies
+    that do not ask see exactly what they saw before the option existed."""
+
+    async def latencies(ask: bool) -> list[float]:
+        spec = ProviderSpec(reject_latency=Lognormal(median_s=0.1, sigma=0.5), slots=1)
+        provider = ProviderModel(spec, random.Random(7), epoch=anyio.current_time())
+        seen: list[float] = []
+        for _ in range(3):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: provider.serve(1.0, on_headers=(lambda s, h: None) if ask else None)
+                )
+                await anyio.wait_all_tasks_blocked()
+                started = anyio.current_time()
+                with pytest.raises(ProviderError):
+                    await provider.serve(1.0)
+                seen.append(anyio.current_time() - started)
+        return seen
+
+    # Equal draws; measured as differences of absolute virtual times, so up to float noise.
+    assert await latencies(ask=True) == pytest.approx(await latencies(ask=False), abs=1e-9)

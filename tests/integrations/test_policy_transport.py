@@ -20,6 +20,7 @@ import anygate
 from tests.integrations.conftest import Arrivals
 from tests.integrations.fakeprovider import FakeProvider, serve
 from tests.integrations.sdks import SDKS, Sdk
+from tests.policy_helpers import FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -319,3 +320,65 @@ def test_policy_supplies_gate_and_wait(flavour: Any) -> None:
         flavour.gated.GatedTransport()
     with pytest.raises(TypeError, match=r"policy must be an anygate\.Policy"):
         flavour.gated.GatedTransport(policy="llm")
+
+
+async def test_breaker_waiters_go_when_the_probes_headers_arrive(flavour: Any) -> None:
+    """After an outage, the breaker's probe is a streamed answer: a caller waiting for the
+    breaker is served as soon as the probe's status and first bytes arrive, while the
+    probe's body still streams (issue 30 item 4)."""
+    provider = FakeProvider()
+    provider.script("overloaded")
+    clock = FakeClock()
+    breaker = anygate.CircuitBreaker("probe", failure_threshold=1, recovery_timeout=60)
+    breaker._clock = clock  # recovery on a manual clock; the waits below are real time
+    policy = anygate.Policy(
+        name="probe",
+        gate=anygate.Gate(4, name="probe"),
+        breaker=breaker,
+        retry=anygate.RetryConfig(max_attempts=1),
+        adaptive_concurrency=False,
+    )
+    path = "/v1/chat/completions"
+    async with serve(provider) as url:
+        transport = flavour.gated.GatedTransport(policy=policy)
+        async with flavour.lib.AsyncClient(transport=transport) as client:
+            assert (await client.post(url + path, json={})).status_code == 503
+            assert breaker.state == "open"
+            clock.now = 60.0  # the next caller is the probe
+            opened: list[Any] = []
+            served = anyio.Event()
+
+            async def probe() -> None:
+                request = client.build_request(
+                    "POST",
+                    url + path,
+                    json={"stream": True},
+                    headers={"x-fake": "hang_stream", "x-fake-wait": "probe"},
+                )
+                opened.append(await client.send(request, stream=True))
+
+            async def waiter() -> None:
+                # The probe is out: this waits for the breaker (up to 60 real seconds,
+                # the recovery time) unless the probe's acceptance closes it.
+                assert (await client.post(url + path, json={})).status_code == 200
+                served.set()
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(probe)
+                    await provider.wait_until(lambda p: p.requests == 2)  # the probe is held
+                    tg.start_soon(waiter)
+                    await anyio.wait_all_tasks_blocked()
+                    assert breaker.statistics().rejected == 1  # parked, not admitted
+                    provider.release("probe")  # headers and the first chunk, then it hangs
+                    await served.wait()
+                    assert breaker.state == "closed"
+                    assert policy.gate.in_flight == 1  # the probe's body is still open
+                    assert provider.active == 1
+                    provider.unhang()
+                (response,) = opened
+                body = b"".join([chunk async for chunk in response.aiter_bytes()])
+                assert b"[DONE]" in body
+                await response.aclose()
+    assert policy.gate.in_flight == 0
+    assert provider.seen == ["overloaded", "hang_stream", "ok"]

@@ -334,6 +334,7 @@ async def step(attempt: anygate.Attempt) -> str:
     assert_type(attempt.previous, Verdict | None)
     async with await attempt.acquire(timeout=1.0) as token:
         assert_type(token, Token)
+        assert_type(attempt.accepted(), None)
     return "ok"
 
 
@@ -352,6 +353,7 @@ async def run_the_loop() -> None:
         assert_type(attempt, anygate.AttemptBlock)
         async with attempt:
             assert_type(attempt.number, int)
+            assert_type(attempt.accepted(), None)
     for block in policy.attempts_sync(reraise=True):
         with block:
             assert_type(block.previous, Verdict | None)
@@ -403,6 +405,7 @@ assert_type(shared_breaker("openai"), CircuitBreaker)
 permit = breaker.acquire()
 assert_type(permit, Permit)
 assert_type(permit.probe, bool)
+assert_type(permit.accepted(), BreakerStateChanged | None)
 assert_type(permit.success(), BreakerStateChanged | None)
 assert_type(permit.failure(), BreakerStateChanged | None)
 assert_type(permit.neutral(), BreakerStateChanged | None)

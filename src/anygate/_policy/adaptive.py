@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._gate.gate import Gate
+    from .run import Run
 
 __all__ = ["AdaptiveLimit"]
 
@@ -262,6 +263,21 @@ class AdaptiveLimit:
     async def wait_pause(self, seconds: float) -> None:
         """Wait ``seconds`` or until the pause ends, whichever comes first."""
         await self._pause.wait(seconds)
+
+    @ki_protected
+    def probe_accepted(self, run: Run) -> None:
+        """``run``'s attempt, the burst pause's probe, was accepted by the provider (a
+        success status and headers, or the first streamed bytes): it got past the rate
+        check, so the pause is over for everyone now, not when its generation ends.
+
+        The role is given up in the same locked step (``run.burst_probe`` cleared), so the
+        attempt's final outcome touches no later pause: a pause that started after this
+        one ended has its own probe, and this call's late success must not end it."""
+        with self._lock:
+            if not run.burst_probe:
+                return
+            run.burst_probe = False
+            self._pause.probe_succeeded(self._clock())
 
     @ki_protected
     def probe_ended(self) -> None:

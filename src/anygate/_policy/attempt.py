@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, final
 
 from .._gate.gate import Gate
 from .._validation import check_wait
+from .run import accept
 
 if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._gate.token import Token
     from .attempts import Attempts
+    from .breaker import Permit
     from .run import Run
     from .testing_switch import TestingState
 
@@ -41,6 +43,7 @@ class Attempt:
     __slots__ = (
         "_deadline",
         "_loop",
+        "_permit",
         "_run",
         "_testing",
         "_timed",
@@ -53,6 +56,7 @@ class Attempt:
     previous: Verdict | None
 
     _loop: Attempts
+    _permit: Permit | None
     _run: Run
     _testing: TestingState
     _timed: bool
@@ -118,6 +122,29 @@ class Attempt:
         self._keep(token)
         return token
 
+    def accepted(self) -> None:
+        """Say that the provider has accepted this attempt, before it ends.
+
+        Call it when the answer's status and headers have arrived with a success status
+        (2xx), or the first streamed bytes, while the body or the generation is still to
+        come. It is the answer a recovering provider is waited for with, so it counts as a
+        success at this moment: the circuit breaker's half-open probe closes the breaker
+        and every caller waiting for it goes; a burst-rate pause's probe ends the pause.
+        Without it, they wait for the whole call (an LLM generation, seconds).
+
+        It is not the attempt's outcome: the step's return or exception still decides
+        that, and a failure after acceptance (a stream that breaks) is a failed attempt
+        as before, retried under the policy's budgets and counted once towards the
+        breaker's ``failure_threshold``; it never reopens the breaker on its own (see
+        :class:`anygate.CircuitBreaker`), so the callers already released go on.
+
+        Idempotent, a no-op when nothing waits on this attempt (it was no probe, the
+        breaker is closed) or once the attempt has ended, and safe from any thread (a
+        streamed body may be read by another task or thread). The gated transports call
+        it for their responses; call it in a step that reads answers itself.
+        """
+        accept(self._run, self.number, self._permit, self._loop)
+
     def _where(self, gate: object, timeout: object) -> tuple[Gate, float | None]:
         """The gate and slot-wait budget an acquire asked for (``None``: the policy's)."""
         loop = self._loop
@@ -158,6 +185,9 @@ def make_attempt(
     attempt._timed = timed
     attempt._deadline = deadline
     attempt._tokens = None
+    # The permit this attempt was admitted with (taken before the attempt is made): kept
+    # here, not read from ``run`` later, which the loop clears and refills per attempt.
+    attempt._permit = run.permit
     attempt.number = run.attempt
     attempt.previous = run.verdict
     return attempt

@@ -30,6 +30,7 @@ import anyio
 
 from .._gate import waiters as _waiters
 from .retrying import SUCCESS, Run
+from .run import accept
 from .testing_switch import testing_state
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._gate.token import Token
     from .attempts import Attempts
+    from .breaker import Permit
     from .testing_switch import TestingState
 
 __all__ = ["AsyncBlocks", "AttemptBlock", "SyncBlocks", "monotonic_deadline", "refuse_event_loop"]
@@ -84,12 +86,13 @@ class AttemptBlock:
         previous: the verdict on the previous attempt's failure; ``None`` on the first.
     """
 
-    __slots__ = ("_blocks", "_cut", "_scope", "_token", "number", "previous")
+    __slots__ = ("_blocks", "_cut", "_permit", "_scope", "_token", "number", "previous")
 
     number: int
     previous: Verdict | None
 
     _blocks: _Blocks
+    _permit: Permit | None
     _token: Token | None
     _scope: anyio.CancelScope | None
     _cut: bool  # the scope's deadline is attempt_timeout_s's, not the call's
@@ -102,6 +105,16 @@ class AttemptBlock:
     def __repr__(self) -> str:
         previous = "" if self.previous is None else f", after {self.previous.reason.value}"
         return f"<anygate.AttemptBlock {self.number} of {self._blocks.loop.name!r}{previous}>"
+
+    def accepted(self) -> None:
+        """Say that the provider has accepted this attempt (a success status and headers
+        arrived, or the first streamed bytes) while the block goes on reading: the
+        breaker's probe and a burst pause's probe count as successes now, as for
+        :meth:`anygate.Attempt.accepted`. How the block ends is still the outcome.
+
+        Idempotent, a no-op before the block is entered or when nothing waits on it, and
+        safe from any thread."""
+        accept(self._blocks.run, self.number, self._permit, self._blocks.loop)
 
     async def __aenter__(self) -> AttemptBlock:
         blocks = self._blocks
@@ -147,6 +160,7 @@ def _make_block(blocks: _Blocks, run: Run) -> AttemptBlock:
     block: AttemptBlock = _new_block(AttemptBlock)
     block._blocks = blocks
     block._token = None
+    block._permit = None  # set on entry, once the breaker has admitted the attempt
     block._scope = None
     block._cut = False
     block.number = run.attempt
@@ -254,6 +268,7 @@ class AsyncBlocks(_Blocks):
         try:
             if loop.breaker is not None:
                 await loop.pass_breaker(run)
+                block._permit = run.permit
             timed = self.deadline != math.inf or bool(loop.hooks)
             block._token = await loop.admit(run, self.testing, timed, loop.gate, loop.busy_wait)
         except BaseException as exc:
@@ -339,6 +354,7 @@ class SyncBlocks(_Blocks):
         try:
             if loop.breaker is not None:
                 loop.pass_breaker_sync(run, self.deadline)
+                block._permit = run.permit
             block._token = loop.admit_sync(
                 run, self.testing, self.deadline, loop.gate, loop.busy_wait
             )

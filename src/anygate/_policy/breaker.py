@@ -18,6 +18,17 @@ counts towards ``failure_threshold`` while closed and is ignored otherwise, and 
 neutral outcome does nothing. So a late report can neither let a second probe out nor
 open a closed breaker on a single failure.
 
+A call the provider has *accepted* (status and headers of a success in, or the first
+streamed bytes, the generation still running) may say so before it ends
+(:meth:`Permit.accepted`): that is the provider's answer the breaker waits for, so it
+counts as a success at that moment (the probe closes the breaker and everyone waiting
+goes) instead of when the whole generation is done, seconds later. It is not the call's
+outcome: that is still reported when the call ends. A failure after acceptance (a stream
+that breaks) is then an ordinary failure of a call in a closed breaker: one towards
+``failure_threshold``, never a reopening on its own (the probe's episode ended when it
+was accepted), so the callers released at acceptance are not turned back by it, and only
+``failure_threshold`` failures in a row open the breaker again, as for any call.
+
 A call takes a :class:`Permit` synchronously, *before its first await*, and reports one of
 three outcomes. *Neutral* outcomes (burst-rate exhaustion, non-retriable errors,
 cancellation, declared control-flow exceptions) neither trip nor reset the breaker; a
@@ -408,14 +419,22 @@ class CircuitBreaker:
                 and self._state is BreakerState.HALF_OPEN
                 and permit._episode == self._episode
             )
-            if outcome == "success":
+            if outcome == "accepted":
+                # Under the lock, so that an acceptance racing the final report from
+                # another thread is either before it or nothing (_report sets _done first).
+                if permit._done or permit._accepted:
+                    return None
+                permit._accepted = True
+            if outcome in ("success", "accepted"):
                 if (
                     self._state is not BreakerState.CLOSED
-                    and not permit._probe
+                    and (outcome == "accepted" or not permit._probe)
                     and permit._spell != self._opened
                 ):
                     # Sent before the breaker last opened (a long call finishing during an
                     # outage that refuses new requests): no news about the provider now.
+                    # An acceptance is the sending's answer: a probe of an earlier
+                    # episode accepted late is no news either.
                     return None
                 self._failures = 0
                 # Any success sent since the breaker opened is fresh evidence the provider
@@ -454,7 +473,16 @@ class Permit:
         changes: the state changes this permit caused (at admission and at its outcome).
     """
 
-    __slots__ = ("_breaker", "_done", "_episode", "_log", "_probe", "_spell", "changes")
+    __slots__ = (
+        "_accepted",
+        "_breaker",
+        "_done",
+        "_episode",
+        "_log",
+        "_probe",
+        "_spell",
+        "changes",
+    )
 
     def __init__(
         self,
@@ -474,6 +502,7 @@ class Permit:
         self._spell = spell
         self._episode = episode  # the half-open episode a probe belongs to
         self._done = False
+        self._accepted = False  # accepted() has counted (set under the breaker's lock)
         self.changes: list[BreakerStateChanged] = []
         if change is not None:
             self.changes.append(change)
@@ -505,6 +534,25 @@ class Permit:
     def success(self) -> BreakerStateChanged | None:
         """The call succeeded: close the breaker and clear the failure count."""
         return self._report("success")
+
+    def accepted(self) -> BreakerStateChanged | None:
+        """The provider accepted the call (a success status and headers arrived, or the
+        first streamed bytes) and it is still running: a success for the breaker now.
+
+        The probe closes the breaker and everyone waiting goes, without waiting for the
+        whole generation. The call's outcome is still to be reported when it ends
+        (:meth:`success`, :meth:`failure`, :meth:`neutral`); a failure then counts once
+        towards ``failure_threshold`` in the closed breaker (see :class:`CircuitBreaker`).
+
+        Idempotent, a no-op once an outcome is recorded, and safe from any thread (unlike
+        the outcome reports: the body of a streamed response may be read elsewhere).
+        """
+        change = self._breaker._record(self, "accepted")
+        if change is not None:
+            self.changes.append(change)
+            if self._log:
+                log_breaker_change(logger, change)
+        return change
 
     def failure(self) -> BreakerStateChanged | None:
         """The provider failed (a retriable failure that exhausted its budget)."""

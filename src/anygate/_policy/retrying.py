@@ -182,7 +182,9 @@ class Retrier:
             judgement,
             exc,
             tally,
-            probe=permit is not None and permit.probe,
+            # An accepted probe has answered the breaker's question: a failure after that
+            # (a stream that broke) is this call's own, with its budget and its backoff.
+            probe=permit is not None and permit.probe and not permit._accepted,
             queued=queued,
             pause_left_s=pause_left_s,
             rng=self.rng,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from .._events.events import emit
 from .._gate.waiters import ki_protected
 from .._validation import FLOAT_MAX, check_number
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._events.events import BreakerStateChanged
     from .adaptive import AdaptiveLimit
+    from .attempts import Attempts
     from .breaker import CircuitBreaker, Permit
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "SUCCESS",
     "Run",
     "Stop",
+    "accept",
     "check_deadline",
     "hand_on_probe",
     "report_outcome",
@@ -142,6 +145,22 @@ def hand_on_probe(run: Run, adaptive: AdaptiveLimit | None) -> None:
         run.burst_probe = False
         if adaptive is not None:
             adaptive.probe_ended()
+
+
+def accept(run: Run, number: int, permit: Permit | None, loop: Attempts) -> None:
+    """The provider accepted ``run``'s attempt ``number`` (``permit`` is the one it was
+    admitted with): a success *now* for the breaker (its probe closes it, see
+    :meth:`~anygate._policy.breaker.Permit.accepted`) and for a burst pause's probe (the
+    pause ends, see :meth:`~anygate._policy.adaptive.AdaptiveLimit.probe_accepted`).
+    The attempt's outcome is still reported when it ends. Idempotent and thread-safe:
+    each of the two takes its own lock and counts once."""
+    change = None if permit is None else permit.accepted()
+    # Unlocked reads: probe_accepted checks the role again under its lock. The number:
+    # a late call for an attempt that has ended must not end a pause its retry probes.
+    if run.burst_probe and run.attempt == number:
+        loop.adaptive.probe_accepted(run)
+    if change is not None and loop.hooks:
+        emit(loop.hooks, change)
 
 
 @ki_protected

@@ -12,6 +12,14 @@ when another task reads it; returned exactly once by whichever happens first of:
 ends, reading it fails or is cancelled, the response is closed, sending failed, or the
 response is garbage-collected unclosed (then the gate's leak reclaim returns it, with a
 :class:`ResourceWarning` from us naming the request).
+
+Acceptance. Under a policy, an attempt whose status and headers arrived with a 2xx status
+is *accepted* (:meth:`anygate.Attempt.accepted`) before the body is read: a recovering
+provider's probe then releases the callers waiting for the breaker (or a burst pause) when
+its headers arrive, which for a streamed answer is when its first bytes come, not when its
+generation ends. The attempt's outcome is the step's return, which comes right after (the
+response, body unread). What the body does later is the client's (the SDK raises its read
+error); the policy, whose call ended with the headers, does not hear of it.
 """
 
 from __future__ import annotations
@@ -271,7 +279,7 @@ class TransportCore:
             if guarded and self.attempt_timeout is not None:
                 response = None
                 with anyio.move_on_after(self.attempt_timeout):
-                    response = await self._send_async(request, guarded=True)
+                    response = await self._send_async(request, guarded=True, attempt=attempt)
                 if response is None:  # the scope ran out: a hung attempt is a transient failure
                     number = 1 if attempt is None else attempt.number
                     msg = f"attempt {number} timed out after {self.attempt_timeout:g}s"
@@ -282,6 +290,8 @@ class TransportCore:
                     self.accounting.observe(response)
                 if guarded and is_classified(response.status_code):
                     await self._refuse_async(request, response)
+                if attempt is not None and 200 <= response.status_code < 300:
+                    attempt.accepted()  # see "Acceptance" in the module docstring
             # Inside the try: once the body owns the token nothing else can raise here, and
             # until then a BaseException (a Ctrl-C under trio included) gives the slot back.
             return self._tie(response, token, request, self._async_body)
@@ -305,12 +315,14 @@ class TransportCore:
         self.accounting.charge_admitted(token, cost)
         return token
 
-    async def _send_async(self, request: Any, *, guarded: bool) -> Any:
+    async def _send_async(self, request: Any, *, guarded: bool, attempt: Attempt | None) -> Any:
         response = await self.inner.handle_async_request(request)
         if self._learn:
             self.accounting.observe(response)
         if guarded and is_classified(response.status_code):
             await self._refuse_async(request, response)
+        if attempt is not None and 200 <= response.status_code < 300:
+            attempt.accepted()  # see "Acceptance" in the module docstring
         return response
 
     async def _refuse_async(self, request: Any, response: Any) -> NoReturn:
@@ -398,6 +410,8 @@ class TransportCore:
                 finally:
                     stream.close()
                 raise self._error_response(request, response, raw)
+            if attempt is not None and 200 <= response.status_code < 300:
+                attempt.accepted()  # see "Acceptance" in the module docstring
             return self._tie(response, token, request, self._sync_body)
         except BaseException:
             token.release()

@@ -140,11 +140,17 @@ class _Invoker:
         record = recorder.begin(call.index)
         provider = self._provider
 
-        async def send_once() -> ProviderResponse:
+        async def send_once(
+            *, on_headers: Callable[[int, dict[str, str]], None] | None = None
+        ) -> ProviderResponse:
             record.attempts += 1
             try:
                 return await provider.serve(
-                    call.service_s, call.prompt_tokens, call.max_tokens, call.completion_tokens
+                    call.service_s,
+                    call.prompt_tokens,
+                    call.max_tokens,
+                    call.completion_tokens,
+                    on_headers=on_headers,
                 )
             except ProviderError as exc:
                 record.got_429 |= exc.status_code == 429
@@ -211,6 +217,7 @@ async def _run(
         random.Random(f"anygate.sim:{seed}:provider"),
         growth_rng=random.Random(f"anygate.sim:{seed}:burst-growth"),
         pool_rng=random.Random(f"anygate.sim:{seed}:shared-pool"),
+        head_rng=random.Random(f"anygate.sim:{seed}:first-byte"),
     )
     recorder = Recorder(
         len(workload.calls), progress, call_deadline_s=scenario.fleet.call_deadline_s

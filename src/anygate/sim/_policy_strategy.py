@@ -47,7 +47,7 @@ from .. import (
     load_config,
     usage_tokens,
 )
-from ._protocol import CallLost
+from ._protocol import CallLost, Request
 from ._results import RunStats, current_call
 from ._scenarios import builtin_policy, deep_merge
 
@@ -240,6 +240,7 @@ class PolicyClient:
             clock=anyio.current_time,
         )
         self._config = config
+        self._accepts = spec.accepts
         self._deadline = context.call_deadline_s
         stats = context._stats
         self._stats: RunStats | None = stats if isinstance(stats, RunStats) else None
@@ -302,15 +303,20 @@ class PolicyClient:
     async def call(self, send: Send) -> None:
         """Make one logical call through the policy; its errors say how it was lost.
 
-        With a token budget on the gate (published or learned) each attempt is made as
-        :class:`anygate.httpx.GatedTransport` makes it, through :meth:`anygate.Policy.run`:
-        the request's estimate (its prompt plus ``max_tokens``, what
-        :func:`anygate.estimate_tokens` reads from the body) is charged at admission, the
-        answer's headers are learned from, and its ``usage`` settles the charge.
+        Each attempt is made as :class:`anygate.httpx.GatedTransport` makes it, through
+        :meth:`anygate.Policy.run`: when the provider's answer starts (a 2xx status and
+        headers, before the generation ends) the attempt is accepted
+        (:meth:`anygate.Attempt.accepted`), so a breaker's or a burst pause's probe
+        releases the callers waiting for it then. With a token budget on the gate
+        (published or learned) the request's estimate (its prompt plus ``max_tokens``,
+        what :func:`anygate.estimate_tokens` reads from the body) is charged at
+        admission, the answer's headers are learned from, and its ``usage`` settles the
+        charge. A strategy that does not accept early (``seed``: deer-flow's breaker hears
+        of a call when it ends) makes each call as :meth:`anygate.Policy.call` does.
         """
         cost = _estimate(send)
         try:
-            if cost and self._token_budget() is not None:
+            if self._accepts or (cost and self._token_budget() is not None):
                 await self._policy.run(partial(self._attempt, send, cost), deadline=self._deadline)
             else:
                 await self._policy.call(send, deadline=self._deadline)
@@ -329,14 +335,26 @@ class PolicyClient:
         """One attempt the way the gated transports make it (see :meth:`call`)."""
         gate = self._gate
         budget = self._token_budget()
-        if budget is not None and cost <= budget:
+        if not cost or budget is None:
+            # No token budget: Policy.call's attempt (release, then learn from headers).
+            token = await attempt.acquire()
+            try:
+                response = await self._send(send, attempt)
+            except Exception as exc:
+                token.release()
+                learn_from_headers(gate, headers_of(exc))
+                raise
+            token.release()
+            learn_from_headers(gate, headers_of(response))
+            return
+        if cost <= budget:
             token = await attempt.acquire(tokens=cost)
         else:  # the budget shrank below the estimate: charged after admission instead
             token = await attempt.acquire()
             token.settle(tokens=cost)
         try:
             try:
-                response = await send()
+                response = await self._send(send, attempt)
             except Exception as exc:
                 learn_from_headers(gate, headers_of(exc))
                 raise  # an error keeps the estimate, as a transport's error response does
@@ -346,6 +364,30 @@ class PolicyClient:
                 token.settle(tokens=used)
         finally:
             token.release()
+
+    async def _send(self, send: Send, attempt: Attempt) -> Any:
+        """Send once: with the answer's start reported (a 2xx accepts the attempt) when
+        this strategy accepts early, and cut off after ``attempt_timeout_s`` as
+        :meth:`anygate.Policy.call` would (``Policy.run`` leaves that to the step)."""
+        timeout = self._config.attempt_timeout_s
+        if timeout is None:
+            return await self._send_once(send, attempt)
+        with anyio.move_on_after(timeout):
+            return await self._send_once(send, attempt)
+        msg = f"attempt {attempt.number} timed out after {timeout:g}s"
+        raise TimeoutError(msg)
+
+    async def _send_once(self, send: Send, attempt: Attempt) -> Any:
+        if not self._accepts or not isinstance(send, Request):
+            return await send()
+        return await send(on_headers=partial(_on_headers, attempt))
+
+
+def _on_headers(attempt: Attempt, status_code: int, headers: Mapping[str, str]) -> None:
+    """The answer's status and headers arrived (its body still to come): what a gated
+    transport does at that moment."""
+    if 200 <= status_code < 300:
+        attempt.accepted()
 
 
 def _estimate(send: Send) -> int:

@@ -12,7 +12,9 @@ client makes the fleet's logical calls::
 (:class:`~anygate.sim.ProviderResponse`: ``headers``, ``usage``) when it was served; a
 rejection raises :class:`~anygate.sim.ProviderError`, shaped like the openai / anthropic SDK
 errors (``status_code``, ``response.headers`` with ``retry-after`` when the provider sends
-one, ``body``). ``call`` returns when the logical call succeeded and raises when it gave up:
+one, ``body``). ``send(on_headers=...)`` also reports when a served answer starts (its
+status and headers, the time to first byte after it got a slot), as a streaming client
+sees it. ``call`` returns when the logical call succeeded and raises when it gave up:
 :class:`CallLost` names the cause for the report (any other exception counts under its class
 name). Retries, caps, backoff, breakers: all the client's own business, on AnyIO time
 (``anyio.sleep``; the simulator's clock is virtual).
@@ -30,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast, final
 
@@ -42,12 +44,16 @@ if TYPE_CHECKING:
 __all__ = [
     "CallLost",
     "Client",
+    "OnHeaders",
     "Request",
     "Send",
     "StrategyContext",
     "StrategyFactory",
     "load_factory",
 ]
+
+#: Told that a served answer has started: ``on_headers(status_code, headers)``.
+OnHeaders = Callable[[int, Mapping[str, str]], None]
 
 #: Sends one request to the simulated provider: returns its
 #: :class:`~anygate.sim.ProviderResponse` (headers, usage), raises ``ProviderError`` when
@@ -69,14 +75,26 @@ class Request:
 
     __slots__ = ("_send", "max_tokens", "prompt_tokens")
 
-    def __init__(self, send: Send, *, prompt_tokens: int = 0, max_tokens: int = 0) -> None:
+    def __init__(
+        self, send: Callable[..., Awaitable[Any]], *, prompt_tokens: int = 0, max_tokens: int = 0
+    ) -> None:
         self._send = send
         self.prompt_tokens: int = prompt_tokens
         self.max_tokens: int = max_tokens
 
-    def __call__(self) -> Awaitable[Any]:
-        """Send the request once."""
-        return self._send()
+    def __call__(self, *, on_headers: OnHeaders | None = None) -> Awaitable[Any]:
+        """Send the request once.
+
+        Args:
+            on_headers: called as ``on_headers(status_code, headers)`` when a served
+                answer starts: its status and headers arrive (and a stream's first
+                bytes) a time to first byte after it got a slot, while the generation
+                runs on until ``send()`` returns. What a streaming client sees, and when;
+                a rejection is only the raised error. ``None``: not told.
+        """
+        if on_headers is None:
+            return self._send()
+        return self._send(on_headers=on_headers)
 
 
 class Client(Protocol):

@@ -198,6 +198,8 @@ class ProviderModel:
         spec: the provider's parameters.
         rng: source of reject latencies (service times come with each request, drawn once
             per logical call, so every strategy serves the same work).
+        growth_rng, pool_rng, head_rng: the dynamic threshold's path, the shared pool's
+            draws and the times to first byte, each its own stream.
         epoch: the ``anyio.current_time()`` that counts as time 0 (outage windows, burst
             windows and the trace are relative to it).
 
@@ -212,6 +214,7 @@ class ProviderModel:
         epoch: float = 0.0,
         growth_rng: random.Random | None = None,
         pool_rng: random.Random | None = None,
+        head_rng: random.Random | None = None,
     ) -> None:
         import random as _random
 
@@ -223,6 +226,9 @@ class ProviderModel:
         # The shared pool's draws: their own stream, so they do not shift reject latencies.
         self._pool_rng = pool_rng if pool_rng is not None else _random.Random(1)
         self._pool_errors: weakref.WeakSet[ProviderError] = weakref.WeakSet()
+        # The times to first byte (serve's on_headers): their own stream, so a client that
+        # asks for them shifts no reject latency, and one that does not draws nothing.
+        self._head_rng = head_rng if head_rng is not None else _random.Random(2)
         self._on_leave: list[Callable[[], None]] = []
         self._epoch = epoch
         self._slots = Gate(spec.slots, name="provider")
@@ -245,11 +251,20 @@ class ProviderModel:
         prompt_tokens: int = 0,
         max_tokens: int = 0,
         completion_tokens: int = 0,
+        *,
+        on_headers: Callable[[int, dict[str, str]], None] | None = None,
     ) -> ProviderResponse:
         """Handle one request that needs ``service_s`` seconds of a slot.
 
         With token buckets it costs ``prompt_tokens`` and ``max_tokens`` at admission and
         its answer is ``completion_tokens`` long (the output bucket is settled to it).
+
+        ``on_headers``: called with the answer's status (200) and headers when it starts,
+        a time to first byte after the request got its slot (a draw of the reject
+        latency, no longer than ``service_s``: a real API takes about as long to start a
+        stream as to refuse a request), while the rest of ``service_s`` (the generation)
+        runs on. Its draws come from a stream of their own, and the request ends when it
+        would have without it: callers that pass none see exactly what they saw before.
 
         Raises:
             ProviderError: the request was turned away (after the reject latency).
@@ -263,7 +278,10 @@ class ProviderModel:
         with slot:
             self._enter()
             try:
-                await anyio.sleep(service_s)
+                if on_headers is None:
+                    await anyio.sleep(service_s)
+                else:
+                    await self._stream(service_s, headers, on_headers)
             finally:
                 if self._buckets is not None:
                     # Before _leave: the oracle re-checks the buckets when a request leaves.
@@ -274,6 +292,18 @@ class ProviderModel:
         trace.counts["ok"] += 1
         trace.tokens += prompt_tokens + completion_tokens
         return ProviderResponse(headers, prompt_tokens, completion_tokens)
+
+    async def _stream(
+        self,
+        service_s: float,
+        headers: dict[str, str],
+        on_headers: Callable[[int, dict[str, str]], None],
+    ) -> None:
+        """Serve ``service_s`` with the answer's start reported after the first byte."""
+        end = anyio.current_time() + service_s  # what anyio.sleep(service_s) would wait for
+        await anyio.sleep(min(sample(self._spec.reject_latency, self._head_rng), service_s))
+        on_headers(200, dict(headers))
+        await anyio.sleep_until(end)
 
     def _limit_headers(self, now: float) -> dict[str, str]:
         """The rate-limit headers of a response to a request that arrived at ``now``."""

@@ -124,6 +124,7 @@ def _finish(spec: StrategySpec) -> StrategySpec:
         source=source,
         from_published=True,
         paces_published_rpm=spec.name == "anygate",
+        accepts=spec.name != "seed",
     )
 
 

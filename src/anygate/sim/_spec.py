@@ -360,6 +360,11 @@ class StrategySpec:
     #: A user's ``--config`` for ``anygate``: the published facts fill only the keys the
     #: file leaves out, and the run says what the file changes against the built-in.
     user_file: bool = False
+    #: A policy strategy accepts each attempt when its answer starts (status and headers,
+    #: before the generation ends; :meth:`anygate.Attempt.accepted`), as the library's
+    #: gated transports do. Not the built-in ``seed``: deer-flow's breaker hears of a call
+    #: only when it ends.
+    accepts: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
