@@ -299,3 +299,102 @@ def test_a_clock_that_cannot_be_read_skips_the_hold() -> None:
     assert learner.observe(report(600, 0, 20.0))
     assert gate.rate == Rate(requests_per_minute=540)
     assert learner.limits.holds == 0
+
+
+# ----------------------------------------------------------------------------- remaining
+
+
+def token_report(remaining: float, limit: float = 200_000) -> LimitReport:
+    return LimitReport(tokens=ReportedLimit(limit, remaining, 1.0, 60.0), source="test")
+
+
+def synced_gate() -> tuple[Gate, RateLearner, list[float]]:
+    """A gate at 1,000 tokens/s holding 10 s (10,000), full, on a hand-moved clock."""
+    now = [1000.0]
+    rate = Rate(tokens_per_minute=60_000, burst_s=10)
+    gate = Gate(name="llm", rate=rate, clock=lambda: now[0])
+    learner = RateLearner(gate)
+    now[0] += 10
+    return gate, learner, now
+
+
+def tokens_left(gate: Gate) -> float:
+    stats = gate.statistics().rate
+    assert stats is not None
+    assert stats.tokens_available is not None
+    return stats.tokens_available
+
+
+def test_remaining_lowers_the_budget_less_what_was_admitted_since() -> None:
+    """Another client drained the bucket: 3,000 left when our call was sent, 2,000 of ours
+    admitted since, so 1,000 now. Without ``sent`` (which admissions were counted is
+    unknown) nothing is synced; a report above the level never raises it."""
+    gate, learner, _ = synced_gate()
+    first = gate.acquire_nowait(tokens=1000)
+    sent = gate._budget_mark()
+    assert sent is not None
+    later = gate.acquire_nowait(tokens=2000)
+    assert not learner.observe(token_report(3000))
+    assert tokens_left(gate) == pytest.approx(7000)
+    assert learner.observe(token_report(3000), sent=sent)
+    assert tokens_left(gate) == pytest.approx(1000)
+    assert learner.limits.syncs == 1
+    assert not learn_from_headers(
+        gate, openai_headers(200_000, 150_000, kind="tokens"), sent=gate._budget_mark()
+    )
+    assert tokens_left(gate) == pytest.approx(1000)
+    assert gate.rate == Rate(tokens_per_minute=60_000, burst_s=10)  # the pacing is unchanged
+    first.release()
+    later.release()
+
+
+def test_a_late_report_of_an_older_snapshot_does_not_over_drain() -> None:
+    """Answers come back out of order. A report sent before one already applied is
+    dropped: its snapshot misses refill the newer one saw. The first report to arrive,
+    however old, subtracts only our admissions after its own mark, never all of them."""
+    gate, learner, now = synced_gate()
+    old = gate._budget_mark()
+    assert old is not None
+    tokens = [gate.acquire_nowait(tokens=1000)]
+    now[0] += 1  # +1,000 refill
+    new = gate._budget_mark()
+    assert new is not None
+    tokens.append(gate.acquire_nowait(tokens=1000))
+    assert tokens_left(gate) == pytest.approx(9000)  # the refill is capped at 10,000
+    # The newer call's answer first: 5,000 left then, 1,000 of ours since.
+    assert learner.observe(token_report(5000), sent=new)
+    assert tokens_left(gate) == pytest.approx(4000)
+    # The older call's answer, late: 4,500 left at its send. Applied, it would drain the
+    # budget to 4,500 - 2,000 = 2,500 below what the newer snapshot proves is there.
+    assert not learner.observe(token_report(4500), sent=old)
+    assert tokens_left(gate) == pytest.approx(4000)
+    assert learner.limits.syncs == 1
+    # A second learner whose first report is the old one: 2,000 of ours since, not more.
+    gate2, learner2, now2 = synced_gate()
+    mark = gate2._budget_mark()
+    assert mark is not None
+    tokens += [gate2.acquire_nowait(tokens=1000), gate2.acquire_nowait(tokens=1000)]
+    now2[0] += 1
+    assert learner2.observe(token_report(4500), sent=mark)
+    assert tokens_left(gate2) == pytest.approx(2500)
+    for token in tokens:
+        token.release()
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_a_synced_gate_admits_when_the_provider_has_refilled(anyio_backend: Any) -> None:
+    """Requests remaining: 0 left, 2 of ours since: the next waits 3 intervals, not one."""
+    gate = virtual_gate(rate=Rate(requests_per_minute=60))  # one a second
+    learner = RateLearner(gate, ceiling=None)
+    start = anyio.current_time()
+    async with gate.acquire():  # at 1 s: the budget starts empty
+        sent = gate._budget_mark()
+    admitted: list[float] = []
+    for _ in range(2):
+        async with gate.acquire():
+            admitted.append(anyio.current_time() - start)
+    # No limit stated (nothing to adopt), no reset (no hold): only the sync acts.
+    learner.observe(LimitReport(requests=ReportedLimit(None, 0.0, None, None)), sent=sent)
+    async with gate.acquire():
+        admitted.append(anyio.current_time() - start)
+    assert admitted == pytest.approx([2.0, 3.0, 6.0])

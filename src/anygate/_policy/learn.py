@@ -12,6 +12,12 @@ objects into the gate's ``rate``:
 * **Holding.** A drained bucket (``remaining == 0``) tells a lot: its limit is adopted at
   once, and the gate admits nobody until the reported reset (at most ``max_hold_s``,
   default 60 s), through the gate's one hold hook (``Ledger._hold_until``).
+* **Syncing.** A report of what is ``remaining`` in a bucket the gate paces (requests,
+  tokens) brings the gate's own budget down to it, less what this gate admitted after the
+  reported request was sent (``sent``, a mark the caller took at admission; see
+  ``Budgets.lower_since``). Only ever lower: another client spending from the same
+  bucket shows here and nowhere else. A report sent before one already applied is
+  dropped (answers come back out of order, and an older snapshot only understates).
 * **Ceilings.** Never above a user's rate: each dimension the gate's rate had when the
   learner was made (or :attr:`RateLearner.ceiling` says) caps what is learned. Other
   fields of the gate's rate (``ramp``, ``window_s``, ``burst_s``) are kept.
@@ -24,13 +30,14 @@ each process paces itself to the whole limit (see ``docs/learning.md``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, final
 
 from .._classify.headers import MAX_RESET_S, LimitReport, ReportedLimit, parse_limit_headers
-from .._gate.rate import Rate
+from .._gate.rate import BudgetMark, Rate
 from .._validation import check_int, check_number
 
 if TYPE_CHECKING:
@@ -56,6 +63,7 @@ class LearnedLimits:
         source: the header family of the last usable report (``"openai"``, ...), or ``""``.
         reports: usable reports observed.
         holds: drained reports that held the gate.
+        syncs: reports whose ``remaining`` lowered the gate's budgets.
         rate: the rate the learner last set on the gate, or ``None`` if it never set one.
     """
 
@@ -65,6 +73,7 @@ class LearnedLimits:
     reports: int = 0
     holds: int = 0
     rate: Rate | None = None
+    syncs: int = 0
 
 
 _registry: weakref.WeakKeyDictionary[Gate, RateLearner] = weakref.WeakKeyDictionary()
@@ -108,6 +117,8 @@ class RateLearner:
         "_reports",
         "_source",
         "_streaks",
+        "_synced",
+        "_syncs",
     )
 
     def __init__(
@@ -145,6 +156,9 @@ class RateLearner:
         self._source = ""
         self._reports = 0
         self._holds = 0
+        self._syncs = 0
+        # The newest ``sent`` mark time applied by a sync: older reports are dropped.
+        self._synced = -math.inf
         with _registry_lock:
             _registry[gate] = self
 
@@ -206,6 +220,7 @@ class RateLearner:
                 reports=self._reports,
                 holds=self._holds,
                 rate=self._rate,
+                syncs=self._syncs,
             )
 
     def __repr__(self) -> str:
@@ -216,17 +231,26 @@ class RateLearner:
 
     # ------------------------------------------------------------------ learning
 
-    def observe_headers(self, headers: object, now: float | None = None) -> bool:
+    def observe_headers(
+        self, headers: object, now: float | None = None, *, sent: BudgetMark | None = None
+    ) -> bool:
         """:meth:`observe` the report parsed from ``headers`` (any mapping-like headers)."""
-        return self.observe(parse_limit_headers(headers), now)
+        return self.observe(parse_limit_headers(headers), now, sent=sent)
 
-    def observe(self, report: LimitReport, now: float | None = None) -> bool:
-        """Learn from one response's report; ``True`` if the gate's rate or hold changed.
+    def observe(
+        self, report: LimitReport, now: float | None = None, *, sent: BudgetMark | None = None
+    ) -> bool:
+        """Learn from one response's report; ``True`` if the gate's rate, hold or level changed.
 
         Args:
             report: from :func:`anygate.parse_limit_headers`.
             now: when the response arrived, on the gate's clock; default the clock now.
                 Reported resets count from it.
+            sent: ``gate._budget_mark()`` taken right after the reported request was
+                admitted, before it was sent. With it, what the report says is
+                ``remaining`` lowers the gate's budgets (see the module docstring);
+                without it, nothing is synced (the gate cannot tell which of its own
+                admissions the provider had counted).
 
         Never raises on what the report says (it holds only checked values).
         """
@@ -261,6 +285,13 @@ class RateLearner:
                 if start is not None and gate._hold_until(start + hold_s):
                     self._holds += 1
                     changed = True
+            if sent is not None and sent.at >= self._synced:
+                requests, tokens = _left(dims["requests"]), _left(dims["tokens"])
+                if requests is not None or tokens is not None:
+                    self._synced = sent.at
+                    if gate._lower_budgets(sent, requests, tokens):
+                        self._syncs += 1
+                        changed = True
         return changed
 
     def _weigh(self, kind: str, dim: ReportedLimit) -> bool:
@@ -317,11 +348,18 @@ class RateLearner:
         return True
 
 
+def _left(dim: ReportedLimit | None) -> float | None:
+    """What ``dim`` says is left in the provider's bucket, if it says (and can be synced)."""
+    return None if dim is None else dim.remaining
+
+
 def _same(a: float, b: float) -> bool:
     return abs(a - b) <= _SAME * max(a, b)
 
 
-def learn_from_headers(gate: Gate, headers: object, *, now: float | None = None) -> bool:
+def learn_from_headers(
+    gate: Gate, headers: object, *, now: float | None = None, sent: BudgetMark | None = None
+) -> bool:
     """Let ``gate``'s :class:`RateLearner` learn from one response's headers.
 
     The entry point for code that sees responses (the transports call it on every
@@ -332,14 +370,17 @@ def learn_from_headers(gate: Gate, headers: object, *, now: float | None = None)
         gate: the gate to pace.
         headers: httpx / httpx2 ``Headers``, a mapping, pairs, or ``None`` (nothing).
         now: when the response arrived, on the gate's clock; default now.
+        sent: ``gate._budget_mark()`` taken when the reported request was admitted:
+            with it, the reported ``remaining`` lowers the gate's budgets
+            (:meth:`RateLearner.observe`).
 
     Returns:
-        ``True`` if the gate's rate or hold changed.
+        ``True`` if the gate's rate, hold or budget level changed.
     """
     report = parse_limit_headers(headers)
     if not report:
         return False  # no learner is made for a gate that never hears a limit
-    return RateLearner.of(gate).observe(report, now)
+    return RateLearner.of(gate).observe(report, now, sent=sent)
 
 
 def _looks_like_headers(value: object) -> bool:
