@@ -33,6 +33,7 @@ import dataclasses
 import math
 import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, final
 
@@ -50,6 +51,18 @@ _MAX_PER_MINUTE = 1e12
 # Two limits this close are the same limit (providers round token limits to 1000).
 _SAME = 0.01
 _KINDS = ("requests", "tokens")
+# Measuring the rate a shared bucket leaves us (RateLearner._measure):
+# Snapshots count only below half the limit: a bucket that went full between two of them
+# lost refill, and the measure would understate what is left to us.
+_LOW = 0.5
+# The shortest span measured: ~10 answers at tier-1 token rates (one every ~1.5 s), so one
+# report's rounding does not set the pace; the longest: one window, the span in which a
+# per-minute bucket can refill entirely.
+_SPAN_S = 10.0
+_AGE_S = 60.0
+# The least pace a measure may set, as a share of the limit: others spending everything
+# still leaves the gate a trickle to notice a change with (the syncs hold it meanwhile).
+_MIN_SHARE = 0.05
 
 
 @final
@@ -64,6 +77,9 @@ class LearnedLimits:
         reports: usable reports observed.
         holds: drained reports that held the gate.
         syncs: reports whose ``remaining`` lowered the gate's budgets.
+        requests_share_per_minute: the request rate a shared bucket was measured to leave
+            this gate (its limit less what others spend), or ``None`` (not measured).
+        tokens_share_per_minute: the same for tokens.
         rate: the rate the learner last set on the gate, or ``None`` if it never set one.
     """
 
@@ -74,6 +90,8 @@ class LearnedLimits:
     holds: int = 0
     rate: Rate | None = None
     syncs: int = 0
+    requests_share_per_minute: float | None = None
+    tokens_share_per_minute: float | None = None
 
 
 _registry: weakref.WeakKeyDictionary[Gate, RateLearner] = weakref.WeakKeyDictionary()
@@ -105,8 +123,10 @@ class RateLearner:
     """
 
     __slots__ = (
+        "_available",
         "_ceiling",
         "_confirm",
+        "_first",
         "_gate",
         "_headroom",
         "_holds",
@@ -119,6 +139,7 @@ class RateLearner:
         "_streaks",
         "_synced",
         "_syncs",
+        "_trails",
     )
 
     def __init__(
@@ -159,6 +180,11 @@ class RateLearner:
         self._syncs = 0
         # The newest ``sent`` mark time applied by a sync: older reports are dropped.
         self._synced = -math.inf
+        # Snapshots (sent at, remaining, our spent) per kind, and the measured rate left
+        # to us per minute (see _measure).
+        self._trails: dict[str, deque[tuple[float, float, float]]] = {}
+        self._available: dict[str, float] = {}
+        self._first: dict[str, float] = {}
         with _registry_lock:
             _registry[gate] = self
 
@@ -221,6 +247,8 @@ class RateLearner:
                 holds=self._holds,
                 rate=self._rate,
                 syncs=self._syncs,
+                requests_share_per_minute=self._available.get("requests"),
+                tokens_share_per_minute=self._available.get("tokens"),
             )
 
     def __repr__(self) -> str:
@@ -278,6 +306,13 @@ class RateLearner:
             for dim in report.split_limits:  # not paced (see token_limit), but a drain holds
                 if dim.drained and dim.reset_s is not None:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
+            fresh = sent is not None and sent.at >= self._synced
+            if fresh:
+                assert sent is not None
+                for kind in _KINDS:
+                    dim = dims[kind]
+                    if dim is not None:
+                        adopted |= self._measure(kind, dim, sent)
             changed = self._apply(gate) if adopted else False
             if hold_s > 0:
                 start = gate._read_clock() if now is None else now
@@ -285,7 +320,8 @@ class RateLearner:
                 if start is not None and gate._hold_until(start + hold_s):
                     self._holds += 1
                     changed = True
-            if sent is not None and sent.at >= self._synced:
+            if fresh:
+                assert sent is not None
                 requests, tokens = _left(dims["requests"]), _left(dims["tokens"])
                 if requests is not None or tokens is not None:
                     self._synced = sent.at
@@ -318,6 +354,47 @@ class RateLearner:
         self._learned[kind] = per_minute
         return True
 
+    def _measure(self, kind: str, dim: ReportedLimit, sent: BudgetMark) -> bool:
+        """Measure the rate ``kind``'s bucket refills for us; ``True`` if the pace must change.
+
+        Two snapshots ``(at, remaining, spent)`` with the bucket below ``_LOW`` of its
+        limit at both: ``available = (remaining2 - remaining1 + spent2 - spent1) / span``,
+        what refilled beyond our own charges (the limit's rate less what others spent).
+        The span is the oldest snapshot of the last ``_AGE_S``, once at least ``_SPAN_S``.
+        A bucket at or above ``_LOW`` clears the measure: the pace goes back to the limit
+        (and the bucket, drained again, is measured again).
+        """
+        if dim.remaining is None or dim.limit is None:
+            return False
+        trail = self._trails.setdefault(kind, deque())
+        if dim.remaining >= _LOW * dim.limit:
+            self._first.setdefault(kind, sent.at)
+            trail.clear()
+            return self._available.pop(kind, None) is not None
+        first = self._first.get(kind)
+        if first is None or sent.at - first < _AGE_S:
+            # Never seen near its limit: the remaining counts something else (Azure quotes
+            # a 10 s window of RPM / 6 against the per-minute limit). Seen less than a
+            # window ago: a sliding window gives nothing back until its first entries
+            # expire, and measured sooner it would say "nothing left for us".
+            return False
+        spent = sent.tokens if kind == "tokens" else sent.requests
+        trail.append((sent.at, dim.remaining, spent))
+        while sent.at - trail[0][0] > _AGE_S:
+            trail.popleft()
+        at, remaining, before = trail[0]
+        span = sent.at - at
+        if span < _SPAN_S:
+            return False
+        per_minute = (dim.remaining - remaining + spent - before) * 60.0 / span
+        floor = _MIN_SHARE * (dim.per_minute or dim.limit)
+        per_minute = max(per_minute, floor)
+        current = self._available.get(kind)
+        if current is not None and _same(current, per_minute):
+            return False
+        self._available[kind] = per_minute
+        return True
+
     def _apply(self, gate: Gate) -> bool:
         """Set the gate's rate from what is learned, under the ceiling; ``True`` if changed."""
         current = gate.rate
@@ -331,6 +408,11 @@ class RateLearner:
             if learned is None:
                 continue
             paced = min(learned * (1.0 - self._headroom), _MAX_PER_MINUTE)
+            available = self._available.get(kind)
+            if available is not None:
+                # No headroom on a measured rate: the syncs keep the level honest, and a
+                # margin here would leave a share of what is left unused for good.
+                paced = min(paced, available)
             cap = None if ceiling is None else getattr(ceiling, f"{kind}_per_minute")
             if cap is not None:
                 paced = min(paced, cap)
