@@ -18,6 +18,9 @@ objects into the gate's ``rate``:
   ``Budgets.lower_since``). Only ever lower: another client spending from the same
   bucket shows here and nowhere else. A report sent before one already applied is
   dropped (answers come back out of order, and an older snapshot only understates).
+* **Sharing.** Two such reports of a bucket below half its limit measure the rate it
+  refills beyond our own charges (the limit less what others spend); the gate is paced at
+  the lower of that share and ``(1 - headroom)`` of the limit (see ``_measure``).
 * **Ceilings.** Never above a user's rate: each dimension the gate's rate had when the
   learner was made (or :attr:`RateLearner.ceiling` says) caps what is learned. Other
   fields of the gate's rate (``ramp``, ``window_s``, ``burst_s``) are kept.
