@@ -71,6 +71,7 @@ def test_settle_charges_count_as_spent_and_refunds_do_not() -> None:
     budgets.settle(+400, 100.0)
     budgets.settle(-900, None)
     assert budgets.mark(100.0).tokens - mark.tokens == 400
+    assert budgets.mark(100.0).tokens_back - mark.tokens_back == 900  # for the share's units
     assert budgets.lower_since(100.0, mark, requests=None, tokens=1000)
     assert budgets.tokens_left(100.0) == pytest.approx(600)
 

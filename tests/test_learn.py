@@ -400,46 +400,72 @@ async def test_a_synced_gate_admits_when_the_provider_has_refilled(anyio_backend
     assert admitted == pytest.approx([2.0, 3.0, 6.0])
 
 
-def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:
-    """Another client spends from the bucket: 90,000 left at 60 s, 80,000 at 70 s with
-    20,000 of ours charged between, so 10,000 refilled for us in 10 s: 60,000/min, below
-    90 % of the 200,000 limit. A bucket back above half its limit clears the measure."""
+def shared_gate() -> tuple[Gate, RateLearner, list[float]]:
     now = [0.0]
     gate = Gate(name="llm", rate=Rate(tokens_per_minute=600_000, burst_s=60), clock=lambda: now[0])
-    learner = RateLearner(gate)
+    return gate, RateLearner(gate), now
 
-    def tell(remaining: float) -> bool:
-        return learner.observe(token_report(remaining), sent=gate._budget_mark())
 
-    tell(195_000)
-    tell(190_000)  # confirmed: paced at 180,000/min
+def tell(gate: Gate, learner: RateLearner, remaining: float) -> bool:
+    return learner.observe(token_report(remaining), sent=gate._budget_mark())
+
+
+def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:
+    """Another client spends from the bucket: 40,000 left at 60 s, 30,000 at 70 s with
+    20,000 of ours charged between, so 10,000 refilled for us in 10 s: 60,000/min of the
+    provider's units, below 90 % of the 200,000 limit. A quarter of our charge was
+    refunded by settle (the provider keeps it), so the gate paces 45,000/min of its own.
+    A bucket back above a quarter of its limit clears the share."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    tell(gate, learner, 190_000)  # confirmed: paced at 180,000/min
     assert gate.rate is not None
     assert gate.rate.tokens_per_minute == 180_000
     now[0] = 60.0
-    tell(90_000)
+    tell(gate, learner, 40_000)
     assert gate.rate.tokens_per_minute == 180_000  # one snapshot: no span yet
     now[0] = 70.0
     token = gate.acquire_nowait(tokens=20_000)
-    assert tell(80_000)
-    assert gate.rate.tokens_per_minute == pytest.approx(60_000)
-    assert learner.limits.tokens_share_per_minute == pytest.approx(60_000)
+    token.settle(tokens=15_000)
+    assert tell(gate, learner, 30_000)
+    assert gate.rate.tokens_per_minute == pytest.approx(45_000)
+    assert learner.limits.tokens_share_per_minute == pytest.approx(45_000)
     now[0] = 75.0
-    assert tell(150_000)
+    assert tell(gate, learner, 60_000)
     assert gate.rate.tokens_per_minute == 180_000
     assert learner.limits.tokens_share_per_minute is None
     token.release()
 
 
-@pytest.mark.parametrize("first", [90_000, 150_000])
+def test_a_bucket_holding_level_under_our_pace_sets_no_share() -> None:
+    """30,000 left at 60 s and 29,000 at 70 s with 20,000 of ours between: it fell by less
+    than the headroom's share of our charge. A sliding window gives back what we charged
+    a window ago, so such a measure reads our own past pace (and a gate held back by the
+    syncs would ratchet itself down on it): no share."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    now[0] = 60.0
+    tell(gate, learner, 30_000)
+    now[0] = 70.0
+    token = gate.acquire_nowait(tokens=20_000)
+    tell(gate, learner, 29_000)
+    assert learner.limits.tokens_share_per_minute is None
+    now[0] = 71.0
+    tell(gate, learner, 25_000)  # fell 5,000 > 2,000 since 60 s: measured now
+    assert learner.limits.tokens_share_per_minute == pytest.approx(
+        (25_000 - 30_000 + 20_000) * 60 / 11
+    )
+    token.release()
+
+
+@pytest.mark.parametrize("first", [40_000, 150_000])
 def test_no_share_is_measured_from_what_cannot_be_a_refilled_bucket(first: float) -> None:
     """A remaining never seen near its limit counts something else (Azure quotes a 10 s
     window of RPM / 6 against the per-minute limit), and within a window of the bucket
     last being near its limit a sliding window has given nothing back yet: no share."""
-    now = [0.0]
-    gate = Gate(name="llm", rate=Rate(tokens_per_minute=600_000, burst_s=60), clock=lambda: now[0])
-    learner = RateLearner(gate)
-    for remaining, at in ((first, 0.0), (first, 5.0), (80_000, 50.0), (60_000, 59.0)):
+    gate, learner, now = shared_gate()
+    for remaining, at in ((first, 0.0), (first, 5.0), (30_000, 50.0), (20_000, 59.0)):
         now[0] = at
-        learner.observe(token_report(remaining), sent=gate._budget_mark())
+        tell(gate, learner, remaining)
     assert learner.limits.tokens_share_per_minute is None
     assert learner.limits.syncs >= 1  # the levels were synced all along

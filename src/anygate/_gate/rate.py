@@ -301,11 +301,13 @@ class BudgetMark:
         at: the gate's clock when the mark was taken.
         requests: request units charged since the budgets began (cumulative, never less).
         tokens: token units charged since the budgets began (refunds do not count down).
+        tokens_back: token units refunded since the budgets began (``settle`` refunds).
     """
 
     at: float
     requests: float
     tokens: float
+    tokens_back: float = 0.0
 
 
 class Budgets:
@@ -333,6 +335,7 @@ class Budgets:
         "req_tat",
         "req_tau",
         "started",
+        "tok_back",
         "tok_interval",
         "tok_spent",
         "tok_tat",
@@ -350,6 +353,7 @@ class Budgets:
     _tick_index: int
     req_spent: float
     tok_spent: float
+    tok_back: float
 
     def __init__(self, rate: Rate, now: float | None, old: Budgets | None = None) -> None:
         """Budgets that start empty at ``now``; ``old``'s levels and history carry over.
@@ -363,6 +367,7 @@ class Budgets:
         # a rate change: what ``lower_since`` subtracts for admissions after a mark.
         self.req_spent = 0.0 if old is None else old.req_spent
         self.tok_spent = 0.0 if old is None else old.tok_spent
+        self.tok_back = 0.0 if old is None else old.tok_back
         if now is None:
             now = 0.0
         elif old is not None and not old.started:
@@ -546,6 +551,8 @@ class Budgets:
             self.tok_spent += delta
             if now is not None and self.tok_tat < now:
                 self.tok_tat = now
+        elif delta < 0 and self.tok_interval:
+            self.tok_back -= delta
         self.refund(0, -delta)
 
     def refund(self, requests: int, tokens: int) -> None:
@@ -577,7 +584,7 @@ class Budgets:
 
     def mark(self, now: float) -> BudgetMark:
         """What has been charged so far, stamped ``now``: the reference of :meth:`lower_since`."""
-        return BudgetMark(now, self.req_spent, self.tok_spent)
+        return BudgetMark(now, self.req_spent, self.tok_spent, self.tok_back)
 
     def lower_since(
         self, now: float, mark: BudgetMark, requests: float | None, tokens: float | None
