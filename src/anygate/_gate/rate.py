@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import final
+from typing import NamedTuple, final
 
 from .._validation import check_number
 
@@ -292,10 +292,11 @@ def slope_allowance(counts: list[int], ramp: float, floor: int) -> int:
     return max(0, math.floor(best + 1e-9))
 
 
-@final
-@dataclass(frozen=True)
-class BudgetMark:
+class BudgetMark(NamedTuple):
     """What a gate's budgets had charged at one moment (``Budgets.mark``), for later syncs.
+
+    A named tuple, not a frozen dataclass: the transports take one per request, and a
+    frozen dataclass costs several times as much to build.
 
     Attributes:
         at: the gate's clock when the mark was taken.
