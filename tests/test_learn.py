@@ -469,3 +469,18 @@ def test_no_share_is_measured_from_what_cannot_be_a_refilled_bucket(first: float
         tell(gate, learner, remaining)
     assert learner.limits.tokens_share_per_minute is None
     assert learner.limits.syncs >= 1  # the levels were synced all along
+
+
+def test_a_bucket_drained_by_calls_stating_no_tokens_sets_no_share() -> None:
+    """The bucket falls while this gate charged nothing to it (its callers state no
+    tokens): that could be us as well as others, so no share (it would read as others
+    taking everything, and pace the gate at the 5 % floor)."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    now[0] = 60.0
+    tell(gate, learner, 40_000)
+    now[0] = 70.0
+    token = gate.acquire_nowait()
+    tell(gate, learner, 20_000)
+    assert learner.limits.tokens_share_per_minute is None
+    token.release()

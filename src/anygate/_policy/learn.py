@@ -399,6 +399,10 @@ class RateLearner:
         at, remaining, before, back_before = trail[0]
         span = sent.at - at
         charged = spent - before
+        if charged <= 0:
+            # Nothing of ours charged to this budget (callers that state no tokens, or no
+            # budget for the kind yet): a falling bucket could be us as well as others.
+            return False
         if span < _SPAN_S or remaining - dim.remaining <= self._headroom * charged:
             # Only a bucket that fell by more than the headroom's share of what we
             # charged says the pace is too high: one holding level or rising leaves it
@@ -407,10 +411,9 @@ class RateLearner:
             # the syncs would ratchet itself down: Azure cell 1.26x the oracle).
             return False
         per_minute = (dim.remaining - remaining + charged) * 60.0 / span
-        if charged > 0:
-            # The gate paces what stays charged after settle refunds; the provider kept
-            # the whole estimate (OpenAI reserves max_tokens): pace in the gate's units.
-            per_minute *= max(0.0, charged - (back - back_before)) / charged
+        # The gate paces what stays charged after settle refunds; the provider kept the
+        # whole estimate (OpenAI reserves max_tokens): pace in the gate's units.
+        per_minute *= max(0.0, charged - (back - back_before)) / charged
         floor = _MIN_SHARE * (dim.per_minute or dim.limit)
         per_minute = max(per_minute, floor)
         current = self._available.get(kind)
