@@ -299,3 +299,188 @@ def test_a_clock_that_cannot_be_read_skips_the_hold() -> None:
     assert learner.observe(report(600, 0, 20.0))
     assert gate.rate == Rate(requests_per_minute=540)
     assert learner.limits.holds == 0
+
+
+# ----------------------------------------------------------------------------- remaining
+
+
+def token_report(remaining: float, limit: float = 200_000) -> LimitReport:
+    return LimitReport(tokens=ReportedLimit(limit, remaining, 1.0, 60.0), source="test")
+
+
+def synced_gate() -> tuple[Gate, RateLearner, list[float]]:
+    """A gate at 1,000 tokens/s holding 10 s (10,000), full, on a hand-moved clock."""
+    now = [1000.0]
+    rate = Rate(tokens_per_minute=60_000, burst_s=10)
+    gate = Gate(name="llm", rate=rate, clock=lambda: now[0])
+    learner = RateLearner(gate)
+    now[0] += 10
+    return gate, learner, now
+
+
+def tokens_left(gate: Gate) -> float:
+    stats = gate.statistics().rate
+    assert stats is not None
+    assert stats.tokens_available is not None
+    return stats.tokens_available
+
+
+def test_remaining_lowers_the_budget_less_what_was_admitted_since() -> None:
+    """Another client drained the bucket: 3,000 left when our call was sent, 2,000 of ours
+    admitted since, so 1,000 now. Without ``sent`` (which admissions were counted is
+    unknown) nothing is synced; a report above the level never raises it."""
+    gate, learner, _ = synced_gate()
+    first = gate.acquire_nowait(tokens=1000)
+    sent = gate._budget_mark()
+    assert sent is not None
+    later = gate.acquire_nowait(tokens=2000)
+    assert not learner.observe(token_report(3000))
+    assert tokens_left(gate) == pytest.approx(7000)
+    assert learner.observe(token_report(3000), sent=sent)
+    assert tokens_left(gate) == pytest.approx(1000)
+    assert learner.limits.syncs == 1
+    assert not learn_from_headers(
+        gate, openai_headers(200_000, 150_000, kind="tokens"), sent=gate._budget_mark()
+    )
+    assert tokens_left(gate) == pytest.approx(1000)
+    assert gate.rate == Rate(tokens_per_minute=60_000, burst_s=10)  # the pacing is unchanged
+    first.release()
+    later.release()
+
+
+def test_a_late_report_of_an_older_snapshot_does_not_over_drain() -> None:
+    """Answers come back out of order. A report sent before one already applied is
+    dropped: its snapshot misses refill the newer one saw. The first report to arrive,
+    however old, subtracts only our admissions after its own mark, never all of them."""
+    gate, learner, now = synced_gate()
+    old = gate._budget_mark()
+    assert old is not None
+    tokens = [gate.acquire_nowait(tokens=1000)]
+    now[0] += 1  # +1,000 refill
+    new = gate._budget_mark()
+    assert new is not None
+    tokens.append(gate.acquire_nowait(tokens=1000))
+    assert tokens_left(gate) == pytest.approx(9000)  # the refill is capped at 10,000
+    # The newer call's answer first: 5,000 left then, 1,000 of ours since.
+    assert learner.observe(token_report(5000), sent=new)
+    assert tokens_left(gate) == pytest.approx(4000)
+    # The older call's answer, late: 4,500 left at its send. Applied, it would drain the
+    # budget to 4,500 - 2,000 = 2,500 below what the newer snapshot proves is there.
+    assert not learner.observe(token_report(4500), sent=old)
+    assert tokens_left(gate) == pytest.approx(4000)
+    assert learner.limits.syncs == 1
+    # A second learner whose first report is the old one: 2,000 of ours since, not more.
+    gate2, learner2, now2 = synced_gate()
+    mark = gate2._budget_mark()
+    assert mark is not None
+    tokens += [gate2.acquire_nowait(tokens=1000), gate2.acquire_nowait(tokens=1000)]
+    now2[0] += 1
+    assert learner2.observe(token_report(4500), sent=mark)
+    assert tokens_left(gate2) == pytest.approx(2500)
+    for token in tokens:
+        token.release()
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_a_synced_gate_admits_when_the_provider_has_refilled(anyio_backend: Any) -> None:
+    """Requests remaining: 0 left, 2 of ours since: the next waits 3 intervals, not one."""
+    gate = virtual_gate(rate=Rate(requests_per_minute=60))  # one a second
+    learner = RateLearner(gate, ceiling=None)
+    start = anyio.current_time()
+    async with gate.acquire():  # at 1 s: the budget starts empty
+        sent = gate._budget_mark()
+    admitted: list[float] = []
+    for _ in range(2):
+        async with gate.acquire():
+            admitted.append(anyio.current_time() - start)
+    # No limit stated (nothing to adopt), no reset (no hold): only the sync acts.
+    learner.observe(LimitReport(requests=ReportedLimit(None, 0.0, None, None)), sent=sent)
+    async with gate.acquire():
+        admitted.append(anyio.current_time() - start)
+    assert admitted == pytest.approx([2.0, 3.0, 6.0])
+
+
+def shared_gate() -> tuple[Gate, RateLearner, list[float]]:
+    now = [0.0]
+    gate = Gate(name="llm", rate=Rate(tokens_per_minute=600_000, burst_s=60), clock=lambda: now[0])
+    return gate, RateLearner(gate), now
+
+
+def tell(gate: Gate, learner: RateLearner, remaining: float) -> bool:
+    return learner.observe(token_report(remaining), sent=gate._budget_mark())
+
+
+def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:
+    """Another client spends from the bucket: 40,000 left at 60 s, 30,000 at 70 s with
+    20,000 of ours charged between, so 10,000 refilled for us in 10 s: 60,000/min of the
+    provider's units, below 90 % of the 200,000 limit. A quarter of our charge was
+    refunded by settle (the provider keeps it), so the gate paces 45,000/min of its own.
+    A bucket back above a quarter of its limit clears the share."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    tell(gate, learner, 190_000)  # confirmed: paced at 180,000/min
+    assert gate.rate is not None
+    assert gate.rate.tokens_per_minute == 180_000
+    now[0] = 60.0
+    tell(gate, learner, 40_000)
+    assert gate.rate.tokens_per_minute == 180_000  # one snapshot: no span yet
+    now[0] = 70.0
+    token = gate.acquire_nowait(tokens=20_000)
+    token.settle(tokens=15_000)
+    assert tell(gate, learner, 30_000)
+    assert gate.rate.tokens_per_minute == pytest.approx(45_000)
+    assert learner.limits.tokens_share_per_minute == pytest.approx(45_000)
+    now[0] = 75.0
+    assert tell(gate, learner, 60_000)
+    assert gate.rate.tokens_per_minute == 180_000
+    assert learner.limits.tokens_share_per_minute is None
+    token.release()
+
+
+def test_a_bucket_holding_level_under_our_pace_sets_no_share() -> None:
+    """30,000 left at 60 s and 29,000 at 70 s with 20,000 of ours between: it fell by less
+    than the headroom's share of our charge. A sliding window gives back what we charged
+    a window ago, so such a measure reads our own past pace (and a gate held back by the
+    syncs would ratchet itself down on it): no share."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    now[0] = 60.0
+    tell(gate, learner, 30_000)
+    now[0] = 70.0
+    token = gate.acquire_nowait(tokens=20_000)
+    tell(gate, learner, 29_000)
+    assert learner.limits.tokens_share_per_minute is None
+    now[0] = 71.0
+    tell(gate, learner, 25_000)  # fell 5,000 > 2,000 since 60 s: measured now
+    assert learner.limits.tokens_share_per_minute == pytest.approx(
+        (25_000 - 30_000 + 20_000) * 60 / 11
+    )
+    token.release()
+
+
+@pytest.mark.parametrize("first", [40_000, 150_000])
+def test_no_share_is_measured_from_what_cannot_be_a_refilled_bucket(first: float) -> None:
+    """A remaining never seen near its limit counts something else (Azure quotes a 10 s
+    window of RPM / 6 against the per-minute limit), and within a window of the bucket
+    last being near its limit a sliding window has given nothing back yet: no share."""
+    gate, learner, now = shared_gate()
+    for remaining, at in ((first, 0.0), (first, 5.0), (30_000, 50.0), (20_000, 59.0)):
+        now[0] = at
+        tell(gate, learner, remaining)
+    assert learner.limits.tokens_share_per_minute is None
+    assert learner.limits.syncs >= 1  # the levels were synced all along
+
+
+def test_a_bucket_drained_by_calls_stating_no_tokens_sets_no_share() -> None:
+    """The bucket falls while this gate charged nothing to it (its callers state no
+    tokens): that could be us as well as others, so no share (it would read as others
+    taking everything, and pace the gate at the 5 % floor)."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    now[0] = 60.0
+    tell(gate, learner, 40_000)
+    now[0] = 70.0
+    token = gate.acquire_nowait()
+    tell(gate, learner, 20_000)
+    assert learner.limits.tokens_share_per_minute is None
+    token.release()

@@ -499,3 +499,49 @@ def test_the_lowered_names_are_read_only_from_the_expected_layout(flavour: Flavo
         cls.__module__ = f"{flavour.name}._models"  # pass the module check, fail the probe
         assert not _keeps_lowered_names(cls)
     assert not _keeps_lowered_names(dict)
+
+
+def _left(remaining: int) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-tokens": "100000",
+        "x-ratelimit-remaining-tokens": str(remaining),
+        "x-ratelimit-reset-tokens": "6s",
+    }
+
+
+async def test_remaining_lowers_the_gates_budget(flavour: Flavour) -> None:
+    """Another client drained the provider's bucket: 10,000 tokens left when our request
+    went out, so the gate's full 60,000 comes down to that, plus the settle refund of its
+    estimate to the 42 tokens it used (the refund is ours to give back)."""
+    clock = Still()
+    gate = _gate(clock)
+    raw = json.dumps({"usage": USAGE}).encode()
+
+    def handler(request: Any) -> Any:
+        headers = {"content-type": "application/json", **_left(10_000)}
+        return flavour.lib.Response(200, headers=headers, content=raw)
+
+    async with _client(flavour, gate, handler) as client:
+        response = await client.post("http://llm/v1/chat/completions", json=BODY)
+        assert response.json()["usage"] == USAGE
+    assert _tokens_left(gate) == 10_000 + ESTIMATE - 42
+    assert anygate.RateLearner.of(gate).limits.syncs == 1
+
+
+def test_remaining_lowers_the_gates_budget_sync(flavour: Flavour) -> None:
+    """The same through SyncGatedTransport, under a policy (one attempt)."""
+    clock = Still()
+    gate = _gate(clock)
+    raw = json.dumps({"usage": USAGE}).encode()
+
+    def handler(request: Any) -> Any:
+        headers = {"content-type": "application/json", **_left(10_000)}
+        return flavour.lib.Response(200, headers=headers, content=raw)
+
+    policy = anygate.Policy(gate=gate, circuit_breaker=False)
+    transport = flavour.gated.SyncGatedTransport(
+        flavour.lib.MockTransport(handler), gate=gate, policy=policy
+    )
+    with flavour.lib.Client(transport=transport) as client:
+        assert client.post("http://llm/v1/chat/completions", json=BODY).json()["usage"] == USAGE
+    assert _tokens_left(gate) == 10_000 + ESTIMATE - 42

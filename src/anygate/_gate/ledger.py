@@ -63,7 +63,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .rate import EPSILON, Budgets
+from .rate import EPSILON, BudgetMark, Budgets
 from .waiters import DEAD, GONE, GRANTED, WAITING, Waiter, inside_locked_step, ki_protected
 
 if TYPE_CHECKING:
@@ -593,6 +593,55 @@ class Ledger:
             if self._deferred:
                 self._drain()
         return held
+
+    @ki_protected
+    def _budget_mark(self) -> BudgetMark | None:
+        """What the rate budgets have charged so far, stamped with the clock now.
+
+        Taken right after an admission (before the request goes out), it is the reference
+        a later :meth:`_lower_budgets` counts this gate's own admissions from. ``None``
+        when the gate has no rate budget or its clock cannot be read now.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets = self._budgets
+            now = None if budgets is None else self._read_clock()
+            mark = None if budgets is None or now is None else budgets.mark(now)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return mark
+
+    @ki_protected
+    def _lower_budgets(
+        self, mark: BudgetMark, requests: float | None, tokens: float | None
+    ) -> bool:
+        """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
+
+        The second gate-core hook of header learning (``_policy.learn``), beside
+        :meth:`_hold_until`: ``requests`` / ``tokens`` units were left at ``mark`` by the
+        provider's count; this gate's own charges since ``mark`` are subtracted. It only
+        ever lowers a level, so, as with a hold, nobody needs waking (I2). Returns
+        ``False`` when nothing was lowered, the gate has no rate budget, or its clock
+        cannot be read now.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets = self._budgets
+            now = None if budgets is None else self._read_clock()
+            lowered = False
+            if budgets is not None and now is not None:
+                if not budgets.started:
+                    budgets._start(now)
+                lowered = budgets.lower_since(now, mark, requests, tokens)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return lowered
 
     @ki_protected
     def _settle(self, token: Token, tokens: int) -> None:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import final
+from typing import NamedTuple, final
 
 from .._validation import check_number
 
 __all__ = [
     "EPSILON",
     "TICKS",
+    "BudgetMark",
     "Budgets",
     "Rate",
     "RateStatistics",
@@ -291,6 +292,25 @@ def slope_allowance(counts: list[int], ramp: float, floor: int) -> int:
     return max(0, math.floor(best + 1e-9))
 
 
+class BudgetMark(NamedTuple):
+    """What a gate's budgets had charged at one moment (``Budgets.mark``), for later syncs.
+
+    A named tuple, not a frozen dataclass: the transports take one per request, and a
+    frozen dataclass costs several times as much to build.
+
+    Attributes:
+        at: the gate's clock when the mark was taken.
+        requests: request units charged since the budgets began (cumulative, never less).
+        tokens: token units charged since the budgets began (refunds do not count down).
+        tokens_back: token units refunded since the budgets began (``settle`` refunds).
+    """
+
+    at: float
+    requests: float
+    tokens: float
+    tokens_back: float = 0.0
+
+
 class Budgets:
     """The mutable rate state of one gate; every method runs under the gate's lock.
 
@@ -312,10 +332,13 @@ class Budgets:
         "rate",
         "req_interval",
         "req_ready",
+        "req_spent",
         "req_tat",
         "req_tau",
         "started",
+        "tok_back",
         "tok_interval",
+        "tok_spent",
         "tok_tat",
         "tok_tau",
     )
@@ -329,6 +352,9 @@ class Budgets:
     _tick: float
     _tick_end: float
     _tick_index: int
+    req_spent: float
+    tok_spent: float
+    tok_back: float
 
     def __init__(self, rate: Rate, now: float | None, old: Budgets | None = None) -> None:
         """Budgets that start empty at ``now``; ``old``'s levels and history carry over.
@@ -338,6 +364,11 @@ class Budgets:
         """
         self.rate = rate
         self.started = now is not None
+        # Units charged so far (admissions and settle charges, never refunds), carried over
+        # a rate change: what ``lower_since`` subtracts for admissions after a mark.
+        self.req_spent = 0.0 if old is None else old.req_spent
+        self.tok_spent = 0.0 if old is None else old.tok_spent
+        self.tok_back = 0.0 if old is None else old.tok_back
         if now is None:
             now = 0.0
         elif old is not None and not old.started:
@@ -446,11 +477,13 @@ class Budgets:
             tat += interval
             self.req_tat = tat
             self.req_ready = tat + self._req_step
+            self.req_spent += 1
         if tokens and tok_interval:
             tat = self.tok_tat
             if tat < now:
                 tat = now
             self.tok_tat = tat + tokens * tok_interval
+            self.tok_spent += tokens
         self._current += 1
         self._allow -= 1
         return True
@@ -494,8 +527,10 @@ class Budgets:
         if self.req_interval:
             self.req_tat = charge(self.req_tat, at, 1, self.req_interval)
             self._update_ready()
+            self.req_spent += 1
         if self.tok_interval and tokens:
             self.tok_tat = charge(self.tok_tat, at, tokens, self.tok_interval)
+            self.tok_spent += tokens
         # Counted with or without a ramp: statistics report admissions per window.
         if at + EPSILON >= self._tick_end:
             self._roll(at)
@@ -513,8 +548,12 @@ class Budgets:
         past only means "full", and adding to it would lose the charge in the burst cap.
         Refunds stay relative (the level is capped anyway).
         """
-        if delta > 0 and self.tok_interval and now is not None and self.tok_tat < now:
-            self.tok_tat = now
+        if delta > 0 and self.tok_interval:
+            self.tok_spent += delta
+            if now is not None and self.tok_tat < now:
+                self.tok_tat = now
+        elif delta < 0 and self.tok_interval:
+            self.tok_back -= delta
         self.refund(0, -delta)
 
     def refund(self, requests: int, tokens: int) -> None:
@@ -543,6 +582,44 @@ class Budgets:
             tat = at + self.tok_tau
             if tat > self.tok_tat:
                 self.tok_tat = tat
+
+    def mark(self, now: float) -> BudgetMark:
+        """What has been charged so far, stamped ``now``: the reference of :meth:`lower_since`."""
+        return BudgetMark(now, self.req_spent, self.tok_spent, self.tok_back)
+
+    def lower_since(
+        self, now: float, mark: BudgetMark, requests: float | None, tokens: float | None
+    ) -> bool:
+        """Lower each budget to what a provider said was left at ``mark``, less our spending since.
+
+        For a provider's ``remaining`` header (``_policy.learn``): ``requests`` / ``tokens``
+        units were left in its bucket when the reported request was sent (``mark`` taken
+        right after that request was charged here). Everything this gate charged since
+        (``spent - mark``) is assumed to be counted against that bucket by now, and no
+        refill since is credited, so ``left - spent_since`` is a lower bound on the
+        provider's level: a budget above it is brought down to it, possibly into debt
+        (the provider refills slower than we pace, e.g. another client spends from it).
+        The crediting of no refill is the conservative choice: a report ``d`` seconds old
+        understates the level by ``d`` seconds of the provider's net refill (callers drop
+        reports older than one already applied, see ``RateLearner``). Never raises a
+        level; ``None`` (or a budget the gate does not have) changes nothing. Returns
+        ``True`` if a budget was lowered.
+        """
+        changed = False
+        if requests is not None and self.req_interval:
+            level = requests - (self.req_spent - mark.requests)
+            tat = now + self.req_tau - level * self.req_interval
+            if tat > self.req_tat:
+                self.req_tat = tat
+                self._update_ready()
+                changed = True
+        if tokens is not None and self.tok_interval:
+            level = tokens - (self.tok_spent - mark.tokens)
+            tat = now + self.tok_tau - level * self.tok_interval
+            if tat > self.tok_tat:
+                self.tok_tat = tat
+                changed = True
+        return changed
 
     # ------------------------------------------------------------------ slope ticks
 

@@ -161,8 +161,19 @@ class Accounting:
 
     # ------------------------------------------------------------------ responses
 
-    def observe(self, response: Any) -> None:
-        """Learn from ``response``'s rate-limit headers (never raises)."""
+    def mark(self) -> Any:
+        """What the gate had charged, taken right after an admission (``None``: no rate).
+
+        Passed back to :meth:`observe` with that request's response, it lets the reported
+        ``remaining`` lower the gate's budgets (``RateLearner.observe(sent=)``).
+        """
+        gate = self.gate
+        if not self.learn or gate._budgets is None:
+            return None
+        return gate._budget_mark()
+
+    def observe(self, response: Any, sent: Any = None) -> None:
+        """Learn from ``response``'s rate-limit headers (never raises); ``sent``: :meth:`mark`."""
         if not self.learn:
             return
         headers: Any = response.headers
@@ -192,7 +203,7 @@ class Accounting:
                 return
         report = parse_limit_headers(headers)
         if report:
-            RateLearner.of(self.gate).observe(report)
+            RateLearner.of(self.gate).observe(report, sent=sent)
 
     def _reporter(self, policy: Policy, request: Any) -> UsageReporter:
         facts = describe_request(request, policy.config.provider)

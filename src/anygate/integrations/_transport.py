@@ -239,9 +239,10 @@ class TransportCore:
                 token = await gate.acquire(timeout=self.timeout).__aenter__()
                 accounting.charge_admitted(token, cost)
             try:
+                sent = accounting.mark() if self._learn else None
                 response = await self.inner.handle_async_request(request)
                 if self._learn:
-                    accounting.observe(response)
+                    accounting.observe(response, sent)
                 # Read again: a budget that appeared meanwhile (learned from this or
                 # another response) still gets this request's usage.
                 if (estimator is not None and accounting.token_budget() is not None) or (
@@ -276,10 +277,13 @@ class TransportCore:
         ``attempt``: the policy loop's (``None``: sent once, outside the loop)."""
         token = await self._acquire_async(attempt, cost)
         try:
+            sent = self.accounting.mark() if self._learn else None
             if guarded and self.attempt_timeout is not None:
                 response = None
                 with anyio.move_on_after(self.attempt_timeout):
-                    response = await self._send_async(request, guarded=True, attempt=attempt)
+                    response = await self._send_async(
+                        request, guarded=True, attempt=attempt, sent=sent
+                    )
                 if response is None:  # the scope ran out: a hung attempt is a transient failure
                     number = 1 if attempt is None else attempt.number
                     msg = f"attempt {number} timed out after {self.attempt_timeout:g}s"
@@ -287,7 +291,7 @@ class TransportCore:
             else:  # _send_async inline: a coroutine fewer per attempt (issue 14)
                 response = await self.inner.handle_async_request(request)
                 if self._learn:
-                    self.accounting.observe(response)
+                    self.accounting.observe(response, sent)
                 if guarded and is_classified(response.status_code):
                     await self._refuse_async(request, response)
                 if attempt is not None and 200 <= response.status_code < 300:
@@ -315,10 +319,12 @@ class TransportCore:
         self.accounting.charge_admitted(token, cost)
         return token
 
-    async def _send_async(self, request: Any, *, guarded: bool, attempt: Attempt | None) -> Any:
+    async def _send_async(
+        self, request: Any, *, guarded: bool, attempt: Attempt | None, sent: Any = None
+    ) -> Any:
         response = await self.inner.handle_async_request(request)
         if self._learn:
-            self.accounting.observe(response)
+            self.accounting.observe(response, sent)
         if guarded and is_classified(response.status_code):
             await self._refuse_async(request, response)
         if attempt is not None and 200 <= response.status_code < 300:
@@ -372,9 +378,10 @@ class TransportCore:
                 token = gate.acquire_sync(timeout=self.timeout)
                 accounting.charge_admitted(token, cost)
             try:
+                sent = accounting.mark() if self._learn else None
                 response = self.inner.handle_request(request)
                 if self._learn:
-                    accounting.observe(response)
+                    accounting.observe(response, sent)
                 if (estimator is not None and accounting.token_budget() is not None) or (
                     response.is_closed
                 ):
@@ -400,9 +407,10 @@ class TransportCore:
     ) -> Any:
         token = self._acquire_sync(attempt, cost)
         try:
+            sent = self.accounting.mark() if self._learn else None
             response = self.inner.handle_request(request)
             if self._learn:
-                self.accounting.observe(response)
+                self.accounting.observe(response, sent)
             if guarded and is_classified(response.status_code):
                 stream = response.stream
                 try:

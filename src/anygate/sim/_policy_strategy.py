@@ -352,13 +352,16 @@ class PolicyClient:
         else:  # the budget shrank below the estimate: charged after admission instead
             token = await attempt.acquire()
             token.settle(tokens=cost)
+        # What the gate had charged when this request went out: its headers' `remaining`
+        # are synced against the admissions after it (RateLearner.observe).
+        sent = gate._budget_mark()
         try:
             try:
                 response = await self._send(send, attempt)
             except Exception as exc:
-                learn_from_headers(gate, headers_of(exc))
+                learn_from_headers(gate, headers_of(exc), sent=sent)
                 raise  # an error keeps the estimate, as a transport's error response does
-            learn_from_headers(gate, headers_of(response))
+            learn_from_headers(gate, headers_of(response), sent=sent)
             used = usage_tokens({"usage": getattr(response, "usage", None)})
             if used is not None:
                 token.settle(tokens=used)
