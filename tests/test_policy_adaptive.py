@@ -297,7 +297,8 @@ async def test_cut_and_recovery_on_every_backend() -> None:
     events: list[Any] = []
     policy = Policy(
         max_concurrent_calls=4,
-        adaptive_concurrency=AdaptiveConfig(pause_ms=0, decrease_factor=0.5),
+        # The cut answers a burst 429 only without burst pacing (it learns the slope).
+        adaptive_concurrency=AdaptiveConfig(pause_ms=0, decrease_factor=0.5, pace_burst_rate=False),
         hooks=[events.append],
     )
     with anygate.set_testing(True):
@@ -360,16 +361,21 @@ def test_call_sync_with_a_pause_past_its_deadline_is_busy(
 
 async def test_policies_on_one_gate_share_the_limit() -> None:
     """A throttle seen by one policy lowers the gate for both; the event goes to the hooks
-    of the policy whose call caused it. (The provider repeats it: the first of two burst
-    429s is only checked.)"""
+    of the policy whose call caused it (the cut: burst pacing off, so no check)."""
     a_events: list[Any] = []
     b_events: list[Any] = []
-    a = Policy(name="a", gate_name="llm", max_concurrent_calls=10, hooks=[a_events.append])
+    a = Policy(
+        name="a",
+        gate_name="llm",
+        max_concurrent_calls=10,
+        adaptive_concurrency=AdaptiveConfig(pace_burst_rate=False),  # the cut, not the slope
+        hooks=[a_events.append],
+    )
     b = Policy(name="b", gate_name="llm", hooks=[b_events.append])
     assert a.gate is b.gate
     assert a.adaptive_limit is b.adaptive_limit
     with anygate.set_testing(True):
-        assert await a.call(Script(burst(), burst())) == "ok"
+        assert await a.call(Script(burst())) == "ok"
     assert [e.policy for e in limit_events(a_events)] == ["a"]
     assert limit_events(b_events) == []
     assert b.gate.capacity == 8
@@ -436,7 +442,8 @@ async def test_the_cut_is_logged_at_info_and_recovery_at_debug(
     """One INFO line per cut naming the gate and the numbers; recovery steps are DEBUG."""
     policy = Policy(
         max_concurrent_calls=2,
-        adaptive_concurrency=AdaptiveConfig(pause_ms=0, decrease_factor=0.5),
+        # The cut answers a burst 429 only without burst pacing (it learns the slope).
+        adaptive_concurrency=AdaptiveConfig(pause_ms=0, decrease_factor=0.5, pace_burst_rate=False),
     )
     with caplog.at_level(logging.DEBUG, logger="anygate"), anygate.set_testing(True):
         assert await policy.call(Script(burst())) == "ok"

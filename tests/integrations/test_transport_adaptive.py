@@ -131,7 +131,7 @@ async def test_throttles_from_attempts_sent_before_the_cut_count_once(flavour: F
         gate=anygate.Gate(10, name="llm"),
         retry=ONE_ATTEMPT,
         hooks=[events.append],
-        adaptive_concurrency=anygate.AdaptiveConfig(pause_ms=0),
+        adaptive_concurrency=anygate.AdaptiveConfig(pause_ms=0, pace_burst_rate=False),
     )
     async with serve(provider) as url:
         transport = flavour.gated.GatedTransport(policy=policy)

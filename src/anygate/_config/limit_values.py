@@ -203,6 +203,12 @@ class AdaptiveStatistics:
         requests_per_minute_estimate: the provider's per-minute request limit as this
             gate's counts at rejection put it (:mod:`anygate._limits.window`); sends are
             held to it. ``None`` until a requests-per-minute 429 teaches one.
+        slope_growth: how much the provider lets the request count grow per window, as
+            this gate's counts at the end of full windows put it
+            (:mod:`anygate._limits.slope`); sends are held to it. ``None`` until burst
+            429s teach one.
+        slope_window_s: the window that growth is per (10 s until edges rule it out).
+        slope_floor: what a window after a quiet one may hold, as learned (0: not yet).
     """
 
     gate: str
@@ -220,3 +226,6 @@ class AdaptiveStatistics:
     pacing_episodes: int = 0
     checked_throttles: int = 0
     requests_per_minute_estimate: float | None = None
+    slope_growth: float | None = None
+    slope_window_s: float = 10.0
+    slope_floor: int = 0

@@ -35,6 +35,11 @@ class RequestLimit:
         self._probe: object | None = None
 
     @property
+    def log(self) -> SentLog:
+        """Every send, and those turned away (shared with the slope estimate)."""
+        return self._log
+
+    @property
     def limit(self) -> WindowLimit | None:
         """The estimate, once a per-minute rejection made one."""
         return self._limit

@@ -80,6 +80,20 @@ class SentLog:
         turned = bisect_left(rejected, before) - bisect_left(rejected, lo)
         return max(0, count - turned)
 
+    def count(self, lo: float, hi: float) -> int:
+        """Requests sent in ``[lo, hi)`` and not (yet) known turned away (``hi - lo`` at
+        most two windows: older sends may be compacted away)."""
+        sent, rejected = self._sent, self._rejected
+        count = bisect_left(sent, hi, self._start) - bisect_left(sent, lo, self._start)
+        turned = bisect_left(rejected, hi) - bisect_left(rejected, lo)
+        return max(0, count - turned)
+
+    def first_after(self, at: float) -> float | None:
+        """The first send time after ``at``, or ``None``."""
+        sent = self._sent
+        index = bisect_right(sent, at, self._start)
+        return sent[index] if index < len(sent) else None
+
     def free_at(self, now: float, limit: float) -> float | None:
         """When the window ending then holds fewer than ``limit`` accepted requests, if no
         more are sent: ``None`` if it already does at ``now`` (sends at ``now`` count).

@@ -16,11 +16,13 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    probe** (:meth:`~AdaptiveLimit.pass_pause`) whose success lets everyone go; the first
    throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
    takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
-   default) the gate's request *rate* is paced down and grows back instead of the cut
-   (:mod:`anygate._policy.pacer`; a learned limit stays, an uncapped gate still takes its calls
-   in flight), and a per-minute 429 is paced too (:meth:`~AdaptiveLimit.on_rate`). With
-   pacing, a first burst throttle is only *checked* before any of that: one probe goes at
-   once, and only its own 429 confirms the throttle (one 429 could be a shared pool's).
+   default) nothing is cut: the slope rule is learned from this gate's own counts at the
+   end of each full window (:mod:`anygate._limits.slope`: growth, floor, window) and sends
+   are held to it (:meth:`~AdaptiveLimit.reserve_send`); the pause lasts a tenth of a
+   window (the next probe) or until the predicted edge. A per-minute 429 is paced instead
+   (:meth:`~AdaptiveLimit.on_rate`, :mod:`anygate._policy.pacer`). With pacing, a first
+   burst throttle is only *checked* before any of that: one probe goes at once, and only
+   its own 429 confirms the throttle (one 429 could be a shared pool's).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap).
 
@@ -35,7 +37,7 @@ own state machine (:mod:`anygate._policy.burst_pause`), as is pacing
 (:mod:`anygate._policy.pacer`); both run under this lock. The values and arithmetic live
 in :mod:`anygate._config.limit_values`; the per-gate lookup in
 :mod:`anygate._policy.sharing`. It never delays a call while the provider is happy.
-About 650 lines: one class under one lock, each public method with its full contract;
+About 800 lines (over the house's 500: the pause, the pacer and the slope could leave): one class under one lock, each public method with its full contract;
 what could leave (the pause, the pacer, the values) has.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
@@ -70,6 +72,7 @@ from .._config.limit_values import (
 from .._gate.gate_args import check_capacity
 from .._gate.waiters import ki_protected
 from .._limits.requests import RequestLimit
+from .._limits.slope import SlopeLimit
 from .._validation import check_flag, check_int, check_number, show
 from .burst_pause import BurstPause
 from .pacer import BurstPacer
@@ -99,10 +102,10 @@ class AdaptiveLimit:
         min_concurrent_calls: the floor (>= 1).
         decrease_factor: the multiplier on a throttle (0 < factor < 1).
         pause_s: how long attempts wait after a throttle without a ``Retry-After``.
-        pace_burst_rate: answer a burst throttle by pacing the gate's request *rate*
-            (see :mod:`anygate._policy.pacer`) instead of cutting the concurrency limit; the
-            pause and its probe stay. Falls back to the cut when too little history was
-            seen to measure a rate. Also paces after a per-minute 429 (:meth:`on_rate`).
+        pace_burst_rate: answer a burst throttle by learning the provider's slope rule
+            and holding sends to it (:mod:`anygate._limits.slope`) instead of cutting the
+            concurrency limit; the pause and its probe stay. Also paces the request rate
+            after a per-minute 429 that does not say what it counted (:meth:`on_rate`).
         clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
     """
 
@@ -123,14 +126,17 @@ class AdaptiveLimit:
         "_limit",
         "_lock",
         "_name",
+        "_noise_at",
         "_pace",
         "_pacer",
         "_pause",
         "_pause_s",
         "_requests",
         "_sampled",
+        "_slope",
         "_stale",
         "_throttles",
+        "_turned",
     )
 
     def __init__(
@@ -178,6 +184,10 @@ class AdaptiveLimit:
         self._sampled = -math.inf
         # The requests-per-minute estimate from counts at rejection (issue 30).
         self._requests = RequestLimit()
+        # The slope's growth and floor from counts at each full window's end (issue 30).
+        self._slope = SlopeLimit()
+        self._turned = -math.inf  # the latest send a burst 429 turned away
+        self._noise_at = -math.inf  # the last burst 429 taken for noise (well inside)
 
     # ------------------------------------------------------------------ reading
 
@@ -245,9 +255,11 @@ class AdaptiveLimit:
                 self._pace_tick()
             return 0.0, False
         with self._lock:
-            return pause.passing(
-                self._clock(), pause_s=self._pause_s, paced=self._pacer.active, caller=caller
+            answer = pause.passing(
+                self._clock(), pause_s=self._pause_s, paced=self._paced(), caller=caller
             )
+            self._learn_edge()
+            return answer
 
     @ki_protected
     def disown(self, caller: object) -> None:
@@ -278,6 +290,7 @@ class AdaptiveLimit:
                 return
             run.burst_probe = False
             self._pause.probe_succeeded(self._clock())
+            self._learn_edge()
 
     @ki_protected
     def probe_ended(self) -> None:
@@ -308,6 +321,9 @@ class AdaptiveLimit:
                 pacing_episodes=self._pacer.episodes,
                 checked_throttles=self._checks,
                 requests_per_minute_estimate=estimate,
+                slope_growth=self._slope.growth,
+                slope_window_s=self._slope.window_s,
+                slope_floor=self._slope.floor,
             )
 
     def __repr__(self) -> str:
@@ -361,12 +377,41 @@ class AdaptiveLimit:
             if self._ceiling < 1:
                 return None
             now = self._clock()
+            if admitted_at is not None and admitted_at > self._turned:
+                self._turned = admitted_at
             if self._old_news(generation, self._pause.lasts(now)):
                 return None
             old = self._applied
             burst = self._pause
             gate = self._pace_gate()
-            if not probe and not burst.pausing and self._pause_s > 0 and gate is not None:
+            if (
+                not probe
+                and not burst.pausing
+                and admitted_at is not None
+                and self._slope.inside(self._requests.log, admitted_at)
+            ):
+                # Well inside the learned slope: noise (a shared pool's), until it repeats
+                # within a window.
+                repeated = now - self._noise_at <= self._slope.window_s
+                self._noise_at = now
+                if not repeated:
+                    return None
+            # A window known full (its edge predicted, its count at the learned slope)
+            # needs no check: hold until its edge.
+            known_edge = (
+                gate is not None
+                and admitted_at is not None
+                and self._slope.known
+                and self._slope.predicted(now) is not None
+                and not self._slope.inside(self._requests.log, admitted_at)
+            )
+            if (
+                not probe
+                and not burst.pausing
+                and self._pause_s > 0
+                and gate is not None
+                and not known_edge
+            ):
                 # One throttle could be anyone's (a shared pool's): ask once more first.
                 self._check(burst, now, admitted_at, caller)
                 return None
@@ -377,11 +422,9 @@ class AdaptiveLimit:
             # The pause's probe throttled again: the same episode, a new pause, but the
             # limit was cut already. A check's probe turned away confirms the throttle.
             continuing = probe and burst.pausing and not burst.checking
-            paced = False
-            if gate is not None and not continuing:
-                paced = self._pacer.throttled(gate, self._sending(now), gate._admitted)
-                self._sampled = now
-            # Paced, the rate answers the throttle and a learned limit stays put.
+            # Paced: the slope learned at the pause's end (_learn_edge) holds sends to the
+            # growth the provider allows; no rate cut, no concurrency cut.
+            paced = gate is not None
             if not continuing and not paced and self._active():
                 self._limit = lowered_limit(
                     self._limit, factor=self._factor, floor=self._floor_now()
@@ -392,7 +435,12 @@ class AdaptiveLimit:
                 self._limit = float(max(self._floor_now(), in_flight))
             self._generation += 1
             self._throttles += 1
-            pause = self._pause_s if retry_after is None else max(0.0, retry_after)
+            if retry_after is not None:
+                pause = max(0.0, retry_after)
+            elif paced:
+                pause = min(self._pause_s, self._slope.hold(now))
+            else:
+                pause = self._pause_s
             # A probe turned away (after its grace ended the pause, too) tells how fast
             # the provider answers a probe: what the next probe's grace must cover.
             # Only a check keeps its probe for the throttled call: kept for a pause too, the
@@ -537,6 +585,9 @@ class AdaptiveLimit:
         if not (self._enabled and self._pace):
             return 0.0
         with self._lock:
+            wait = self._slope.wait(self._requests.log, at)
+            if wait > 0:
+                return wait
             return self._requests.reserve(at, caller)
 
     def turned_away(self, at: float) -> None:
@@ -564,6 +615,7 @@ class AdaptiveLimit:
         if probe:
             with self._lock:
                 self._pause.probe_succeeded(self._clock())
+                self._learn_edge()
         if self._pace and self._enabled:
             self._pace_tick()
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
@@ -582,6 +634,16 @@ class AdaptiveLimit:
             if self._applied == old:
                 return None
             return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
+
+    def _paced(self) -> bool:
+        # Something bounds the send rate: the pause's probe need not be waited for.
+        return self._pacer.active or self._slope.known
+
+    def _learn_edge(self) -> None:
+        """A confirmed pause just ended: its probe's send time is the spent window's end."""
+        edge = self._pause.take_edge()
+        if edge is not None and self._turned < edge:
+            self._slope.edge(self._requests.log, self._turned, edge)
 
     def _pace_gate(self) -> Gate | None:
         """The gate, if pacing may set its rate: on, and the gate on our clock (its

@@ -67,6 +67,7 @@ class BurstPause:
         "_resume",
         "_strikes",
         "_until",
+        "edge",
         "pausing",
     )
 
@@ -99,6 +100,10 @@ class BurstPause:
         # spent window from a turned-away request.
         self._owner: object | None = None
         self._owner_until = -math.inf
+        #: The send time of the probe that ended the last confirmed pause (it got past the
+        #: provider's spent window, so that window had ended by then), until the owner
+        #: takes it (:meth:`take_edge`).
+        self.edge: float | None = None
 
     def left(self, now: float) -> float:
         """Seconds of pause left (0 while only the probe is out, or with no pause)."""
@@ -156,6 +161,7 @@ class BurstPause:
             return max(pause_s, 1e-3), False
         if now - self._probe_sent >= grace:
             self._cleared()
+            self._mark_edge()
             self.end(now)
             return 0.0, False
         return max(self._probe_sent + grace - now, 1e-3), False
@@ -219,7 +225,17 @@ class BurstPause:
         """The probe's call succeeded: the pause is over for everyone."""
         if self.pausing and self._probe_out:
             self._cleared()
+            self._mark_edge()
             self.end(now)
+
+    def _mark_edge(self) -> None:
+        if self._check_grace is None:  # a confirmed pause, not a check's noise
+            self.edge = self._probe_sent
+
+    def take_edge(self) -> float | None:
+        """The edge :attr:`edge` holds, once (``None``: no new one)."""
+        edge, self.edge = self.edge, None
+        return edge
 
     def _cleared(self) -> None:
         if self._check_grace is not None:  # a check whose probe got through: noise

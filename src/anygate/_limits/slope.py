@@ -1,0 +1,232 @@
+"""A slope limit (how fast the request rate may grow), inferred from the client's own counts.
+
+Why. A burst-rate 429 (``limit_burst_rate``) says the provider's counter for its current
+window was full: that window may hold at most ``max(floor, growth x previous window)``
+requests. The client knows its own sends, so once it knows where the full window ended (the
+first send that got through after the rejections: the hold's probe) it can read both counts
+off its log: the full window's count is the allowance, and that over the previous window's
+is the growth. The reflex this replaces paced the *rate* at 0.7x what was measured over the
+last 10 s, growing 2x per 10 s whatever the provider allowed, and cut the concurrency limit
+when it had nothing measured (issue 30).
+
+What.
+
+* Edges. An edge lies in ``(last send turned away, first send through]``. Edges fall on
+  ``phase + k x window``; neither is published. Each candidate window (:data:`WINDOWS`)
+  keeps the phases (in :data:`_BINS` bins) that every edge seen so far allows: a wrong
+  window soon allows none. The window used is :data:`WINDOW_S` while it fits, else the
+  longest that does (a multiple of the true window always fits too, a divisor would
+  overstate the growth per window: the longer errs toward holding back).
+* Growth and floor (:meth:`SlopeLimit.edge`), read at every phase still allowed: the least
+  ratio any remembered full window shows, from windows whose every allowed phase had a busy
+  window before; where a phase had a quiet one before, the full window may have held the
+  floor, and the floor is the least such count.
+* Holding. :meth:`SlopeLimit.wait` holds a send until the trailing window, with it, holds
+  no more than ``max(floor, growth x the window before)``. Trailing windows, not the
+  provider's aligned ones: while the rate grows, the window before a trailing one holds no
+  more than the aligned one's, so the bound errs low, never high. :meth:`SlopeLimit.hold`
+  says how long a full window holds everyone: to the predicted edge once the phase is
+  pinned, else a tenth of a window (the next probe), so that edges are found that closely.
+* Noise. A 429 while the trailing window is well inside the allowance (:meth:`inside`) did
+  not come from a full window of ours: a shared pool's, until it repeats.
+
+Measured on ``bench_storm.py`` (seeds 1-3, see the changelog for the table). Not thread-
+safe, no clock of its own: the caller passes times and holds a lock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from .window import SentLog
+
+__all__ = ["WINDOWS", "WINDOW_S", "SlopeLimit"]
+
+#: The window assumed while it fits the edges seen: 10 s, the one the burst pacer assumed
+#: (``PACE_WINDOW_S``).
+WINDOW_S = 10.0
+#: The windows considered (seconds): round lengths a provider states a burst window in.
+WINDOWS = (5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
+
+#: A growth read off counts this small says little: the window before must have held at
+#: least this many of ours, and the full one this many more, for their ratio to count (a
+#: shared pool's confirmed 429 at a steady rate read 128/127 and held the fleet to 1.016x).
+_MIN_PREVIOUS = 5
+#: A window's phase (where its edges fall) in this many bins: 0.2 s for 10 s.
+_BINS = 50
+#: A rejection with the trailing window below this share of the allowance is noise until
+#: it repeats within a window.
+_INSIDE = 0.9
+#: Full windows remembered per candidate window: the growth is the least any of them showed
+#: (older ones say less about a provider whose growth drifts).
+_EPISODES = 3
+
+_Counts = list[tuple[int, int] | None]  # per phase bin: (full window, the one before)
+
+
+@final
+class _Fit:
+    """One candidate window: the phases every edge allows, and the full windows' counts."""
+
+    __slots__ = ("episodes", "phases", "window_s")
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.phases = [True] * _BINS
+        self.episodes: list[_Counts] = []
+
+    @property
+    def fits(self) -> bool:
+        return any(self.phases)
+
+    def edges(self, after: float) -> list[float | None]:
+        """Per phase bin, the bin's latest edge after ``after``."""
+        window = self.window_s
+        width = window / _BINS
+        out: list[float | None] = []
+        for index, ok in enumerate(self.phases):
+            if not ok:
+                out.append(None)
+                continue
+            phase = (index + 1) * width
+            edge = phase + window * math.ceil((after - phase) / window)
+            out.append(edge if edge > after else edge + window)
+        return out
+
+    def add(self, log: SentLog, after: float, at: float) -> None:
+        window = self.window_s
+        width = window / _BINS
+        counts: _Counts = []
+        for index in range(_BINS):
+            phase = (index + 1) * width
+            edge = phase + window * math.ceil((after - phase) / window)
+            if edge <= after:
+                edge += window
+            # The bin's phase is the end of its span: it fits if its edge is in (after, at];
+            # an interval shorter than a bin may hold no bin's end: the bin holding ``at``
+            # fits then, with ``at`` as its edge.
+            if edge > at + 1e-9 and not (edge - width < at and at - after < width):
+                counts.append(None)
+            else:
+                edge = min(edge, at)
+                full = log.count(edge - window, edge)
+                counts.append((full, log.count(edge - 2 * window, edge - window)))
+        self.phases = [ok and c is not None for ok, c in zip(self.phases, counts, strict=True)]
+        self.episodes.append(counts)
+        del self.episodes[:-_EPISODES]
+
+    def restart(self, log: SentLog, after: float, at: float) -> None:
+        self.phases = [True] * _BINS
+        self.episodes.clear()
+        self.add(log, after, at)
+
+    def estimate(self) -> tuple[float | None, int | None]:
+        """``(growth, floor)`` from the remembered windows; ``None`` where unknown."""
+        growth = math.inf
+        for counts in self.episodes:
+            pairs = [p for ok, p in zip(self.phases, counts, strict=True) if ok and p]
+            if pairs and all(previous >= _MIN_PREVIOUS for _, previous in pairs):
+                ratios = [f / p for f, p in pairs if f - p >= _MIN_PREVIOUS]
+                if ratios:
+                    growth = min(growth, *ratios)
+        latest = self.episodes[-1] if self.episodes else []
+        quiet = [
+            pair[0]
+            for ok, pair in zip(self.phases, latest, strict=True)
+            if ok and pair and pair[1] < _MIN_PREVIOUS and pair[0] > 0
+        ]
+        return (None if growth == math.inf else growth), (min(quiet) if quiet else None)
+
+
+@final
+class SlopeLimit:
+    """The window, growth and floor learned from full windows; holds sends to them."""
+
+    __slots__ = ("_fits", "floor", "growth", "window_s")
+
+    def __init__(self) -> None:
+        self.window_s = WINDOW_S
+        self.growth: float | None = None  # the allowed growth per window, once learned
+        self.floor = 0  # the least a full window after a quiet one held (0: not seen)
+        self._fits = {window: _Fit(window) for window in WINDOWS}
+
+    @property
+    def known(self) -> bool:
+        """Whether a growth was learned (sends are held to it)."""
+        return self.growth is not None
+
+    def edge(self, log: SentLog, after: float, at: float) -> bool:
+        """The provider's full window ended in ``(after, at]`` (the last send turned away
+        went at ``after``, the first to get through after it at ``at``): learn from the
+        counts; whether the estimate changed."""
+        before = (self.window_s, self.growth, self.floor)
+        fits = self._fits.values()
+        for fit in fits:
+            fit.add(log, after, at)
+        if not any(fit.fits for fit in fits):  # no window fits every edge: start over
+            for fit in fits:
+                fit.restart(log, after, at)
+        fitting = [fit for fit in fits if fit.fits]
+        if not fitting:  # not reached: every bin meets an interval of a window or more
+            return False
+        chosen = self._fits[WINDOW_S]
+        if not chosen.fits:
+            chosen = max(fitting, key=lambda fit: fit.window_s)
+        growth, floor = chosen.estimate()
+        if chosen.window_s != self.window_s:
+            self.window_s = chosen.window_s
+            self.growth = growth
+        elif growth is not None:
+            self.growth = growth
+        if floor is not None:
+            self.floor = floor
+        return (self.window_s, self.growth, self.floor) != before
+
+    def predicted(self, now: float) -> float | None:
+        """Seconds until the latest edge after ``now`` the phases seen allow, when they pin
+        it to within a tenth of a window; ``None`` when they do not (yet)."""
+        fit = self._fits[self.window_s]
+        edges = [edge for edge in fit.edges(now) if edge is not None]
+        if edges and max(edges) - min(edges) <= self.window_s / 10:
+            return max(edges) - now
+        return None
+
+    def hold(self, now: float) -> float:
+        """Seconds to hold sends after a full window turned one away at ``now``: until the
+        predicted edge (:meth:`predicted`), else a tenth of a window (the next probe)."""
+        edge = self.predicted(now)
+        return self.window_s / 10 if edge is None else edge
+
+    def _allowance(self, log: SentLog, at: float) -> tuple[int, float]:
+        """``(the trailing window's count at at, what the learned slope allows it)``."""
+        window = self.window_s
+        current = log.count(at - window, at)
+        previous = log.count(at - 2 * window, at - window)
+        assert self.growth is not None
+        return current, max(self.floor, self.growth * previous)
+
+    def inside(self, log: SentLog, at: float) -> bool:
+        """Whether a send at ``at`` went with the trailing window well inside the learned
+        allowance (below :data:`_INSIDE` of it): a 429 for it did not come from a full
+        window of ours."""
+        if self.growth is None:
+            return False
+        current, allowed = self._allowance(log, at)
+        return current + 1 <= _INSIDE * allowed
+
+    def wait(self, log: SentLog, at: float) -> float:
+        """Seconds until one more send at ``at`` keeps the trailing window within the
+        learned slope: ``0.0`` to send now."""
+        if self.growth is None:
+            return 0.0
+        current, allowed = self._allowance(log, at + 1e-9)
+        if current + 1 <= math.floor(allowed):
+            return 0.0
+        # The window changes when its oldest send leaves it (and joins the one before):
+        # ask again then.
+        oldest = log.first_after(at - self.window_s)
+        if oldest is None:
+            return 0.0
+        return max(oldest + self.window_s - at, 1e-3)

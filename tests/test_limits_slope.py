@@ -1,0 +1,231 @@
+"""The slope limit learned from counts (issue 30): pure arithmetic, then on an adaptive
+limit driving a gate on a manual clock, then through real calls on trio's MockClock against
+a provider that enforces a slope rule the way a burst limit does."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import anyio
+import pytest
+
+from anygate import AdaptiveConfig, AdaptiveLimit, Gate, Policy, RetryConfig
+from anygate._limits.slope import WINDOW_S, SlopeLimit
+from anygate._limits.window import SentLog
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock, burst
+
+# --------------------------------------------------------------------------- the log
+
+
+def _log(*times: float) -> SentLog:
+    log = SentLog(60.0)
+    for at in times:
+        log.sent(at)
+    return log
+
+
+def test_count_is_the_sends_in_a_half_open_span_less_the_turned_away() -> None:
+    log = _log(1.0, 2.0, 2.0, 3.0, 4.0)
+    log.rejected(2.0)
+    assert log.count(2.0, 4.0) == 2  # 2.0, 2.0 (one turned away), 3.0; not 4.0
+    assert log.count(0.0, 10.0) == 4
+    assert log.count(5.0, 9.0) == 0
+
+
+def test_first_after_is_the_next_send_time() -> None:
+    log = _log(1.0, 2.0, 3.0)
+    assert log.first_after(1.0) == 2.0
+    assert log.first_after(0.0) == 1.0
+    assert log.first_after(3.0) is None
+
+
+# --------------------------------------------------------------------------- learning
+
+
+def _ramp(log: SentLog, counts: list[int], window: float = 10.0, start: float = 0.0) -> None:
+    """``counts[k]`` sends spread evenly over window ``k`` (from ``start``)."""
+    for k, count in enumerate(counts):
+        for i in range(count):
+            log.sent(start + k * window + (i + 0.5) * window / count)
+
+
+def test_a_full_window_after_a_quiet_one_teaches_the_floor_not_a_growth() -> None:
+    log = SentLog(60.0)
+    _ramp(log, [60])
+    slope = SlopeLimit()
+    assert slope.edge(log, 9.9, 10.0)
+    assert (slope.growth, slope.floor) == (None, 60)
+    assert slope.wait(log, 10.0) == 0.0  # no growth known: nothing is held
+
+
+def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit()
+    slope.edge(log, 9.9, 10.0)
+    assert slope.edge(log, 19.9, 20.0)
+    assert slope.growth == pytest.approx(2.0)
+    assert slope.window_s == WINDOW_S
+
+
+def test_a_window_that_grew_by_a_handful_teaches_no_growth() -> None:
+    """A flat rate turned away (a shared pool's repeated 429) is not a slope: 128 over 125
+    would hold the fleet to 1.02x a window."""
+    log = SentLog(60.0)
+    _ramp(log, [125, 128])
+    slope = SlopeLimit()
+    slope.edge(log, 19.9, 20.0)
+    assert slope.growth is None
+
+
+def test_an_edge_known_loosely_reads_the_least_growth_its_phases_allow() -> None:
+    """The edge lies somewhere in (15, 20]: of the windows that could have been full, the
+    one that grew least sets the growth (the bound errs toward holding back)."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit()
+    slope.edge(log, 15.0, 20.0)
+    assert slope.growth is not None
+    assert 1.0 < slope.growth <= 2.0
+
+
+def test_edges_fifteen_seconds_apart_rule_the_ten_second_window_out() -> None:
+    """Edges at 15 and 30 fit no 10 s window (their phases differ by 5 s): the longest
+    window that fits both is taken, 15 s (a 5 s window fits too but would overstate the
+    growth per window)."""
+    log = SentLog(60.0)
+    _ramp(log, [40, 80, 160], window=15.0)
+    slope = SlopeLimit()
+    slope.edge(log, 14.9, 15.0)
+    assert slope.window_s == 10.0
+    slope.edge(log, 29.9, 30.0)
+    assert slope.window_s == 15.0
+    assert slope.growth == pytest.approx(2.0)
+
+
+def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
+    log = SentLog(60.0)
+    _ramp(log, [60, 120, 240])
+    slope = SlopeLimit()
+    assert slope.predicted(5.0) is None  # nothing seen: no phase
+    assert slope.hold(5.0) == WINDOW_S / 10  # probe again in a tenth of a window
+    slope.edge(log, 9.9, 10.0)
+    assert slope.predicted(25.0) == pytest.approx(5.0)
+    assert slope.hold(25.0) == pytest.approx(5.0)
+
+
+def test_sends_are_held_to_the_learned_growth_over_the_trailing_window() -> None:
+    """Growth 2 learned at 20 s. Right at the edge the trailing window is the full one
+    (120 of 2 x 60): a send waits until the window's oldest send leaves it. At 25 s it
+    holds 60 against 2 x 90; filled to 180, the next send waits again."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit()
+    slope.edge(log, 9.9, 10.0)
+    slope.edge(log, 19.9, 20.0)
+    oldest = log.first_after(10.0)
+    assert oldest is not None
+    assert slope.wait(log, 20.0) == pytest.approx(oldest + 10.0 - 20.0)
+    assert slope.wait(log, 25.0) == 0.0
+    for _ in range(120):
+        log.sent(25.0)
+    assert slope.wait(log, 25.0) > 0
+
+
+def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit()
+    assert not slope.inside(log, 20.0)  # nothing learned: nothing is noise
+    slope.edge(log, 9.9, 10.0)
+    slope.edge(log, 19.9, 20.0)
+    assert slope.inside(log, 25.0)  # the window holds 60 of an allowance of 2 x 90
+    for _ in range(120):
+        log.sent(25.0)
+    assert not slope.inside(log, 25.0 + 1e-6)  # at the allowance: a full window
+
+
+# --------------------------------------------------------------------------- on a gate
+
+
+def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:
+    """A confirmed burst 429 on a paced gate: no concurrency cut, a pause of a tenth of a
+    window (the next probe), and the probe getting through marks the window's edge."""
+    clock = FakeClock()
+    gate = Gate(32, name="slope", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    log = limit._requests.log  # the sends the adaptive limit counted
+    for i in range(60):
+        clock.now = i * 0.1
+        assert limit.reserve_send(clock.now) == 0.0
+    clock.now = 6.0
+    assert limit.on_throttle(limit.generation, None, admitted_at=5.99) is None  # checked
+    assert limit.pass_pause() == (0.0, True)
+    change = limit.on_throttle(limit.generation, None, probe=True, admitted_at=6.0)
+    assert change is not None
+    assert (change.old, change.new) == (32, 32)
+    assert limit.pause_left() == pytest.approx(WINDOW_S / 10)
+    clock.now = 10.05
+    assert limit.pass_pause() == (0.0, True)  # the probe, sent at 10.05
+    assert limit.reserve_send(10.05) == 0.0
+    limit.on_success(probe=True)
+    stats = limit.statistics()
+    # The full window ended in (6.0, 10.05]: it held the 58 sends not turned away (or 59
+    # and 60 for a window reaching back before the first send).
+    assert log.count(0.0, 6.0) <= stats.slope_floor <= log.count(0.0, 10.05)
+    assert stats.slope_floor > 0
+    assert stats.slope_growth is None
+    assert gate.capacity == 32
+
+
+# --------------------------------------------------------------------------- a policy
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_policy_learns_a_slope_rule_and_keeps_to_it() -> None:
+    """A provider that lets each 10 s window hold max(20, 2 x the previous one) and turns
+    the rest away with a burst 429 (aligned to its own clock, 3 s off ours). 400 calls
+    arrive at once: every call succeeds, the policy learns growth 2 and the 10 s window,
+    and once learned (from the third window on) almost nothing is turned away."""
+    start = anyio.current_time()
+    counts: dict[int, int] = {}
+    turned: list[float] = []
+
+    def allowed(index: int) -> int:
+        return max(20, math.floor(2 * counts.get(index - 1, 0)))
+
+    async def provider() -> str:
+        now = anyio.current_time() - start + 3.0
+        index = math.floor(now / 10.0)
+        if counts.get(index, 0) >= allowed(index):
+            turned.append(now)
+            await anyio.sleep(0.05)
+            raise burst()
+        counts[index] = counts.get(index, 0) + 1
+        await anyio.sleep(1.0)
+        return "ok"
+
+    policy = Policy(
+        name="slope-policy",
+        max_concurrent_calls=64,
+        retry=RetryConfig(throttle_attempts=50, max_attempts=50),
+        clock=anyio.current_time,
+        adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True),
+    )
+    results: list[Any] = []
+
+    async def one() -> None:
+        results.append(await policy.call(provider))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(400):
+            tg.start_soon(one)
+    assert results == ["ok"] * 400
+    stats = policy.adaptive_limit.statistics()
+    assert stats.slope_window_s == 10.0
+    assert stats.slope_growth == pytest.approx(2.0, rel=0.1)
+    late = [t for t in turned if t >= 30.0]
+    assert len(late) <= 4, turned
