@@ -93,10 +93,10 @@ async def test_lowered_gate_refuses_until_the_debt_is_refilled(anyio_backend: An
     """On asyncio, uvloop and trio: lowered into debt means Busy for exactly its refill time."""
     now = [1000.0]
     gate = Gate(name="llm", rate=RATE, clock=lambda: now[0])
-    assert gate._budget_mark() == BudgetMark(1000.0, 0, 0)
+    assert gate.budget_mark() == BudgetMark(1000.0, 0, 0)
     now[0] += 10  # full: 10,000 tokens
     token = await gate.acquire(timeout=0, tokens=3000)
-    mark = gate._budget_mark()
+    mark = gate.budget_mark()
     assert mark is not None
     other = await gate.acquire(timeout=0, tokens=2000)
     assert gate._lower_budgets(mark, None, 1000)  # 1,000 left, 2,000 of ours since: -1,000
@@ -112,10 +112,10 @@ async def test_lowered_gate_refuses_until_the_debt_is_refilled(anyio_backend: An
 
 def test_no_budget_or_no_clock_lowers_nothing() -> None:
     """A gate without a rate, or a virtual clock read outside its run, changes nothing."""
-    assert Gate(name="bare")._budget_mark() is None
+    assert Gate(name="bare").budget_mark() is None
     assert not Gate(name="bare")._lower_budgets(BudgetMark(0.0, 0, 0), 0, 0)
     outside = Gate(name="v", rate=RATE, clock=anyio.current_time)  # raises outside a run
-    assert outside._budget_mark() is None
+    assert outside.budget_mark() is None
     assert not outside._lower_budgets(BudgetMark(0.0, 0, 0), 0, 0)
 
 
@@ -133,7 +133,7 @@ async def test_a_queued_waiter_waits_for_the_lowered_level(anyio_backend: Any) -
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         await anyio.wait_all_tasks_blocked()
-        mark = gate._budget_mark()
+        mark = gate.budget_mark()
         assert mark is not None
         assert gate._lower_budgets(mark, None, -4000)  # (a provider 4,000 in debt to us)
     assert admitted == [pytest.approx(5.0)]

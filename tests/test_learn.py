@@ -331,7 +331,7 @@ def test_remaining_lowers_the_budget_less_what_was_admitted_since() -> None:
     unknown) nothing is synced; a report above the level never raises it."""
     gate, learner, _ = synced_gate()
     first = gate.acquire_nowait(tokens=1000)
-    sent = gate._budget_mark()
+    sent = gate.budget_mark()
     assert sent is not None
     later = gate.acquire_nowait(tokens=2000)
     assert not learner.observe(token_report(3000))
@@ -340,7 +340,7 @@ def test_remaining_lowers_the_budget_less_what_was_admitted_since() -> None:
     assert tokens_left(gate) == pytest.approx(1000)
     assert learner.limits.syncs == 1
     assert not learn_from_headers(
-        gate, openai_headers(200_000, 150_000, kind="tokens"), sent=gate._budget_mark()
+        gate, openai_headers(200_000, 150_000, kind="tokens"), sent=gate.budget_mark()
     )
     assert tokens_left(gate) == pytest.approx(1000)
     assert gate.rate == Rate(tokens_per_minute=60_000, burst_s=10)  # the pacing is unchanged
@@ -353,11 +353,11 @@ def test_a_late_report_of_an_older_snapshot_does_not_over_drain() -> None:
     dropped: its snapshot misses refill the newer one saw. The first report to arrive,
     however old, subtracts only our admissions after its own mark, never all of them."""
     gate, learner, now = synced_gate()
-    old = gate._budget_mark()
+    old = gate.budget_mark()
     assert old is not None
     tokens = [gate.acquire_nowait(tokens=1000)]
     now[0] += 1  # +1,000 refill
-    new = gate._budget_mark()
+    new = gate.budget_mark()
     assert new is not None
     tokens.append(gate.acquire_nowait(tokens=1000))
     assert tokens_left(gate) == pytest.approx(9000)  # the refill is capped at 10,000
@@ -371,7 +371,7 @@ def test_a_late_report_of_an_older_snapshot_does_not_over_drain() -> None:
     assert learner.limits.syncs == 1
     # A second learner whose first report is the old one: 2,000 of ours since, not more.
     gate2, learner2, now2 = synced_gate()
-    mark = gate2._budget_mark()
+    mark = gate2.budget_mark()
     assert mark is not None
     tokens += [gate2.acquire_nowait(tokens=1000), gate2.acquire_nowait(tokens=1000)]
     now2[0] += 1
@@ -388,7 +388,7 @@ async def test_a_synced_gate_admits_when_the_provider_has_refilled(anyio_backend
     learner = RateLearner(gate, ceiling=None)
     start = anyio.current_time()
     async with gate.acquire():  # at 1 s: the budget starts empty
-        sent = gate._budget_mark()
+        sent = gate.budget_mark()
     admitted: list[float] = []
     for _ in range(2):
         async with gate.acquire():
@@ -407,7 +407,7 @@ def shared_gate() -> tuple[Gate, RateLearner, list[float]]:
 
 
 def tell(gate: Gate, learner: RateLearner, remaining: float) -> bool:
-    return learner.observe(token_report(remaining), sent=gate._budget_mark())
+    return learner.observe(token_report(remaining), sent=gate.budget_mark())
 
 
 def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:

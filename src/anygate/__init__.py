@@ -49,6 +49,7 @@ from ._gate.gate import Gate as Gate
 from ._gate.gate import GateStatistics as GateStatistics
 from ._gate.inspect import QueuedCaller as QueuedCaller
 from ._gate.inspect import SlotHolder as SlotHolder
+from ._gate.rate import BudgetMark as BudgetMark
 from ._gate.rate import Rate as Rate
 from ._gate.rate import RateStatistics as RateStatistics
 from ._gate.registry import shared_gate as shared_gate
@@ -82,6 +83,7 @@ __all__ = [
     "BreakerState",
     "BreakerStateChanged",
     "BreakerStatistics",
+    "BudgetMark",
     "Busy",
     "CallFailed",
     "CircuitBreaker",

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from types import CodeType
 
     from .acquisition import Acquisition
-    from .rate import Rate, RateStatistics
+    from .rate import BudgetMark, Rate, RateStatistics
 
 __all__ = ["Gate", "GateStatistics"]
 
@@ -249,6 +249,21 @@ class Gate(Ledger):
             rate=rate,
             available=_INF if capacity == _INF else max(0, int(capacity) - in_flight),
         )
+
+    def budget_mark(self) -> BudgetMark | None:
+        """What the rate budgets have charged so far, stamped with the gate's clock now.
+
+        Take one right after an admission, before the request goes out, and pass it with
+        the response's headers (``learn_from_headers(gate, headers, sent=mark)``,
+        ``RateLearner.observe(report, sent=mark)``): a provider's ``remaining`` then lowers
+        the gate's budgets to what is left, less what this gate charged after the mark
+        (the provider may not have counted those yet; see :doc:`learning`). Thread-safe.
+
+        Returns:
+            a :class:`~anygate.BudgetMark`, or ``None`` when the gate has no rate budget
+            or its clock cannot be read now (a virtual clock outside its run).
+        """
+        return self._budget_mark()
 
     @property
     def available(self) -> float:

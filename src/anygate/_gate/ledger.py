@@ -596,12 +596,9 @@ class Ledger:
 
     @ki_protected
     def _budget_mark(self) -> BudgetMark | None:
-        """What the rate budgets have charged so far, stamped with the clock now.
-
-        Taken right after an admission (before the request goes out), it is the reference
-        a later :meth:`_lower_budgets` counts this gate's own admissions from. ``None``
-        when the gate has no rate budget or its clock cannot be read now.
-        """
+        """``Gate.budget_mark``: the budgets' charges so far, stamped with the clock now;
+        the reference a later :meth:`_lower_budgets` counts this gate's own admissions
+        from. ``None`` without a rate budget or a readable clock."""
         lock = self._lock
         lock.acquire()
         try:

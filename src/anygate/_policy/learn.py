@@ -283,7 +283,7 @@ class RateLearner:
             report: from :func:`anygate.parse_limit_headers`.
             now: when the response arrived, on the gate's clock; default the clock now.
                 Reported resets count from it.
-            sent: ``gate._budget_mark()`` taken right after the reported request was
+            sent: ``gate.budget_mark()`` taken right after the reported request was
                 admitted, before it was sent. With it, what the report says is
                 ``remaining`` lowers the gate's budgets (see the module docstring);
                 without it, nothing is synced (the gate cannot tell which of its own
@@ -484,7 +484,7 @@ def learn_from_headers(
         gate: the gate to pace.
         headers: httpx / httpx2 ``Headers``, a mapping, pairs, or ``None`` (nothing).
         now: when the response arrived, on the gate's clock; default now.
-        sent: ``gate._budget_mark()`` taken when the reported request was admitted:
+        sent: ``gate.budget_mark()`` taken when the reported request was admitted:
             with it, the reported ``remaining`` lowers the gate's budgets
             (:meth:`RateLearner.observe`).
 

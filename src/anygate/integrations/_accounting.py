@@ -170,7 +170,7 @@ class Accounting:
         gate = self.gate
         if not self.learn or gate._budgets is None:
             return None
-        return gate._budget_mark()
+        return gate.budget_mark()
 
     def observe(self, response: Any, sent: Any = None) -> None:
         """Learn from ``response``'s rate-limit headers (never raises); ``sent``: :meth:`mark`."""

@@ -354,7 +354,7 @@ class PolicyClient:
             token.settle(tokens=cost)
         # What the gate had charged when this request went out: its headers' `remaining`
         # are synced against the admissions after it (RateLearner.observe).
-        sent = gate._budget_mark()
+        sent = gate.budget_mark()
         try:
             try:
                 response = await self._send(send, attempt)
