@@ -229,3 +229,28 @@ async def test_a_policy_learns_a_slope_rule_and_keeps_to_it() -> None:
     assert stats.slope_growth == pytest.approx(2.0, rel=0.1)
     late = [t for t in turned if t >= 30.0]
     assert len(late) <= 4, turned
+
+
+def test_slot_holders_held_back_are_not_counted_at_the_provider() -> None:
+    """A concurrency 429 is counted against the calls at the provider: an attempt waiting
+    out a check's grace (or a window's hold) holds a slot but is not there. It counts again
+    once it is let go, or when it leaves the hold without sending."""
+    clock = FakeClock()
+    gate = Gate(32, name="held", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    assert limit.sending(10) == 10
+    assert limit.on_throttle(limit.generation, None, admitted_at=0.0) is None  # a check
+    first, second = object(), object()
+    assert limit.pass_pause(first) == (0.0, True)  # the check's probe: at the provider
+    wait, probe = limit.pass_pause(second)
+    assert wait > 0
+    assert not probe
+    assert limit.sending(10) == 9  # the second waits out the grace, holding its slot
+    limit.unhold(second)  # it left (cancelled) without sending
+    assert limit.sending(10) == 10
+    assert limit.pass_pause(second)[0] > 0
+    assert limit.sending(10) == 9
+    clock.now += wait
+    assert limit.pass_pause(second) == (0.0, False)  # the grace is over
+    assert limit.reserve_send(clock.now, second) == 0.0  # sent
+    assert limit.sending(10) == 10

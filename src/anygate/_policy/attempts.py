@@ -334,6 +334,7 @@ class Attempts:
                 at = adaptive.clock()
             run.generation = adaptive.generation
             run.admitted_at = at
+            run.sending = adaptive.sending(gate.in_flight)
             if hooks:
                 waited = anyio.current_time() - run.slot_started
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
@@ -507,6 +508,7 @@ class Attempts:
                 at = adaptive.clock()
             run.generation = adaptive.generation
             run.admitted_at = at
+            run.sending = adaptive.sending(gate.in_flight)
             if hooks:
                 waited = time.monotonic() - now
                 emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))

@@ -256,7 +256,12 @@ class Retrier:
         its admission, whichever is smaller: calls rejected together with this one drop
         out of the count within the reject latency.
         """
-        return min(run.in_flight, self.gate.in_flight + 1)
+        adaptive = self.adaptive
+        if adaptive is None or not run.sending:
+            return min(run.in_flight, self.gate.in_flight + 1)
+        # Counted at the provider: slot holders held back (a pause, a window's hold) are
+        # not there (AdaptiveLimit.sending).
+        return min(run.sending, adaptive.sending(self.gate.in_flight) + 1)
 
     def learn_concurrency(self, run: Run, *, exact: bool) -> bool:
         """Tell the adaptive limit the provider turned an attempt away for load; whether

@@ -74,6 +74,7 @@ class Run:
         "prev_ms",
         "reraise",
         "saturated",
+        "sending",
         "slot_started",
         "throttles",
         "verdict",
@@ -86,6 +87,7 @@ class Run:
     throttles: int
     in_flight: int
     saturated: bool
+    sending: int
     burst_probe: bool
     generation: int | None
     prev_ms: float | None
@@ -107,6 +109,9 @@ class Run:
         # whether the gate was full then (only then is a success evidence for more).
         self.in_flight = 0
         self.saturated = False
+        # The gate's calls at the provider when this attempt was sent (itself included):
+        # in flight, less those held back (AdaptiveLimit.sending).
+        self.sending = 0
         # This attempt is the probe that ends a burst-rate pause (see AdaptiveLimit).
         self.burst_probe = False
         # The adaptive limit's generation when the current attempt was admitted; None when
@@ -145,6 +150,8 @@ def hand_on_probe(run: Run, adaptive: AdaptiveLimit | None) -> None:
         run.burst_probe = False
         if adaptive is not None:
             adaptive.probe_ended()
+    if adaptive is not None:
+        adaptive.unhold(run)
 
 
 def accept(run: Run, number: int, permit: Permit | None, loop: Attempts) -> None:
