@@ -256,11 +256,11 @@ class AdaptiveConfig:
             ``...decrease_factor``. Default 0.8.
         pause_ms: how long admitted attempts wait after a throttle without
             ``Retry-After``, >= 0. YAML ``...pause_ms``. Default 5000.
-        pace_burst_rate: answer a burst-rate throttle by pacing the gate's request
-            *rate* (down to 0.7x the measured admission rate, then growing back at most
-            2x per 10 s window) instead of cutting the concurrency limit; a pause's probe
-            not turned away within a second lets the others go. Never raises a rate the
-            gate had; an RPM/TPM 429 is paced the same way (no pause, no cut). YAML
+        pace_burst_rate: answer a burst-rate throttle by learning the provider's slope
+            rule (growth, floor and window, from this gate's own counts at each full
+            window's end) and holding sends to it, instead of cutting the concurrency
+            limit; a per-minute 429 that does not say what it counted paces the gate's
+            request rate (no pause, no cut), never above a rate the gate had. YAML
             ``...pace_burst_rate``. Default on; ``False`` restores the cut.
 
     Raises:
