@@ -81,32 +81,25 @@ class _Fit:
     def fits(self) -> bool:
         return any(self.phases)
 
-    def edges(self, after: float) -> list[float | None]:
-        """Per phase bin, the bin's latest edge after ``after``."""
+    def edge_after(self, index: int, after: float) -> float:
+        """Bin ``index``'s first edge after ``after``: its phase is the end of its span."""
         window = self.window_s
-        width = window / _BINS
-        out: list[float | None] = []
-        for index, ok in enumerate(self.phases):
-            if not ok:
-                out.append(None)
-                continue
-            phase = (index + 1) * width
-            edge = phase + window * math.ceil((after - phase) / window)
-            out.append(edge if edge > after else edge + window)
-        return out
+        phase = (index + 1) * window / _BINS
+        edge = phase + window * math.ceil((after - phase) / window)
+        return edge if edge > after else edge + window
+
+    def edges(self, after: float) -> list[float | None]:
+        """Per phase bin still allowed, its first edge after ``after`` (else ``None``)."""
+        return [self.edge_after(i, after) if ok else None for i, ok in enumerate(self.phases)]
 
     def add(self, log: SentLog, after: float, at: float) -> None:
         window = self.window_s
         width = window / _BINS
         counts: _Counts = []
         for index in range(_BINS):
-            phase = (index + 1) * width
-            edge = phase + window * math.ceil((after - phase) / window)
-            if edge <= after:
-                edge += window
-            # The bin's phase is the end of its span: it fits if its edge is in (after, at];
-            # an interval shorter than a bin may hold no bin's end: the bin holding ``at``
-            # fits then, with ``at`` as its edge.
+            edge = self.edge_after(index, after)
+            # A bin fits if its edge is in (after, at]; an interval shorter than a bin may
+            # hold no bin's end: the bin holding ``at`` fits then, with ``at`` as its edge.
             if edge > at + 1e-9 and not (edge - width < at and at - after < width):
                 counts.append(None)
             else:
