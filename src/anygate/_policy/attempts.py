@@ -484,12 +484,7 @@ class Attempts:
                 if time.monotonic() + pause >= deadline:
                     if run.verdict is not None:
                         self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
-                    raise Busy(
-                        gate=gate.name,
-                        capacity=gate.capacity,
-                        in_flight=gate.in_flight,
-                        waited=time.monotonic() - now,
-                    )
+                    raise _busy(gate, now)
                 # A thread sleeps (and asks again): the pause is measured on the policy's
                 # clock, and a probe's success is noticed within one pause_s.
                 time.sleep(pause)
@@ -498,12 +493,7 @@ class Attempts:
             while not testing.enabled and (wait := adaptive.reserve_send(at, run)) > 0:
                 check_pause(gate, wait, busy_wait)
                 if time.monotonic() + wait >= deadline:
-                    raise Busy(
-                        gate=gate.name,
-                        capacity=gate.capacity,
-                        in_flight=gate.in_flight,
-                        waited=time.monotonic() - now,
-                    )
+                    raise _busy(gate, now)
                 time.sleep(wait)
                 at = adaptive.clock()
             run.generation = adaptive.generation
@@ -561,3 +551,14 @@ def _close(awaitable: object) -> None:
     close = getattr(awaitable, "close", None)
     if close is not None:
         close()  # avoid "coroutine was never awaited" noise
+
+
+def _busy(gate: Gate, since: float) -> Busy:
+    """A blocking attempt's hold would outlast its deadline: ``Busy`` with the gate's state
+    and the time waited since ``since`` (``time.monotonic``)."""
+    return Busy(
+        gate=gate.name,
+        capacity=gate.capacity,
+        in_flight=gate.in_flight,
+        waited=time.monotonic() - since,
+    )
