@@ -152,7 +152,13 @@ async def test_a_server_that_dies_mid_run_is_reported_without_exception_groups(
         again.release()
     finally:
         fleet.close()
-    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    # anygate's own lines: coredis logs an ERROR of its own when the dying server resets a
+    # connection mid-write rather than refusing it (a race; seen once in CI on 3.12).
+    messages = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.levelno >= logging.INFO and r.name.startswith("anygate")
+    ]
     assert all(level < logging.ERROR for level, _ in messages)
     assert [m for level, m in messages if level == logging.WARNING] == [
         f"fleet gate {gate_name!r}: cannot reach Redis at 127.0.0.1:{server.port}: "
