@@ -56,6 +56,7 @@ class BurstPause:
 
     __slots__ = (
         "_check_grace",
+        "_herd",
         "_noisy",
         "_owner",
         "_owner_until",
@@ -69,6 +70,7 @@ class BurstPause:
         "_until",
         "edge",
         "pausing",
+        "release",
     )
 
     def __init__(self, name: str) -> None:
@@ -104,6 +106,11 @@ class BurstPause:
         #: provider's spent window, so that window had ended by then), until the owner
         #: takes it (:meth:`take_edge`).
         self.edge: float | None = None
+        # Burst 429s since the pause (or check) began, and, once a pause that turned more
+        # than one away ended on its probe's answer, ``(when, the probe's round trip,
+        # those 429s)`` until the owner takes it: its release (anygate._limits.release).
+        self._herd = 0
+        self.release: tuple[float, float, int] | None = None
 
     def left(self, now: float) -> float:
         """Seconds of pause left (0 while only the probe is out, or with no pause)."""
@@ -162,6 +169,7 @@ class BurstPause:
         if now - self._probe_sent >= grace:
             self._cleared()
             self._mark_edge()
+            self._mark_release(now)
             self.end(now)
             return 0.0, False
         return max(self._probe_sent + grace - now, 1e-3), False
@@ -215,9 +223,14 @@ class BurstPause:
         self._owner = owner
         self._owner_until = opens + PROBE_RESERVE_S if owner is not None else -math.inf
 
+    def turned_away(self) -> None:
+        """A burst 429 while the pause (or check) is on (the one starting it counts too)."""
+        self._herd += 1
+
     def _shut(self, now: float) -> None:
         if self._paused_since is None:
             self._paused_since = now
+            self._herd = 1
         self.pausing = True
         self._resume.shut()
 
@@ -226,11 +239,21 @@ class BurstPause:
         if self.pausing and self._probe_out:
             self._cleared()
             self._mark_edge()
+            self._mark_release(now)
             self.end(now)
 
     def _mark_edge(self) -> None:
         if self._check_grace is None:  # a confirmed pause, not a check's noise
             self.edge = self._probe_sent
+
+    def _mark_release(self, now: float) -> None:
+        if self._herd > 1:  # more than the one 429 that started it: a herd was held
+            self.release = (now, now - self._probe_sent, self._herd)
+
+    def take_release(self) -> tuple[float, float, int] | None:
+        """The release :attr:`release` holds, once (``None``: no new one)."""
+        release, self.release = self.release, None
+        return release
 
     def take_edge(self) -> float | None:
         """The edge :attr:`edge` holds, once (``None``: no new one)."""
