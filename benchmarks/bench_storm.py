@@ -148,6 +148,9 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
     ("Retry-After on, slots 24", ["provider.retry_after_s=auto", "provider.slots=24"]),
     ("burst growth 1.6", ["provider.burst={window_s: 10, growth: 1.6, floor: 40}"]),
     ("shared pool 3 %", ["provider.shared_pool={probability: 0.03, kind: burst}"]),
+    # Every limit answered with a bare 429 (no code, no wording, no headers): where the
+    # attribution of plain 429s (anygate._limits.attribute) was developed.
+    ("plain 429s, slots 24 / 48", ["provider.plain_429=true", "provider.slots=24,48"]),
 )
 
 #: The capped peers anygate is held against (a semaphore around the user's retries).

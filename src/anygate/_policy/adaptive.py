@@ -51,6 +51,7 @@ import math
 import threading
 import time
 import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Any, final
 
 from .._config.limit_values import (
@@ -71,8 +72,9 @@ from .._config.limit_values import (
 )
 from .._gate.gate_args import check_capacity
 from .._gate.waiters import ki_protected
+from .._limits.attribute import Attributed, attribute
 from .._limits.release import Release
-from .._limits.requests import RequestLimit
+from .._limits.requests import WINDOW_S, RequestLimit
 from .._limits.slope import SlopeLimit
 from .._validation import check_flag, check_int, check_number, show
 from .burst_pause import BurstPause
@@ -127,12 +129,14 @@ class AdaptiveLimit:
         "_learned",
         "_limit",
         "_lock",
+        "_most_passed",
         "_name",
         "_noise_at",
         "_pace",
         "_pacer",
         "_pause",
         "_pause_s",
+        "_rejections",
         "_release",
         "_requests",
         "_sampled",
@@ -194,6 +198,10 @@ class AdaptiveLimit:
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
         self._noise_at = -math.inf  # the last burst 429 taken for noise (well inside)
+        # The most calls at the provider at the send of one that got through (attribute),
+        # and the recent 429s' (send, answer) times that correct that count.
+        self._most_passed = 0
+        self._rejections: deque[tuple[float, float]] = deque()
         # The release after a pause that turned many away (issue 26), until it is over.
         self._release: Release | None = None
 
@@ -633,11 +641,55 @@ class AdaptiveLimit:
             with self._lock:
                 self._requests.turned_away(at)
 
-    def passed(self, at: float) -> None:
-        """The attempt sent at ``at`` succeeded: a lower bound for the estimate."""
+    def rejected(self, at: float) -> None:
+        """An attempt sent at ``at`` got a 429 now (any kind): it was at the provider
+        until now, but not in service (see :meth:`passed`)."""
+        if self._enabled:
+            with self._lock:
+                now = self._clock()
+                rejections = self._rejections
+                rejections.append((at, now))
+                while rejections and rejections[0][1] < now - WINDOW_S:
+                    rejections.popleft()
+
+    def passed(self, at: float, sending: int = 0) -> None:
+        """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
+        included) succeeded: a lower bound for the estimates.
+
+        The most calls ever in service at once is ``sending`` less the calls sent before
+        it that were turned away after it went (their 429 was still on its way): counted
+        with those, a 24-slot provider read 27 (the morning peak with plain 429s)."""
+        if sending > self._most_passed:  # unlocked: a stale read takes the lock once more
+            with self._lock:
+                pending = sum(1 for sent, answered in self._rejections if sent <= at <= answered)
+                self._most_passed = max(self._most_passed, sending - pending)
         if self._requests.limit is not None:  # unlocked: no estimate, no work
             with self._lock:
                 self._requests.passed(at)
+
+    def attribute(self, at: float, sending: int) -> Attributed | None:
+        """The limit a plain 429 (no code, no wording) for the attempt sent at ``at`` with
+        ``sending`` calls at the provider is taken for (:mod:`anygate._limits.attribute`)."""
+        gate = self._gate()
+        rate = None if gate is None else gate.rate
+        with self._lock:
+            estimate = self._requests.estimate(at)
+            if estimate is None and rate is not None:
+                estimate = rate.requests_per_minute
+            log, slope = self._requests.log, self._slope
+            if slope.known:
+                steep = not slope.inside(log, at)
+            else:
+                window = slope.window_s
+                steep = log.count(at - window, at) > log.count(at - 2 * window, at - window)
+            return attribute(
+                sending=sending,
+                most_passed=self._most_passed,
+                requests=self._requests.log.count(at - WINDOW_S, at),
+                requests_estimate=estimate,
+                steep=steep,
+                tokens_counted=rate is not None and rate.tokens_per_minute is not None,
+            )
 
     def on_success(self, *, saturated: bool = True, probe: bool = False) -> LimitChange | None:
         """A successful call: grow the limit back by ``1 / limit``; a change if it crossed

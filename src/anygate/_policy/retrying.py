@@ -136,7 +136,7 @@ class Retrier:
         if self.adaptive is not None:
             if outcome == SUCCESS:
                 if run.admitted_at is not None:
-                    self.adaptive.passed(run.admitted_at)
+                    self.adaptive.passed(run.admitted_at, run.sending)
                 grown = self.adaptive.on_success(saturated=run.saturated, probe=probe)
             elif probe:
                 self.adaptive.probe_ended()
@@ -210,6 +210,22 @@ class Retrier:
         adaptive = self.adaptive
         assert adaptive is not None
         kind = judgement.kind
+        if kind is not None and run.admitted_at is not None:
+            adaptive.rejected(run.admitted_at)
+        unit = rate_unit(judgement.verdict) if kind == "rate" else None
+        if (
+            kind == "rate"
+            and unit is None
+            and not judgement.verdict.code
+            and run.admitted_at is not None
+        ):
+            # A 429 that names no limit (no code, no wording; OpenAI's rate_limit_exceeded
+            # is per-minute): the one our counts say was full (issue 30).
+            attributed = adaptive.attribute(run.admitted_at, run.sending or run.in_flight)
+            if attributed == "requests":
+                unit = "requests"
+            elif attributed is not None:
+                kind = attributed
         if kind is not None and kind != "rate" and run.admitted_at is not None:
             adaptive.turned_away(run.admitted_at)  # a throttled send filled no window
         if kind == "burst":
@@ -223,7 +239,7 @@ class Retrier:
                 probe=run.burst_probe,
                 admitted_at=run.admitted_at,
                 caller=run,
-                unit=rate_unit(judgement.verdict),
+                unit=unit,
             )
         return False
 

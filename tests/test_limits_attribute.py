@@ -1,0 +1,150 @@
+"""A plain 429 (no code, no wording, no headers) is taken for the limit our counts say was
+full (issue 30 item 3): the pure rule, the in-service count it rests on, and a policy on
+trio's MockClock learning a provider's slots from bare 429s alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from anygate import AdaptiveLimit, Gate, Policy, ResponseError, RetryConfig
+from anygate._limits.attribute import NEAR, attribute
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock
+
+
+def _attribute(**kwargs: Any) -> object:
+    facts: dict[str, Any] = {
+        "sending": 10,
+        "most_passed": 10,
+        "requests": 0,
+        "requests_estimate": None,
+        "steep": False,
+        "tokens_counted": False,
+    }
+    facts.update(kwargs)
+    return attribute(**facts)
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def test_a_new_high_in_service_at_a_steady_rate_is_the_slots() -> None:
+    assert _attribute(sending=33, most_passed=32) == "concurrency"
+
+
+def test_a_new_high_while_the_rate_grew_steeply_is_no_evidence_of_slots() -> None:
+    """During a ramp the concurrency rises with the rate: a slope rule's 429 then lands at
+    a new high too."""
+    assert _attribute(sending=33, most_passed=32, steep=True) == "burst"
+
+
+def test_a_count_that_got_through_before_is_not_the_slots() -> None:
+    assert _attribute(sending=20, most_passed=32) == "burst"
+    assert _attribute(sending=32, most_passed=32) == "burst"
+
+
+def test_before_anything_got_through_nothing_is_a_new_high() -> None:
+    assert _attribute(sending=1, most_passed=0) == "burst"
+    assert _attribute(sending=5, most_passed=0) == "burst"
+
+
+def test_a_minute_near_its_estimate_is_the_per_minute_limit() -> None:
+    assert _attribute(requests=1100, requests_estimate=1200) == "requests"
+    assert _attribute(requests=round(NEAR * 1000), requests_estimate=1000) == "requests"
+    assert _attribute(requests=800, requests_estimate=1200) == "burst"
+    assert _attribute(requests=5000, requests_estimate=None) == "burst"  # nothing to be near
+
+
+def test_when_both_are_full_the_nearer_estimate_wins() -> None:
+    # 33 / 32 in service against 1,250 / 1,200 requests: the minute is fuller.
+    assert _attribute(sending=33, most_passed=32, requests=1250, requests_estimate=1200) == (
+        "requests"
+    )
+    # 40 / 20 in service against 1,100 / 1,200: the slots are.
+    assert _attribute(sending=40, most_passed=20, requests=1100, requests_estimate=1200) == (
+        "concurrency"
+    )
+
+
+def test_with_tokens_counted_an_unexplained_429_stays_unknown() -> None:
+    """A token budget's bare 429 looks like a short window's: say nothing."""
+    assert _attribute(tokens_counted=True) is None
+    assert _attribute(sending=33, most_passed=32, tokens_counted=True) == "concurrency"
+
+
+# --------------------------------------------------------------------------- the counts
+
+
+def test_the_most_in_service_leaves_out_calls_turned_away_after_it_was_sent() -> None:
+    """27 slot holders at a send, three of them 429s still on their way back (one sent at
+    the same instant): 24 were in service. Counted with them, a 24-slot provider read 27,
+    and the slots' later 429s were taken for a rate rule's."""
+    clock = FakeClock()
+    gate = Gate(64, name="counts", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    clock.now = 10.05
+    limit.rejected(9.98)  # sent before, answered after the send at 10.0
+    limit.rejected(10.0)  # sent at the same instant
+    clock.now = 10.2
+    limit.rejected(10.01)  # sent after it: not counted
+    clock.now = 12.0
+    limit.passed(10.0, sending=27)
+    assert limit._most_passed == 25
+    limit.passed(11.0, sending=24)  # no 429 around it
+    assert limit._most_passed == 25
+    limit.passed(11.5, sending=26)
+    assert limit._most_passed == 26
+
+
+# --------------------------------------------------------------------------- a policy
+
+
+def _plain() -> ResponseError:
+    return ResponseError(429)  # no body, no headers: "HTTP 429"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_policy_learns_the_slots_from_plain_429s() -> None:
+    """A provider with 12 slots answers a bare 429 when they are all taken; 40 callers,
+    each making 8 one-second calls in a row, start over 2 s (no slots published). The
+    policy takes the 429s at a new high for the slots and holds its gate near 12; most
+    calls see no 429 at all."""
+    slots = 12
+    in_service = 0
+    turned = 0
+
+    async def provider() -> str:
+        nonlocal in_service, turned
+        if in_service >= slots:
+            turned += 1
+            await anyio.sleep(0.05)
+            raise _plain()
+        in_service += 1
+        try:
+            await anyio.sleep(1.0)
+        finally:
+            in_service -= 1
+        return "ok"
+
+    policy = Policy(
+        name="plain-slots",
+        clock=anyio.current_time,
+        retry=RetryConfig(throttle_attempts=20, max_attempts=20),
+    )
+    results: list[str] = []
+
+    async def agent(index: int) -> None:
+        await anyio.sleep(index * 0.05)
+        results.extend([await policy.call(provider) for _ in range(8)])
+
+    async with anyio.create_task_group() as tg:
+        for index in range(40):
+            tg.start_soon(agent, index)
+    assert results == ["ok"] * 320
+    assert policy.adaptive_limit.limit <= slots + 1
+    # 6 here; taken for a per-minute 429 (before), 111 (a third of the calls).
+    assert turned <= 16, turned
