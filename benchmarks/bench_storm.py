@@ -151,6 +151,11 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
     # Every limit answered with a bare 429 (no code, no wording, no headers): where the
     # attribution of plain 429s (anygate._limits.attribute) was developed.
     ("plain 429s, slots 24 / 48", ["provider.plain_429=true", "provider.slots=24,48"]),
+    # The peak scaled x5: where the herd limit's growth (HERD_GROWTH) was chosen.
+    (
+        "morning peak x5",
+        ["fleet.agents=1200", "provider.slots=160", "provider.rpm=6000", "published.rpm=6000"],
+    ),
 )
 
 #: The capped peers anygate is held against (a semaphore around the user's retries).

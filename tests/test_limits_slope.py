@@ -254,3 +254,51 @@ def test_slot_holders_held_back_are_not_counted_at_the_provider() -> None:
     assert limit.pass_pause(second) == (0.0, False)  # the grace is over
     assert limit.reserve_send(clock.now, second) == 0.0  # sent
     assert limit.sending(10) == 10
+
+
+def _herd(clock: FakeClock) -> tuple[Gate, AdaptiveLimit]:
+    """An uncapped gate whose first confirmed slope throttle found 20 in flight."""
+    gate = Gate(math.inf, name="herd", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    for i in range(40):
+        clock.now = i * 0.1
+        assert limit.reserve_send(clock.now) == 0.0
+    assert limit.on_throttle(limit.generation, None, 20, admitted_at=3.9) is None  # checked
+    assert limit.pass_pause() == (0.0, True)
+    change = limit.on_throttle(limit.generation, None, 20, probe=True, admitted_at=4.0)
+    assert change is not None
+    assert gate.capacity == 20  # the herd's limit: what was in flight
+    return gate, limit
+
+
+def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_known() -> None:
+    """The herd's limit is no lesson about the slots: with the slope rule holding the rate,
+    a saturated success raises it to 1.1 x the most calls in service that got through
+    (a round trip's growth), not by 1 / limit (the morning peak x10 stayed near 244 of its
+    320 slots to the end that way)."""
+    clock = FakeClock()
+    gate, limit = _herd(clock)
+    limit.passed(4.5, sending=20)
+    limit.on_success(saturated=True)
+    assert gate.capacity == 20  # the slope is not known yet: 20 + 1/20
+    limit._slope.growth = 2.0  # learned (as the slope tests above learn it)
+    limit.passed(5.0, sending=20)
+    limit.on_success(saturated=True)
+    assert gate.capacity == 22  # 1.1 x 20
+    limit.passed(6.0, sending=22)
+    limit.on_success(saturated=True)
+    assert gate.capacity == 24  # floor(1.1 x 22)
+    limit.on_success(saturated=False)  # slots stood free: no evidence
+    assert gate.capacity == 24
+
+
+def test_a_concurrency_lesson_ends_the_herds_growth() -> None:
+    clock = FakeClock()
+    gate, limit = _herd(clock)
+    limit._slope.growth = 2.0
+    limit.passed(5.0, sending=20)
+    assert limit.on_concurrency(limit.generation, 20, exact=True) is not None
+    assert gate.capacity == 19  # the slots: in flight less one
+    clock.now += 3600.0  # long after the hold
+    limit.on_success(saturated=True)
+    assert gate.capacity == 19  # 19 + 1/19: additive again

@@ -13,11 +13,11 @@ estimate, and names the limit the 429 is taken for:
 1. ``"concurrency"``: more calls were at the provider than ever got through at once
    (``sending > most_passed``, once one got through). A rate rule turns calls away at any concurrency; a slot
    limit only above the slots, so a new high is the slots' evidence. Not while the send
-   rate could have been too steep (``steep``: the trailing slope window held more than
-   the one before it, or, with the slope rule learned, the send was not well inside its
-   allowance): while a fleet ramps up its concurrency rises with its rate, and a slope
-   429 at a new high taken for the slots held a 48-slot provider to 30 for two minutes
-   (1.17x the oracle). Nor when the requests of the last minute are nearer their estimate
+   rate could have been too steep (``steep``: the slope rule not yet learned, and the
+   trailing slope window held more than the one before it): while a fleet ramps up its
+   concurrency rises with its rate, and a slope 429 at a new high taken for the slots
+   held a 48-slot provider to 30 for two minutes (1.17x the oracle). Once learned, the
+   rule holds every send to its allowance, so a new high is the slots' again. Nor when the requests of the last minute are nearer their estimate
    (both full at once: the rate's answer is the one that also slows the concurrency).
 2. ``"requests"``: the requests accepted in the minute before the send reached
    :data:`NEAR` of the per-minute estimate (learned, or else published).

@@ -24,7 +24,11 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    burst throttle is only *checked* before any of that: one probe goes at once, and only
    its own 429 confirms the throttle (one 429 could be a shared pool's).
 3. **additive increase**: each success admitted on a full gate raises the limit by
-   ``1 / limit``, back up to the configured maximum (none without a cap).
+   ``1 / limit``, back up to the configured maximum (none without a cap). An uncapped
+   gate's herd limit (its calls in flight at a slope throttle) is no lesson about the
+   slots: once the slope rule is learned, a success raises it to ``HERD_GROWTH`` (1.1)
+   times the most calls in service that got through, until a concurrency 429 teaches
+   the slots.
 
 Only the first throttle of an episode counts. An attempt admitted before the latest
 change was sent under the old limit, so its 429 is old news: every attempt records the
@@ -62,6 +66,7 @@ from .._config.limit_values import (
     DEFAULT_MIN_CONCURRENT_CALLS,
     DEFAULT_PACE_BURST_RATE,
     DEFAULT_PAUSE_MS,
+    HERD_GROWTH,
     PACE_SAMPLE_S,
     AdaptiveStatistics,
     LimitChange,
@@ -125,6 +130,7 @@ class AdaptiveLimit:
         "_generation",
         "_held",
         "_held_until",
+        "_herd",
         "_hold_s",
         "_learned",
         "_limit",
@@ -201,6 +207,8 @@ class AdaptiveLimit:
         # The most calls at the provider at the send of one that got through (attribute),
         # and the recent 429s' (send, answer) times that correct that count.
         self._most_passed = 0
+        # The limit is the herd's (in flight at a slope throttle), not a concurrency lesson.
+        self._herd = False
         self._rejections: deque[tuple[float, float]] = deque()
         # The release after a pause that turned many away (issue 26), until it is over.
         self._release: Release | None = None
@@ -453,6 +461,7 @@ class AdaptiveLimit:
                 # No limit yet: what was in flight when the rate grew too steep is one;
                 # without it the end of the pause would release every queued call at once.
                 self._limit = float(max(self._floor_now(), in_flight))
+                self._herd = True
             self._generation += 1
             self._throttles += 1
             if retry_after is not None:
@@ -592,6 +601,7 @@ class AdaptiveLimit:
             else:
                 self._hold_s = DEFAULT_HOLD_S
             self._learned = target
+            self._herd = False
             self._held_until = now + self._hold_s
             self._limit = target
             self._generation += 1
@@ -677,11 +687,13 @@ class AdaptiveLimit:
             if estimate is None and rate is not None:
                 estimate = rate.requests_per_minute
             log, slope = self._requests.log, self._slope
-            if slope.known:
-                steep = not slope.inside(log, at)
-            else:
-                window = slope.window_s
-                steep = log.count(at - window, at) > log.count(at - 2 * window, at - window)
+            # Learned, the slope rule holds every send to its allowance: a new high then
+            # is the slots' (taken for the slope's, the peak's herd limit grown past 32
+            # slots taught a 5 s window and growth 1.5 from their 429s: 1.045x).
+            window = slope.window_s
+            steep = not slope.known and log.count(at - window, at) > log.count(
+                at - 2 * window, at - window
+            )
             return attribute(
                 sending=sending,
                 most_passed=self._most_passed,
@@ -718,7 +730,12 @@ class AdaptiveLimit:
             if self._clock() < self._held_until:
                 return None
             old = self._applied
-            self._limit = raised_limit(self._limit, ceiling=self._ceiling)
+            limit = raised_limit(self._limit, ceiling=self._ceiling)
+            if self._herd and self._slope.known:
+                # The herd's limit is no lesson about the slots, and the slope rule holds
+                # the rate: grow a tenth above the most in service that got through.
+                limit = min(self._ceiling, max(limit, HERD_GROWTH * self._most_passed))
+            self._limit = limit
             self._apply()
             if self._applied == old:
                 return None
