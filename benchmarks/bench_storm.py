@@ -150,6 +150,38 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
     ("shared pool 3 %", ["provider.shared_pool={probability: 0.03, kind: burst}"]),
 )
 
+#: The token tuning set (``--tuning``): one change each to ``openai-tier1-tpm``, none of them
+#: in TOKEN_SWEEP, where token defaults are chosen; TOKEN_SWEEP reports how they do elsewhere.
+TOKEN_TUNING: tuple[tuple[str, list[str]], ...] = (
+    ("hidden TPM 150,000 behind 200,000", ["provider.tokens.tpm=150000"]),
+    ("background load 20 %", ["provider.tokens.background=0.2"]),
+    ("fleet 80 agents", ["fleet.agents=80"]),
+    ("latency 2 s", ["provider.latency.median_s=2.0"]),
+    (
+        "mid-size context (~15,000-token prompts, 40 agents)",
+        [
+            "fleet.tokens.prompt={median: 15000, sigma: 0.4, min: 2000, max: 60000}",
+            "fleet.agents=40",
+        ],
+    ),
+    (
+        "Anthropic-like ITPM/OTPM, no outage",
+        [
+            "provider.tokens={rpm: 80, itpm: 50000, otpm: 12000}",
+            "published={rpm: 80, itpm: 50000, otpm: 12000}",
+            "provider.headers=anthropic",
+            "fleet.agents=40",
+        ],
+    ),
+    (
+        "Azure OpenAI rule at 120,000 TPM (720 RPM per 10 s)",
+        [
+            "provider.tokens={rule: azure, tpm: 120000}",
+            "published={rpm: 720, tpm: 120000}",
+        ],
+    ),
+)
+
 #: The capped peers anygate is held against (a semaphore around the user's retries).
 CAPPED_PEERS = ("sdk+cap", "cookbook+cap", "stamina+cap")
 
@@ -237,7 +269,9 @@ def main() -> None:
     parser.add_argument("--json", default=None, metavar="FILE", help="also write every row")
     parser.add_argument("--quick", action="store_true", help="scenarios only, no sweep")
     parser.add_argument(
-        "--tuning", action="store_true", help="run the tuning set instead (no scenarios)"
+        "--tuning",
+        action="store_true",
+        help="run the tuning sets instead (TUNING and TOKEN_TUNING; no scenarios)",
     )
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
@@ -262,7 +296,16 @@ def main() -> None:
             results.append(result)
             print(f"-- sweep: {label} (morning-peak with one change)")
             print(format_sweep(result), end="\n\n", flush=True)
-        if not args.tuning:
+        if args.tuning:
+            base, _ = scenario_mapping("openai-tier1-tpm")
+            for label, vary in TOKEN_TUNING:
+                result = run_sweep(
+                    base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs
+                )
+                results.append(result)
+                print(f"-- sweep: {label} (openai-tier1-tpm with one change)")
+                print(format_sweep(result), end="\n\n", flush=True)
+        else:
             for label, vary in CONTROLLER_SWEEP:
                 result = run_sweep(
                     base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs
