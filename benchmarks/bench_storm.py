@@ -155,6 +155,7 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
 TOKEN_TUNING: tuple[tuple[str, list[str]], ...] = (
     ("hidden TPM 150,000 behind 200,000", ["provider.tokens.tpm=150000"]),
     ("background load 20 %", ["provider.tokens.background=0.2"]),
+    ("background load 55 %", ["provider.tokens.background=0.55"]),
     ("fleet 80 agents", ["fleet.agents=80"]),
     ("latency 2 s", ["provider.latency.median_s=2.0"]),
     (
