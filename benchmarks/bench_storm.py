@@ -30,6 +30,12 @@ defaults with the cap people pick when nothing is published (32, as the ``+cap``
 use; ``anygate_cap32.yaml``), to separate what the missing cap costs from what the policy
 does once it has one.
 
+``--tuning`` runs the tuning sets instead: ``TUNING`` (one-change cells of ``morning-peak``)
+and ``TOKEN_TUNING`` (one-change cells of ``openai-tier1-tpm``: hidden TPM 150,000,
+background load 20 % and 55 %, 80 agents, latency 2 s, ~15,000-token prompts, an
+Anthropic-like 50k/12k/80 provider without an outage, Azure's rule at 120,000 TPM), none of
+them in a reporting set.
+
 Tuning and reporting are kept apart: nothing here chooses a default. The built-in
 ``anygate`` strategy is the library's defaults plus the scenario's published facts; no
 value in it was picked on any of these variations (the policy issue that follows tunes on
@@ -38,7 +44,7 @@ a separate tuning set and reports here).
 Virtual time, so the numbers are deterministic for the seeds and independent of the
 machine; only the wall time depends on it. Runs are spread over ``--jobs`` processes.
 
-Usage: ``python benchmarks/bench_storm.py [--seeds 1-10] [--jobs N] [--json FILE]``
+Usage: ``python benchmarks/bench_storm.py [--seeds 1-10] [--jobs N] [--json FILE] [--tuning]``
 """
 
 from __future__ import annotations
