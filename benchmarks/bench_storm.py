@@ -30,6 +30,12 @@ defaults with the cap people pick when nothing is published (32, as the ``+cap``
 use; ``anygate_cap32.yaml``), to separate what the missing cap costs from what the policy
 does once it has one.
 
+``--tuning`` runs the tuning sets instead: ``TUNING`` (one-change cells of ``morning-peak``)
+and ``TOKEN_TUNING`` (one-change cells of ``openai-tier1-tpm``: hidden TPM 150,000,
+background load 20 % and 55 %, 80 agents, latency 2 s, ~15,000-token prompts, an
+Anthropic-like 50k/12k/80 provider without an outage, Azure's rule at 120,000 TPM), none of
+them in a reporting set.
+
 Tuning and reporting are kept apart: nothing here chooses a default. The built-in
 ``anygate`` strategy is the library's defaults plus the scenario's published facts; no
 value in it was picked on any of these variations (the policy issue that follows tunes on
@@ -38,7 +44,7 @@ a separate tuning set and reports here).
 Virtual time, so the numbers are deterministic for the seeds and independent of the
 machine; only the wall time depends on it. Runs are spread over ``--jobs`` processes.
 
-Usage: ``python benchmarks/bench_storm.py [--seeds 1-10] [--jobs N] [--json FILE]``
+Usage: ``python benchmarks/bench_storm.py [--seeds 1-10] [--jobs N] [--json FILE] [--tuning]``
 """
 
 from __future__ import annotations
@@ -158,6 +164,39 @@ TUNING: tuple[tuple[str, list[str]], ...] = (
     ),
 )
 
+#: The token tuning set (``--tuning``): one change each to ``openai-tier1-tpm``, none of them
+#: in TOKEN_SWEEP, where token defaults are chosen; TOKEN_SWEEP reports how they do elsewhere.
+TOKEN_TUNING: tuple[tuple[str, list[str]], ...] = (
+    ("hidden TPM 150,000 behind 200,000", ["provider.tokens.tpm=150000"]),
+    ("background load 20 %", ["provider.tokens.background=0.2"]),
+    ("background load 55 %", ["provider.tokens.background=0.55"]),
+    ("fleet 80 agents", ["fleet.agents=80"]),
+    ("latency 2 s", ["provider.latency.median_s=2.0"]),
+    (
+        "mid-size context (~15,000-token prompts, 40 agents)",
+        [
+            "fleet.tokens.prompt={median: 15000, sigma: 0.4, min: 2000, max: 60000}",
+            "fleet.agents=40",
+        ],
+    ),
+    (
+        "Anthropic-like ITPM/OTPM, no outage",
+        [
+            "provider.tokens={rpm: 80, itpm: 50000, otpm: 12000}",
+            "published={rpm: 80, itpm: 50000, otpm: 12000}",
+            "provider.headers=anthropic",
+            "fleet.agents=40",
+        ],
+    ),
+    (
+        "Azure OpenAI rule at 120,000 TPM (720 RPM per 10 s)",
+        [
+            "provider.tokens={rule: azure, tpm: 120000}",
+            "published={rpm: 720, tpm: 120000}",
+        ],
+    ),
+)
+
 #: The capped peers anygate is held against (a semaphore around the user's retries).
 CAPPED_PEERS = ("sdk+cap", "cookbook+cap", "stamina+cap")
 
@@ -245,7 +284,9 @@ def main() -> None:
     parser.add_argument("--json", default=None, metavar="FILE", help="also write every row")
     parser.add_argument("--quick", action="store_true", help="scenarios only, no sweep")
     parser.add_argument(
-        "--tuning", action="store_true", help="run the tuning set instead (no scenarios)"
+        "--tuning",
+        action="store_true",
+        help="run the tuning sets instead (TUNING and TOKEN_TUNING; no scenarios)",
     )
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
@@ -270,7 +311,16 @@ def main() -> None:
             results.append(result)
             print(f"-- sweep: {label} (morning-peak with one change)")
             print(format_sweep(result), end="\n\n", flush=True)
-        if not args.tuning:
+        if args.tuning:
+            base, _ = scenario_mapping("openai-tier1-tpm")
+            for label, vary in TOKEN_TUNING:
+                result = run_sweep(
+                    base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs
+                )
+                results.append(result)
+                print(f"-- sweep: {label} (openai-tier1-tpm with one change)")
+                print(format_sweep(result), end="\n\n", flush=True)
+        else:
             for label, vary in CONTROLLER_SWEEP:
                 result = run_sweep(
                     base, parse_vary(vary), seeds, names, extra=extra, jobs=args.jobs

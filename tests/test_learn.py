@@ -413,17 +413,17 @@ def tell(gate: Gate, learner: RateLearner, remaining: float) -> bool:
 def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:
     """Another client spends from the bucket: 40,000 left at 60 s, 30,000 at 70 s with
     20,000 of ours charged between, so 10,000 refilled for us in 10 s: 60,000/min of the
-    provider's units, below 90 % of the 200,000 limit. A quarter of our charge was
-    refunded by settle (the provider keeps it), so the gate paces 45,000/min of its own.
-    A bucket back above a quarter of its limit clears the share."""
+    provider's units, below the 200,000 limit. A quarter of our charge was refunded by
+    settle (the provider keeps it), so the gate paces 45,000/min of its own. A bucket back
+    above a quarter of its limit clears the share."""
     gate, learner, now = shared_gate()
     tell(gate, learner, 195_000)
-    tell(gate, learner, 190_000)  # confirmed: paced at 180,000/min
+    tell(gate, learner, 190_000)  # confirmed, synced: paced at the whole 200,000/min
     assert gate.rate is not None
-    assert gate.rate.tokens_per_minute == 180_000
+    assert gate.rate.tokens_per_minute == 200_000
     now[0] = 60.0
     tell(gate, learner, 40_000)
-    assert gate.rate.tokens_per_minute == 180_000  # one snapshot: no span yet
+    assert gate.rate.tokens_per_minute == 200_000  # one snapshot: no span yet
     now[0] = 70.0
     token = gate.acquire_nowait(tokens=20_000)
     token.settle(tokens=15_000)
@@ -432,9 +432,34 @@ def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:
     assert learner.limits.tokens_share_per_minute == pytest.approx(45_000)
     now[0] = 75.0
     assert tell(gate, learner, 60_000)
-    assert gate.rate.tokens_per_minute == 180_000
+    assert gate.rate.tokens_per_minute == 200_000
     assert learner.limits.tokens_share_per_minute is None
     token.release()
+
+
+def test_a_token_limit_synced_to_remaining_is_paced_at_the_whole_limit() -> None:
+    """Issue 30: once reports with ``remaining`` and ``sent=`` sync the token budget, the
+    syncs hold it at the provider's level and a 10 % margin on top only leaves a tenth of
+    the limit unused (1.04-1.14x the oracle on tier-1 cells). Without ``sent`` (nothing
+    synced) the headroom stays, and so it does for requests, synced or not."""
+    gate, learner, _ = shared_gate()
+    unsynced = Gate(name="unsynced", rate=Rate(tokens_per_minute=600_000))
+    for remaining in (195_000, 190_000):
+        learn_from_headers(unsynced, openai_headers(200_000, remaining, kind="tokens"))
+        both = {
+            **openai_headers(200_000, remaining, kind="tokens"),
+            **openai_headers(500, 490),
+        }
+        learner.observe_headers(both, sent=gate.budget_mark())
+    assert unsynced.rate is not None
+    assert unsynced.rate.tokens_per_minute == 180_000
+    assert gate.rate is not None
+    assert (gate.rate.tokens_per_minute, gate.rate.requests_per_minute) == (200_000, 450)
+    # Synced after the limit was adopted: re-paced at once.
+    learn_from_headers(unsynced, openai_headers(200_000, 185_000, kind="tokens"), sent=None)
+    mark = unsynced.budget_mark()
+    assert learn_from_headers(unsynced, openai_headers(200_000, 180_000, kind="tokens"), sent=mark)
+    assert unsynced.rate.tokens_per_minute == 200_000
 
 
 def test_a_bucket_holding_level_under_our_pace_sets_no_share() -> None:
@@ -484,3 +509,23 @@ def test_a_bucket_drained_by_calls_stating_no_tokens_sets_no_share() -> None:
     tell(gate, learner, 20_000)
     assert learner.limits.tokens_share_per_minute is None
     token.release()
+
+
+def test_a_sliding_window_keeps_the_headroom_though_synced() -> None:
+    """Half the limit left and yet a reset most of a window away: not a refilled bucket
+    (half full, it would refill in half a window) but a sliding window that empties a
+    window after its newest entry (Azure). Its lumpy give-back keeps the 10 % margin,
+    also when the window shows itself after the limit was adopted."""
+    gate, learner, _ = shared_gate()
+
+    def window(remaining: float, reset_s: float) -> LimitReport:
+        return LimitReport(tokens=ReportedLimit(200_000, remaining, reset_s, 60.0), source="test")
+
+    for remaining in (195_000, 190_000):  # a bucket so far: 10 s to refill 5 %
+        learner.observe(window(remaining, 3.0), sent=gate.budget_mark())
+    assert gate.rate is not None
+    assert gate.rate.tokens_per_minute == 200_000
+    assert learner.observe(window(150_000, 59.0), sent=gate.budget_mark())
+    assert gate.rate.tokens_per_minute == 180_000
+    learner.observe(window(20_000, 59.0), sent=gate.budget_mark())  # low: tells nothing
+    assert gate.rate.tokens_per_minute == 180_000
