@@ -1,0 +1,148 @@
+"""A concurrency limit for a queueing server, inferred from latency alone (issue 30 item 5).
+
+Why. A local model server (llama.cpp, Ollama, vLLM without a queue bound) that has more
+requests than slots does not refuse them: it queues them and answers slowly. Nothing says
+"429"; a client that adds calls only adds waiting time, and a server with a bounded queue
+answers "busy" once it is full. The concurrency at which throughput stops rising can be read
+off the answers' latency, as Netflix's concurrency-limits does for services (``VegasLimit``,
+``Gradient2Limit``).
+
+What. Each successful call is one sample: its latency (send to completion) and the calls
+in flight when it was sent, itself included (its *level*). :class:`LatencyLimit` keeps
+
+* per level, the mean latency of the calls sent at it (a running mean, then an exponential
+  one, :data:`SMOOTHING`), and when it was last seen;
+* the **no-load latency**: the least of those means (Vegas keeps the least single round
+  trip; LLM answers vary too much for that, see :data:`SMOOTHING`);
+* the **slots** the server serves at once, by Little's law: at level ``n`` with mean
+  latency ``m``, ``n x no_load / m`` calls are being served and the rest wait (Vegas's
+  ``queue = limit x (1 - rtt_noload / rtt)``, counted with the calls really in flight rather
+  than the limit); the estimate is the most any level still remembered shows;
+* the **limit**: ``max(TOLERANCE x slots, slots + 1)``. Over the slots, so that the server
+  never idles between calls and a server that gained slots is found (the level above gets
+  sampled); :data:`TOLERANCE` bounds the queueing delay this allows.
+
+Forgetting. A level's mean follows new samples at it (:data:`SMOOTHING`); a level not
+sampled for :data:`PROBE_MULTIPLIER` x limit samples (Vegas forgets its no-load round trip
+as often) is forgotten if a more recent level lies below it. Levels below every recent one
+are kept: they are the reference that shows the recent level queued (forgetting them, as
+Vegas's probe does, let the limit creep up 1.5x per memory in a saturated queue). A server
+that got slower reads as a queue: the limit comes down until the levels it samples are
+recent, and grows again from there.
+
+Not for: providers that refuse load with 429s (their count at rejection says more, see
+:mod:`.window`), nor calls whose latency is mostly their own length (long generations):
+that is why it is off by default where no slots are published (docs/policy.md).
+
+Pure arithmetic: the caller passes latencies and counts, and holds a lock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import final
+
+__all__ = ["PROBE_MULTIPLIER", "SMOOTHING", "TOLERANCE", "LatencyLimit"]
+
+#: Queueing delay tolerated over the no-load latency before the limit stops growing: 1.5x,
+#: Netflix ``Gradient2Limit``'s default ``rttTolerance``. Measured on local-1-slot with 4
+#: and 8 slots (docs/simulate.md): it keeps the server's queue at about half its slots,
+#: under a 4-deep queue bound, and never idles a slot.
+TOLERANCE = 1.5
+#: A level's mean becomes exponential after ``1 / SMOOTHING`` samples, with this weight:
+#: Gradient2's default ``smoothing`` (0.2), so that a level forgets a changed server within
+#: about ten samples. A mean, not Vegas's least round trip: LLM answers vary by about 30 %
+#: from call to call (the local-server scenarios' sigma 0.3), and the least of 30 such
+#: samples is about half the median, which reads every unqueued call as queued.
+SMOOTHING = 0.2
+#: A level unsampled for this many times the limit's samples is forgotten: Vegas's
+#: ``probeMultiplier`` (30), how often it resets its no-load round trip.
+PROBE_MULTIPLIER = 30
+#: Levels are remembered at most this many samples even at a tiny limit (a limit of 1
+#: would forget the level above after 30 samples, and with it the evidence it queued).
+_MIN_MEMORY = 60
+
+
+@final
+class LatencyLimit:
+    """The latency estimate (see the module docstring); not thread-safe.
+
+    Args:
+        ceiling: the limit never exceeds this (``inf``: no cap).
+        floor: nor goes below this.
+    """
+
+    __slots__ = ("_ceiling", "_floor", "_levels", "_limit", "_noload", "_samples", "_slots")
+
+    def __init__(self, *, ceiling: float = math.inf, floor: float = 1.0) -> None:
+        self._ceiling = ceiling
+        self._floor = floor
+        # level -> [mean latency, samples at it, index of the last sample]
+        self._levels: dict[int, list[float]] = {}
+        self._samples = 0
+        self._noload: float | None = None
+        self._slots: float | None = None
+        self._limit: float | None = None
+
+    @property
+    def limit(self) -> float | None:
+        """The concurrency to allow, between the floor and the ceiling; ``None`` before
+        the first sample."""
+        return self._limit
+
+    @property
+    def slots(self) -> float | None:
+        """The calls the server serves at once, as the latencies put it."""
+        return self._slots
+
+    @property
+    def no_load_latency(self) -> float | None:
+        """The latency of an unqueued call, in the caller's time unit."""
+        return self._noload
+
+    def bound(self, *, ceiling: float, floor: float) -> None:
+        """New bounds (the gate's maximum or floor changed); applied at the next sample."""
+        self._ceiling = ceiling
+        self._floor = floor
+
+    def observe(self, latency: float, in_flight: int) -> float | None:
+        """One successful call: ``latency`` from its send to its completion, and the calls
+        in flight at its send, itself included. Returns the new :attr:`limit`.
+
+        A latency that is not a positive finite number, or a count below 1, is ignored
+        (a clock that did not move says nothing)."""
+        if not (latency > 0 and math.isfinite(latency)) or in_flight < 1:
+            return self._limit
+        self._samples += 1
+        level = self._levels.get(in_flight)
+        if level is None:
+            self._levels[in_flight] = [latency, 1.0, float(self._samples)]
+        else:
+            level[1] += 1
+            level[0] += (latency - level[0]) * max(SMOOTHING, 1.0 / level[1])
+            level[2] = float(self._samples)
+        self._forget()
+        levels = self._levels
+        noload = min(mean for mean, _, _ in levels.values())
+        slots = max(n * noload / mean for n, (mean, _, _) in levels.items())
+        self._noload = noload
+        self._slots = slots
+        self._limit = max(self._floor, min(self._ceiling, max(TOLERANCE * slots, slots + 1)))
+        return self._limit
+
+    def _forget(self) -> None:
+        """Drop the levels unsampled for the memory, above the lowest level sampled in it.
+
+        Only above: a level below every recent one is the reference the recent ones are
+        queued against (a full gate samples one level only); forgotten, the queued level
+        would read as unqueued and the limit would grow by :data:`TOLERANCE` each memory.
+        A server that got slower is relearned all the same: its longer answers read as a
+        queue, the limit comes down, and the lower levels it then samples are recent."""
+        limit = self._limit
+        memory = _MIN_MEMORY if limit is None else max(_MIN_MEMORY, PROBE_MULTIPLIER * limit)
+        oldest = self._samples - memory
+        levels = self._levels
+        recent = [n for n, (_, _, seen) in levels.items() if seen >= oldest]
+        lowest = min(recent)  # the level just sampled is recent
+        for n in [n for n, (_, _, seen) in levels.items() if seen < oldest and n > lowest]:
+            del levels[n]
