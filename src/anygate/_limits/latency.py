@@ -11,24 +11,27 @@ What. Each successful call is one sample: its latency (send to completion) and t
 in flight when it was sent, itself included (its *level*). :class:`LatencyLimit` keeps
 
 * per level, the mean latency of the calls sent at it (a running mean, then an exponential
-  one, :data:`SMOOTHING`), and when it was last seen;
+  one, :data:`SMOOTHING`), and when it was last sampled;
 * the **no-load latency**: the least of those means (Vegas keeps the least single round
   trip; LLM answers vary too much for that, see :data:`SMOOTHING`);
 * the **slots** the server serves at once, by Little's law: at level ``n`` with mean
   latency ``m``, ``n x no_load / m`` calls are being served and the rest wait (Vegas's
   ``queue = limit x (1 - rtt_noload / rtt)``, counted with the calls really in flight rather
-  than the limit); the estimate is the most any level still remembered shows;
+  than the limit); the estimate is the most any *recent* level shows (sampled within the
+  memory, :data:`PROBE_MULTIPLIER` x limit samples);
 * the **limit**: ``max(TOLERANCE x slots, slots + 1)``. Over the slots, so that the server
   never idles between calls and a server that gained slots is found (the level above gets
   sampled); :data:`TOLERANCE` bounds the queueing delay this allows.
 
-Forgetting. A level's mean follows new samples at it (:data:`SMOOTHING`); a level not
-sampled for :data:`PROBE_MULTIPLIER` x limit samples (Vegas forgets its no-load round trip
-as often) is forgotten if a more recent level lies below it. Levels below every recent one
-are kept: they are the reference that shows the recent level queued (forgetting them, as
-Vegas's probe does, let the limit creep up 1.5x per memory in a saturated queue). A server
-that got slower reads as a queue: the limit comes down until the levels it samples are
-recent, and grows again from there.
+Forgetting. A level's mean follows new samples at it (:data:`SMOOTHING`); a level sampled
+again after the memory starts afresh. A level not sampled within the memory is dropped if a
+recent level lies below it; levels below every recent one are kept: they are the reference
+that shows the recent level queued (dropped, as Vegas's periodic reset does, the queued
+level would read as unqueued and the limit would creep up 1.5x per memory; measured on a
+model server). To refresh that reference, once per memory the limit *probes down* to
+``slots / TOLERANCE`` until a call sent at that level answers (BBR's ProbeRTT drains the
+queue the same way, for the same reason): a server that got slower or faster is relearned
+from it, at the cost of about one round trip at two thirds of the slots per memory.
 
 Not for: providers that refuse load with 429s (their count at rejection says more, see
 :mod:`.window`), nor calls whose latency is mostly their own length (long generations):
@@ -45,21 +48,22 @@ from typing import final
 __all__ = ["PROBE_MULTIPLIER", "SMOOTHING", "TOLERANCE", "LatencyLimit"]
 
 #: Queueing delay tolerated over the no-load latency before the limit stops growing: 1.5x,
-#: Netflix ``Gradient2Limit``'s default ``rttTolerance``. Measured on local-1-slot with 4
-#: and 8 slots (docs/simulate.md): it keeps the server's queue at about half its slots,
-#: under a 4-deep queue bound, and never idles a slot.
+#: Netflix ``Gradient2Limit``'s default ``rttTolerance``. On the local-server scenarios
+#: (docs/simulate.md) it keeps the server's queue at about half its slots, within a 4-deep
+#: queue bound, and no slot idles.
 TOLERANCE = 1.5
 #: A level's mean becomes exponential after ``1 / SMOOTHING`` samples, with this weight:
-#: Gradient2's default ``smoothing`` (0.2), so that a level forgets a changed server within
+#: Gradient2's default ``smoothing`` (0.2), so that a level follows a changed server within
 #: about ten samples. A mean, not Vegas's least round trip: LLM answers vary by about 30 %
 #: from call to call (the local-server scenarios' sigma 0.3), and the least of 30 such
 #: samples is about half the median, which reads every unqueued call as queued.
 SMOOTHING = 0.2
-#: A level unsampled for this many times the limit's samples is forgotten: Vegas's
-#: ``probeMultiplier`` (30), how often it resets its no-load round trip.
+#: The memory, in samples per unit of limit: Vegas's ``probeMultiplier`` (30), how often it
+#: resets its no-load round trip. Levels older than that stop counting for the slots, and
+#: the limit probes down once per memory.
 PROBE_MULTIPLIER = 30
-#: Levels are remembered at most this many samples even at a tiny limit (a limit of 1
-#: would forget the level above after 30 samples, and with it the evidence it queued).
+#: The memory is at least this many samples (a limit of 1 would otherwise forget the
+#: level above within 30 samples, and probe down as often).
 _MIN_MEMORY = 60
 
 
@@ -72,17 +76,31 @@ class LatencyLimit:
         floor: nor goes below this.
     """
 
-    __slots__ = ("_ceiling", "_floor", "_levels", "_limit", "_noload", "_samples", "_slots")
+    __slots__ = (
+        "_ceiling",
+        "_floor",
+        "_levels",
+        "_limit",
+        "_noload",
+        "_probe_level",
+        "_probed_at",
+        "_samples",
+        "_slots",
+        "_target",
+    )
 
     def __init__(self, *, ceiling: float = math.inf, floor: float = 1.0) -> None:
         self._ceiling = ceiling
         self._floor = floor
-        # level -> [mean latency, samples at it, index of the last sample]
+        # level -> [mean latency, samples at it, index of its last sample]
         self._levels: dict[int, list[float]] = {}
         self._samples = 0
         self._noload: float | None = None
         self._slots: float | None = None
+        self._target: float | None = None  # the limit, not probing
         self._limit: float | None = None
+        self._probed_at = 0  # the sample the last probe down ended (or none began) at
+        self._probe_level = 0  # > 0 while probing down: the level it waits for
 
     @property
     def limit(self) -> float | None:
@@ -100,6 +118,11 @@ class LatencyLimit:
         """The latency of an unqueued call, in the caller's time unit."""
         return self._noload
 
+    @property
+    def probing(self) -> bool:
+        """Whether the limit is probing down (see the module docstring)."""
+        return self._probe_level > 0
+
     def bound(self, *, ceiling: float, floor: float) -> None:
         """New bounds (the gate's maximum or floor changed); applied at the next sample."""
         self._ceiling = ceiling
@@ -114,35 +137,41 @@ class LatencyLimit:
         if not (latency > 0 and math.isfinite(latency)) or in_flight < 1:
             return self._limit
         self._samples += 1
-        level = self._levels.get(in_flight)
-        if level is None:
-            self._levels[in_flight] = [latency, 1.0, float(self._samples)]
+        now = self._samples
+        memory = self._memory()
+        oldest = now - memory
+        levels = self._levels
+        level = levels.get(in_flight)
+        if level is None or level[2] < oldest:
+            levels[in_flight] = [latency, 1.0, float(now)]
         else:
             level[1] += 1
             level[0] += (latency - level[0]) * max(SMOOTHING, 1.0 / level[1])
-            level[2] = float(self._samples)
-        self._forget()
-        levels = self._levels
-        noload = min(mean for mean, _, _ in levels.values())
-        slots = max(n * noload / mean for n, (mean, _, _) in levels.items())
-        self._noload = noload
-        self._slots = slots
-        self._limit = max(self._floor, min(self._ceiling, max(TOLERANCE * slots, slots + 1)))
-        return self._limit
-
-    def _forget(self) -> None:
-        """Drop the levels unsampled for the memory, above the lowest level sampled in it.
-
-        Only above: a level below every recent one is the reference the recent ones are
-        queued against (a full gate samples one level only); forgotten, the queued level
-        would read as unqueued and the limit would grow by :data:`TOLERANCE` each memory.
-        A server that got slower is relearned all the same: its longer answers read as a
-        queue, the limit comes down, and the lower levels it then samples are recent."""
-        limit = self._limit
-        memory = _MIN_MEMORY if limit is None else max(_MIN_MEMORY, PROBE_MULTIPLIER * limit)
-        oldest = self._samples - memory
-        levels = self._levels
+            level[2] = float(now)
         recent = [n for n, (_, _, seen) in levels.items() if seen >= oldest]
         lowest = min(recent)  # the level just sampled is recent
         for n in [n for n, (_, _, seen) in levels.items() if seen < oldest and n > lowest]:
             del levels[n]
+        noload = min(mean for mean, _, _ in levels.values())
+        slots = max(n * noload / levels[n][0] for n in recent)
+        self._noload = noload
+        self._slots = slots
+        self._target = self._clamp(max(TOLERANCE * slots, slots + 1))
+        if self._probe_level:
+            if in_flight <= self._probe_level or now - self._probed_at > memory:
+                self._probe_level = 0  # refreshed (or the gate never got that low)
+                self._probed_at = now
+        elif now - self._probed_at >= memory:
+            self._probe_level = max(1, math.floor(slots / TOLERANCE))
+            self._probed_at = now
+        self._limit = self._clamp(self._probe_level) if self._probe_level else self._target
+        return self._limit
+
+    def _memory(self) -> float:
+        target = self._target
+        if target is None or math.isinf(target):
+            return _MIN_MEMORY
+        return max(_MIN_MEMORY, PROBE_MULTIPLIER * target)
+
+    def _clamp(self, value: float) -> float:
+        return max(self._floor, min(self._ceiling, value))

@@ -676,8 +676,8 @@ class AdaptiveLimit:
             probe: the call was a burst-rate pause's probe: its success ends the pause.
             sent_at: when the call's successful attempt was sent, on :attr:`clock`.
             in_flight: the gate's calls at the provider when it was sent, itself
-                included. With :attr:`latency` on, these two set the limit instead of the
-                additive growth (:meth:`_on_latency`).
+                included. With :attr:`latency` on, these two feed the latency
+                estimate, a second ceiling on the gate (:meth:`_on_latency`).
         """
         if probe:
             with self._lock:
@@ -685,44 +685,41 @@ class AdaptiveLimit:
                 self._learn_edge()
         if self._pace and self._enabled:
             self._pace_tick()
+        change = None
         if self._latency_on and self._enabled and sent_at is not None:
-            return self._on_latency(sent_at, in_flight)
+            change = self._on_latency(sent_at, in_flight)
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
         if not self._enabled or self._limit >= self._ceiling or not saturated:
-            return None
+            return change
         with self._lock:
             self._adopt_external_resize()
             if not self._active() or self._limit >= self._ceiling:
-                return None
+                return change
             if self._clock() < self._held_until:
-                return None
+                return change
             old = self._applied
             self._limit = raised_limit(self._limit, ceiling=self._ceiling)
             self._apply()
             if self._applied == old:
-                return None
+                return change
             return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
 
     def _on_latency(self, sent_at: float, in_flight: int) -> LimitChange | None:
-        """The limit follows the latency estimate (:class:`LatencyLimit`), between the
-        floor and the maximum. During a hold after a concurrency cut it may only go down:
-        the provider's own "full" outranks what latencies suggest. Not a new generation:
-        latencies move the limit at every answer, and throttles of attempts sent before
-        must still count."""
+        """Feed the latency estimate (:class:`LatencyLimit`) and apply it. It is a second
+        ceiling, under the maximum and over the floor: the gate's capacity is the lesser of
+        it and the limit the throttle rules keep (:meth:`_apply`), so latencies never
+        raise the gate past what throttles taught, and throttles keep their answers. Not
+        a new generation: latencies move the limit at every answer, and throttles of
+        attempts sent before must still count."""
         with self._lock:
             self._adopt_external_resize()
             if self._ceiling < 1:
                 return None
-            now = self._clock()
             latency = self._latency
             latency.bound(ceiling=self._ceiling, floor=self._floor_now())
-            estimate = latency.observe(now - sent_at, in_flight)
-            if estimate is None:
-                return None
-            target = min(self._limit, estimate) if now < self._held_until else estimate
+            latency.observe(self._clock() - sent_at, in_flight)
             old = self._applied
-            self._limit = target
             self._apply()
             if self._applied == old:
                 return None
@@ -895,6 +892,10 @@ class AdaptiveLimit:
             capacity = capacity_for(self._limit, floor=self._floor_now())
         else:
             capacity = self._ceiling
+        latency = self._latency.limit if self._latency_on and self._enabled else None
+        if latency is not None and self._ceiling >= 1:
+            # The latency estimate (issue 30 item 5), a second ceiling (_on_latency).
+            capacity = min(capacity, capacity_for(latency, floor=self._floor_now()))
         if force or capacity != self._applied:
             gate.capacity = capacity
             self._applied = capacity
