@@ -35,9 +35,15 @@ from it, at the cost of about one round trip at two thirds of the slots per memo
 
 Not for: providers that refuse load with 429s (their count at rejection says more, see
 :mod:`.window`), nor calls whose latency is mostly their own length (long generations):
-that is why it is off by default where no slots are published (docs/policy.md).
+that is why it is off by default where no slots are published (docs/policy.md). The
+premise is that the calls in flight at a send are the queue ahead of it: callers admitted
+in one instant that reach the server in another order (trio runs a tick's tasks in random
+order) read the last served as the most slots, until the levels the gate then sits at are
+sampled.
 
-Pure arithmetic: the caller passes latencies and counts, and holds a lock.
+Pure arithmetic: the caller passes latencies and counts, and holds a lock. Each sample
+costs a pass over the levels remembered (the distinct in-flight counts seen recently, a
+handful for a local server).
 """
 
 from __future__ import annotations
