@@ -25,6 +25,9 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    its own 429 confirms the throttle (one 429 could be a shared pool's).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap).
+4. **latency** (``latency=True``, off by default): each success's latency and calls in
+   flight feed :mod:`anygate._limits.latency`, whose estimate of a queueing server's
+   slots is a second ceiling on the gate (:meth:`~AdaptiveLimit.on_success`).
 
 Only the first throttle of an episode counts. An attempt admitted before the latest
 change was sent under the old limit, so its 429 is old news: every attempt records the
