@@ -190,6 +190,7 @@ def test_check_config_prints_effective_values(
         "decrease_factor": 0.8,
         "pause_ms": 5000.0,
         "pace_burst_rate": True,
+        "latency": False,
     }
 
 

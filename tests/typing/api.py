@@ -372,6 +372,10 @@ assert_type(BreakerConfig(failure_threshold=5).recovery_timeout_sec, float | Non
 assert_type(config.adaptive_concurrency, AdaptiveConfig)
 assert_type(AdaptiveConfig().pause_ms, float | None)
 assert_type(AdaptiveConfig().effective(), dict[str, Any])
+assert_type(AdaptiveConfig(latency=True).latency, bool | None)
+assert_type(policy.adaptive_limit.latency, bool)
+assert_type(policy.adaptive_limit.statistics().latency_limit, float | None)
+assert_type(policy.adaptive_limit.statistics().no_load_latency_s, float | None)
 
 # ---------------------------------------------------------------- classification
 

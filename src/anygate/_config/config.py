@@ -22,6 +22,7 @@ from .._validation import Check, show
 from .limit_values import (
     DEFAULT_DECREASE_FACTOR,
     DEFAULT_ENABLED,
+    DEFAULT_LATENCY,
     DEFAULT_MIN_CONCURRENT_CALLS,
     DEFAULT_PACE_BURST_RATE,
     DEFAULT_PAUSE_MS,
@@ -262,6 +263,13 @@ class AdaptiveConfig:
             limit; a per-minute 429 that does not say what it counted paces the gate's
             request rate (no pause, no cut), never above a rate the gate had. YAML
             ``...pace_burst_rate``. Default on; ``False`` restores the cut.
+        latency: set the limit from latency alone, for a server that queues rather than
+            refuses (a local model server): the concurrency at which its answers stop
+            coming faster (:mod:`anygate._limits.latency`, Vegas-style). Works without a
+            cap; never above ``max_concurrent_calls`` nor below ``min_concurrent_calls``;
+            throttles keep their answers. YAML ``...latency``. Default off: where no
+            slots are published, a slow answer is more often a long generation than a
+            queue (docs/policy.md).
 
     Raises:
         TypeError: a value of the wrong type.
@@ -273,6 +281,7 @@ class AdaptiveConfig:
     decrease_factor: float | None = None
     pause_ms: float | None = None
     pace_burst_rate: bool | None = None
+    latency: bool | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -280,6 +289,8 @@ class AdaptiveConfig:
             _PY.boolean("enabled", self.enabled)
         if self.pace_burst_rate is not None:
             _PY.boolean("pace_burst_rate", self.pace_burst_rate)
+        if self.latency is not None:
+            _PY.boolean("latency", self.latency)
         set_(
             self,
             "min_concurrent_calls",
@@ -308,6 +319,7 @@ class AdaptiveConfig:
             "pace_burst_rate": (
                 DEFAULT_PACE_BURST_RATE if self.pace_burst_rate is None else self.pace_burst_rate
             ),
+            "latency": DEFAULT_LATENCY if self.latency is None else self.latency,
         }
 
 
@@ -448,6 +460,7 @@ class PolicyConfig:
                     "decrease_factor": a.decrease_factor,
                     "pause_ms": a.pause_ms,
                     "pace_burst_rate": a.pace_burst_rate,
+                    "latency": a.latency,
                 },
             },
             "circuit_breaker": {

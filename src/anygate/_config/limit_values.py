@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_DECREASE_FACTOR",
     "DEFAULT_ENABLED",
     "DEFAULT_HOLD_S",
+    "DEFAULT_LATENCY",
     "DEFAULT_MAX_HOLD_S",
     "DEFAULT_MIN_CONCURRENT_CALLS",
     "DEFAULT_PACE_BURST_RATE",
@@ -63,6 +64,10 @@ DEFAULT_MAX_HOLD_S = 600.0
 #: (seeds 1-5): 1.25 let 0.66-1.01 % of calls see a 429 in the slots 48, latency 1.5 s and
 #: growth 1.6 cells (learning the slots by overshooting them); 1.1 kept them at 0.45-0.59 %.
 HERD_GROWTH = 1.1
+
+#: The limit from latency alone (``_limits.latency``): off. Where no slots are published a
+#: slow answer is more often a long generation than a queue (docs/policy.md).
+DEFAULT_LATENCY = False
 
 #: Burst-rate pacing (``_policy.pacer``): after a burst throttle the gate's request rate
 #: goes down instead of (not as well as) its concurrency limit; see docs/policy.md.
@@ -182,7 +187,7 @@ class LimitChange(NamedTuple):
     old: float
     new: float
     maximum: float
-    reason: str  # "burst_rate", "concurrency" or "recovered"
+    reason: str  # "burst_rate", "concurrency", "recovered" or "latency"
     pause_s: float
     #: The request rate per minute burst pacing set on the gate (``None``: not pacing).
     paced_per_minute: float | None = None
@@ -220,6 +225,12 @@ class AdaptiveStatistics:
             429s teach one.
         slope_window_s: the window that growth is per (10 s until edges rule it out).
         slope_floor: what a window after a quiet one may hold, as learned (0: not yet).
+        latency: whether successes' latencies set the limit (a queueing server,
+            :mod:`anygate._limits.latency`).
+        latency_limit: the limit those latencies show (``None``: off, or no success
+            yet); the gate follows it between the floor and the maximum.
+        no_load_latency_s: an unqueued call's latency as learned, in seconds (``None``:
+            not yet).
     """
 
     gate: str
@@ -240,3 +251,6 @@ class AdaptiveStatistics:
     slope_growth: float | None = None
     slope_window_s: float = 10.0
     slope_floor: int = 0
+    latency: bool = False
+    latency_limit: float | None = None
+    no_load_latency_s: float | None = None

@@ -73,6 +73,7 @@ _ADAPTIVE_KEYS = (
     "decrease_factor",
     "pause_ms",
     "pace_burst_rate",
+    "latency",
 )
 
 
@@ -151,6 +152,8 @@ def _load_adaptive(path: str, raw: object, cap: int | None) -> AdaptiveConfig:
         kwargs["pause_ms"] = _FILE.number(f"{path}.pause_ms", raw["pause_ms"], none=True)
     if raw.get("pace_burst_rate") is not None:
         kwargs["pace_burst_rate"] = _FILE.boolean(f"{path}.pace_burst_rate", raw["pace_burst_rate"])
+    if raw.get("latency") is not None:
+        kwargs["latency"] = _FILE.boolean(f"{path}.latency", raw["latency"])
     check_floor(
         f"{path}.min_concurrent_calls",
         kwargs.get("min_concurrent_calls"),

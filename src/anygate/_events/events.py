@@ -178,8 +178,9 @@ class LimitChanged:
         old, new: the gate's capacity before and after. Equal when a throttle finds the
             limit at its floor: the pause still applies.
         max_concurrent_calls: the configured maximum the limit grows back to.
-        reason: ``"burst_rate"`` (lowered after a throttle) or ``"recovered"`` (raised
-            after successful calls).
+        reason: ``"burst_rate"`` (lowered after a throttle), ``"recovered"`` (raised
+            after successful calls) or ``"latency"`` (set from a queueing server's
+            latencies, with ``adaptive_concurrency.latency`` on).
         pause_s: seconds during which admitted attempts wait before calling the provider
             (0 when raised).
         paced_per_minute: after a burst-rate throttle with ``pace_burst_rate`` on, the

@@ -11,4 +11,6 @@ policy feeds them (under its adaptive limit's lock) and sets the gate from their
 * :mod:`.requests`, :mod:`.slope`: the request-rate estimate and the slope rule (growth,
   floor, window) read off the send log at each rejection and each full window's edge.
 * :mod:`.release`: the doubling waves a throttled herd is released in (issue 26).
+* :mod:`.latency`: a queueing server's slots from latency alone, Vegas-style (issue 30
+  item 5; off by default).
 """

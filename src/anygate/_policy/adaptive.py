@@ -29,6 +29,9 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    slots: once the slope rule is learned, a success raises it to ``HERD_GROWTH`` (1.1)
    times the most calls in service that got through, until a concurrency 429 teaches
    the slots.
+4. **latency** (``latency=True``, off by default): each success's latency and calls in
+   flight feed :mod:`anygate._limits.latency`, whose estimate of a queueing server's
+   slots is a second ceiling on the gate (:meth:`~AdaptiveLimit.on_success`).
 
 Only the first throttle of an episode counts. An attempt admitted before the latest
 change was sent under the old limit, so its 429 is old news: every attempt records the
@@ -62,6 +65,7 @@ from .._config.limit_values import (
     DEFAULT_DECREASE_FACTOR,
     DEFAULT_ENABLED,
     DEFAULT_HOLD_S,
+    DEFAULT_LATENCY,
     DEFAULT_MAX_HOLD_S,
     DEFAULT_MIN_CONCURRENT_CALLS,
     DEFAULT_PACE_BURST_RATE,
@@ -78,6 +82,7 @@ from .._config.limit_values import (
 from .._gate.gate_args import check_capacity
 from .._gate.waiters import ki_protected
 from .._limits.attribute import Attributed, attribute
+from .._limits.latency import LatencyLimit
 from .._limits.release import Release
 from .._limits.requests import WINDOW_S, RequestLimit
 from .._limits.slope import SlopeLimit
@@ -114,6 +119,8 @@ class AdaptiveLimit:
             and holding sends to it (:mod:`anygate._limits.slope`) instead of cutting the
             concurrency limit; the pause and its probe stay. Also paces the request rate
             after a per-minute 429 that does not say what it counted (:meth:`on_rate`).
+        latency: follow the concurrency a queueing server's latencies show
+            (:mod:`anygate._limits.latency`; see :meth:`on_success`). Default off.
         clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
     """
 
@@ -132,6 +139,8 @@ class AdaptiveLimit:
         "_held_until",
         "_herd",
         "_hold_s",
+        "_latency",
+        "_latency_on",
         "_learned",
         "_limit",
         "_lock",
@@ -161,9 +170,11 @@ class AdaptiveLimit:
         decrease_factor: float = DEFAULT_DECREASE_FACTOR,
         pause_s: float = DEFAULT_PAUSE_MS / 1000.0,
         pace_burst_rate: bool = DEFAULT_PACE_BURST_RATE,
+        latency: bool = DEFAULT_LATENCY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_flag("pace_burst_rate", pace_burst_rate)
+        check_flag("latency", latency)
         min_concurrent_calls, decrease_factor, pause_s = _check_settings(
             min_concurrent_calls, decrease_factor, pause_s
         )
@@ -212,6 +223,9 @@ class AdaptiveLimit:
         self._rejections: deque[tuple[float, float]] = deque()
         # The release after a pause that turned many away (issue 26), until it is over.
         self._release: Release | None = None
+        # The limit a queueing server's latencies show (issue 30 item 5), when on.
+        self._latency_on = latency
+        self._latency = LatencyLimit()
 
     # ------------------------------------------------------------------ reading
 
@@ -241,6 +255,11 @@ class AdaptiveLimit:
     def generation(self) -> int:
         """Bumped at every decrease; attempts record it when admitted."""
         return self._generation
+
+    @property
+    def latency(self) -> bool:
+        """Whether successes' latencies set the limit (:mod:`anygate._limits.latency`)."""
+        return self._latency_on
 
     @property
     def pace_burst_rate(self) -> bool:
@@ -350,6 +369,9 @@ class AdaptiveLimit:
                 slope_growth=self._slope.growth,
                 slope_window_s=self._slope.window_s,
                 slope_floor=self._slope.floor,
+                latency=self._latency_on,
+                latency_limit=self._latency.limit,
+                no_load_latency_s=self._latency.no_load_latency,
             )
 
     def __repr__(self) -> str:
@@ -703,7 +725,14 @@ class AdaptiveLimit:
                 tokens_counted=rate is not None and rate.tokens_per_minute is not None,
             )
 
-    def on_success(self, *, saturated: bool = True, probe: bool = False) -> LimitChange | None:
+    def on_success(
+        self,
+        *,
+        saturated: bool = True,
+        probe: bool = False,
+        sent_at: float | None = None,
+        in_flight: int = 0,
+    ) -> LimitChange | None:
         """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
         a whole slot.
 
@@ -712,6 +741,10 @@ class AdaptiveLimit:
                 while slots stood free says nothing about a higher limit, so it does not
                 grow it; neither does any success during a hold after a concurrency cut.
             probe: the call was a burst-rate pause's probe: its success ends the pause.
+            sent_at: when the call's successful attempt was sent, on :attr:`clock`.
+            in_flight: the gate's calls at the provider when it was sent, itself
+                included. With :attr:`latency` on, these two feed the latency
+                estimate, a second ceiling on the gate (:meth:`_on_latency`).
         """
         if probe:
             with self._lock:
@@ -719,16 +752,19 @@ class AdaptiveLimit:
                 self._learn_edge()
         if self._pace and self._enabled:
             self._pace_tick()
+        change = None
+        if self._latency_on and self._enabled and sent_at is not None:
+            change = self._on_latency(sent_at, in_flight)
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
         if not self._enabled or self._limit >= self._ceiling or not saturated:
-            return None
+            return change
         with self._lock:
             self._adopt_external_resize()
             if not self._active() or self._limit >= self._ceiling:
-                return None
+                return change
             if self._clock() < self._held_until:
-                return None
+                return change
             old = self._applied
             limit = raised_limit(self._limit, ceiling=self._ceiling)
             if self._herd and self._slope.known:
@@ -738,8 +774,28 @@ class AdaptiveLimit:
             self._limit = limit
             self._apply()
             if self._applied == old:
-                return None
+                return change
             return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
+
+    def _on_latency(self, sent_at: float, in_flight: int) -> LimitChange | None:
+        """Feed the latency estimate (:class:`LatencyLimit`) and apply it. It is a second
+        ceiling, under the maximum and over the floor: the gate's capacity is the lesser of
+        it and the limit the throttle rules keep (:meth:`_apply`), so latencies never
+        raise the gate past what throttles taught, and throttles keep their answers. Not
+        a new generation: latencies move the limit at every answer, and throttles of
+        attempts sent before must still count."""
+        with self._lock:
+            self._adopt_external_resize()
+            if self._ceiling < 1:
+                return None
+            latency = self._latency
+            latency.bound(ceiling=self._ceiling, floor=self._floor_now())
+            latency.observe(self._clock() - sent_at, in_flight)
+            old = self._applied
+            self._apply()
+            if self._applied == old:
+                return None
+            return LimitChange(old, self._applied, self._ceiling, "latency", 0.0)
 
     def _paced(self) -> bool:
         # Something bounds the send rate: the pause's probe need not be waited for.
@@ -831,6 +887,7 @@ class AdaptiveLimit:
         decrease_factor: float | None = None,
         pause_s: float | None = None,
         pace_burst_rate: bool | None = None,
+        latency: bool | None = None,
     ) -> None:
         """Change settings live; ``None`` keeps a setting. Turning it off restores the
         maximum at once, ends any pause and gives the gate its own rate back (as does
@@ -843,6 +900,7 @@ class AdaptiveLimit:
         min_concurrent_calls, decrease_factor, pause_s = checked
         check_flag("enabled", enabled, none=True)
         check_flag("pace_burst_rate", pace_burst_rate, none=True)
+        check_flag("latency", latency, none=True)
         with self._lock:
             self._adopt_external_resize()
             if min_concurrent_calls is not None:
@@ -855,6 +913,9 @@ class AdaptiveLimit:
                 self._enabled = enabled
             if pace_burst_rate is not None:
                 self._pace = pace_burst_rate
+            if latency is not None and latency != self._latency_on:
+                self._latency_on = latency
+                self._latency = LatencyLimit()  # what it learned before is stale
             if not self._enabled or not self._pace:
                 self._pacer.end(self._gate())
             if not self._enabled:
@@ -903,6 +964,10 @@ class AdaptiveLimit:
             capacity = capacity_for(self._limit, floor=self._floor_now())
         else:
             capacity = self._ceiling
+        latency = self._latency.limit if self._latency_on and self._enabled else None
+        if latency is not None and self._ceiling >= 1:
+            # The latency estimate (issue 30 item 5), a second ceiling (_on_latency).
+            capacity = min(capacity, capacity_for(latency, floor=self._floor_now()))
         if force or capacity != self._applied:
             gate.capacity = capacity
             self._applied = capacity

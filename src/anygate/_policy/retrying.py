@@ -137,7 +137,12 @@ class Retrier:
             if outcome == SUCCESS:
                 if run.admitted_at is not None:
                     self.adaptive.passed(run.admitted_at, run.sending)
-                grown = self.adaptive.on_success(saturated=run.saturated, probe=probe)
+                grown = self.adaptive.on_success(
+                    saturated=run.saturated,
+                    probe=probe,
+                    sent_at=run.admitted_at,
+                    in_flight=run.sending,
+                )
             elif probe:
                 self.adaptive.probe_ended()
             self.adaptive.disown(run)

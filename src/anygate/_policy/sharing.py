@@ -195,6 +195,7 @@ def resolve_adaptive(
             decrease_factor=wanted["decrease_factor"],
             pause_s=wanted["pause_ms"] / 1000.0,
             pace_burst_rate=wanted["pace_burst_rate"],
+            latency=wanted["latency"],
             clock=time.monotonic if clock is None else clock,
         ),
     )
@@ -207,6 +208,7 @@ def resolve_adaptive(
         "decrease_factor": (acfg.decrease_factor, factor),
         "pause_ms": (acfg.pause_ms, pause_s * 1000.0),
         "pace_burst_rate": (acfg.pace_burst_rate, limit.pace_burst_rate),
+        "latency": (acfg.latency, limit.latency),
     }
     differ = {k: v for k, v in stated.items() if v[0] is not None and v[0] != v[1]}
     if not differ:
@@ -233,6 +235,7 @@ def resolve_adaptive(
         decrease_factor=acfg.decrease_factor,
         pause_s=None if acfg.pause_ms is None else acfg.pause_ms / 1000.0,
         pace_burst_rate=acfg.pace_burst_rate,
+        latency=acfg.latency,
     )
     return limit
 

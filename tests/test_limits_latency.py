@@ -1,0 +1,330 @@
+"""The latency limit for queueing servers (issue 30 item 5): pure arithmetic, then on an
+adaptive limit driving a gate on a manual clock, then through real calls on trio's
+MockClock against a fake local model server that queues what its slots cannot serve."""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import pytest
+
+import anygate
+from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy
+from anygate._limits.latency import PROBE_MULTIPLIER, TOLERANCE, LatencyLimit
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def _queued(slots: int, service: float, level: int) -> float:
+    """A queueing server's latency at ``level`` calls in flight: the service time, and
+    beyond the slots, the queue's share of it."""
+    return service * max(1.0, level / slots)
+
+
+def _drive(limit: LatencyLimit, slots: int, service: float, samples: int) -> list[float]:
+    """A gate kept full at the estimate's limit in front of a queueing server; the limits
+    it went through."""
+    seen = []
+    current = limit.limit
+    assert current is not None
+    for _ in range(samples):
+        level = max(1, math.floor(current + 1e-9))
+        new = limit.observe(_queued(slots, service, level), level)
+        assert new is not None
+        current = new
+        seen.append(current)
+    return seen
+
+
+def _ramp(limit: LatencyLimit, slots: int, service: float, top: int = 20) -> None:
+    """An uncapped fleet's start: one call sent at each level from 1 to ``top``."""
+    for level in range(1, top + 1):
+        limit.observe(_queued(slots, service, level), level)
+
+
+def test_the_limit_rises_while_latency_stays_at_no_load() -> None:
+    """Every call answered in the no-load time: each level served them all at once, so the
+    limit stays over the calls in flight (1.5x, or one more)."""
+    limit = LatencyLimit()
+    assert limit.limit is None
+    seen = [limit.observe(4.0, level) for level in range(1, 9)]
+    assert seen == [max(TOLERANCE * n, n + 1) for n in range(1, 9)]
+    assert limit.no_load_latency == 4.0
+    assert limit.slots == 8
+
+
+def test_latency_that_grows_with_in_flight_stops_the_limit_at_the_slots() -> None:
+    """A server with 4 slots: from the fifth call in flight on, latency grows with the
+    queue. The limit stops at 1.5 x 4 while the fleet's calls in flight reach 20."""
+    limit = LatencyLimit()
+    _ramp(limit, slots=4, service=4.0)
+    assert limit.slots == pytest.approx(4.0)
+    assert limit.limit == pytest.approx(TOLERANCE * 4)
+    seen = _drive(limit, slots=4, service=4.0, samples=500)
+    assert set(seen[-50:]) == {TOLERANCE * 4}
+
+
+def test_a_one_slot_server_gets_one_call_queued_not_one_and_a_half() -> None:
+    """At one slot the limit is the slots plus one (1.5 would floor to 1 and never look
+    at a second slot)."""
+    limit = LatencyLimit()
+    _ramp(limit, slots=1, service=4.0, top=5)
+    assert limit.limit == 2.0
+
+
+def test_a_server_that_lost_slots_brings_the_limit_down() -> None:
+    """4 slots, then 2: the level the gate sits at reads a longer queue, and once the
+    levels of the old server are out of memory the limit is 1.5 x 2."""
+    limit = LatencyLimit()
+    _ramp(limit, slots=4, service=4.0)
+    _drive(limit, slots=4, service=4.0, samples=300)
+    seen = _drive(limit, slots=2, service=4.0, samples=1000)
+    assert seen[-1] == pytest.approx(TOLERANCE * 2)
+    assert limit.slots == pytest.approx(2.0)
+
+
+def test_a_server_that_gained_slots_is_found() -> None:
+    """4 slots, then 8: the level over the slots stops queueing, the limit climbs."""
+    limit = LatencyLimit()
+    _ramp(limit, slots=4, service=4.0)
+    _drive(limit, slots=4, service=4.0, samples=300)
+    seen = _drive(limit, slots=8, service=4.0, samples=1000)
+    assert seen[-1] == pytest.approx(TOLERANCE * 8)
+
+
+@pytest.mark.parametrize("service", [8.0, 2.0])
+def test_a_changed_no_load_latency_is_relearned(service: float) -> None:
+    """The server got twice as slow (or fast) with the same 4 slots: the probe down
+    samples an unqueued level again, the no-load latency follows, and the limit goes
+    back to 1.5 x 4."""
+    limit = LatencyLimit()
+    _ramp(limit, slots=4, service=4.0)
+    _drive(limit, slots=4, service=4.0, samples=300)
+    seen = _drive(limit, slots=4, service=service, samples=2000)
+    assert limit.no_load_latency == pytest.approx(service)
+    assert seen[-1] == pytest.approx(TOLERANCE * 4)
+
+
+def test_the_limit_probes_down_once_per_memory() -> None:
+    """Once per memory (30 x the limit's samples) the limit drops to two thirds of the
+    slots until a call sent at that level answers, then returns."""
+    limit = LatencyLimit()
+    _ramp(limit, slots=6, service=4.0)
+    seen = _drive(limit, slots=6, service=4.0, samples=2000)
+    dips = [i for i, value in enumerate(seen) if value < TOLERANCE * 6]
+    assert dips
+    assert {seen[i] for i in dips} == {6 / TOLERANCE}
+    assert seen[-1] == TOLERANCE * 6 or limit.probing
+    # At most one dip per memory, each ended by one answer at the lower level.
+    assert len(dips) <= len(seen) / (PROBE_MULTIPLIER * TOLERANCE * 6) + 1
+
+
+def test_floor_and_ceiling_bound_the_limit() -> None:
+    """Never above the ceiling however fast the answers, never below the floor however
+    long the queue; new bounds apply at the next sample."""
+    limit = LatencyLimit(ceiling=5, floor=3)
+    for level in range(1, 11):
+        limit.observe(4.0, level)
+    assert limit.limit == 5
+    queued = LatencyLimit(ceiling=5, floor=3)
+    _ramp(queued, slots=1, service=4.0, top=8)
+    assert queued.limit == 3
+    queued.bound(ceiling=5, floor=1)
+    queued.observe(8.0, 2)
+    assert queued.limit == 2
+
+
+@pytest.mark.parametrize(
+    ("latency", "in_flight"), [(0.0, 1), (-1.0, 1), (math.nan, 1), (math.inf, 1), (1.0, 0)]
+)
+def test_samples_that_say_nothing_are_ignored(latency: float, in_flight: int) -> None:
+    """A latency that is not positive and finite, or no call in flight, changes nothing."""
+    limit = LatencyLimit()
+    assert limit.observe(latency, in_flight) is None
+    limit.observe(4.0, 1)
+    assert limit.observe(latency, in_flight) == 2.0
+    assert limit.no_load_latency == 4.0
+
+
+# --------------------------------------------------------------------------- on a gate
+
+
+def _success(limit: AdaptiveLimit, clock: FakeClock, latency: float, in_flight: int) -> None:
+    sent = clock.now
+    clock.now += latency
+    limit.on_success(saturated=True, sent_at=sent, in_flight=in_flight)
+
+
+def test_an_uncapped_gate_follows_the_latency_estimate() -> None:
+    """With the option on, an uncapped gate gets the estimate as its capacity; the
+    statistics say what was learned."""
+    clock = FakeClock()
+    gate = Gate(math.inf, name="lat-uncapped", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, latency=True)
+    assert limit.latency
+    for level in range(1, 9):
+        _success(limit, clock, _queued(2, 4.0, level), level)
+    assert gate.capacity == 3  # 1.5 x 2 slots
+    stats = limit.statistics()
+    assert stats.latency
+    assert stats.latency_limit == pytest.approx(3.0)
+    assert stats.no_load_latency_s == pytest.approx(4.0)
+
+
+def test_the_option_is_off_by_default() -> None:
+    """Off, the same answers change nothing: the gate stays uncapped."""
+    clock = FakeClock()
+    gate = Gate(math.inf, name="lat-off", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    for level in range(1, 9):
+        _success(limit, clock, _queued(2, 4.0, level), level)
+    assert gate.capacity == math.inf
+    stats = limit.statistics()
+    assert not stats.latency
+    assert stats.latency_limit is None
+
+
+def test_the_estimate_never_lifts_the_gate_past_its_maximum_or_a_throttle() -> None:
+    """The estimate is a second ceiling: under the configured maximum, and under what a
+    concurrency 429 taught; never below min_concurrent_calls."""
+    clock = FakeClock()
+    gate = Gate(4, name="lat-capped", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, latency=True)
+    for level in range(1, 5):
+        _success(limit, clock, 4.0, level)  # no queue: the estimate is 6
+    assert limit.statistics().latency_limit == 4  # bounded by the maximum
+    assert gate.capacity == 4
+    change = limit.on_concurrency(limit.generation, 4, exact=True)
+    assert change is not None
+    assert gate.capacity == 3
+    _success(limit, clock, 4.0, 3)
+    assert gate.capacity == 3  # the throttle's limit, not the latency, decides
+    floored = Gate(8, name="lat-floor", clock=clock)
+    limit = AdaptiveLimit(floored, clock=clock, latency=True, min_concurrent_calls=3)
+    for level in range(1, 9):
+        _success(limit, clock, _queued(1, 4.0, level), level)  # one slot: 2 would do
+    assert floored.capacity == 3
+
+
+def test_turning_it_on_and_off_live() -> None:
+    """configure(latency=...) applies at once; off gives the gate its limit back."""
+    clock = FakeClock()
+    gate = Gate(math.inf, name="lat-live", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit.configure(latency=True)
+    for level in range(1, 6):
+        _success(limit, clock, _queued(1, 4.0, level), level)
+    assert gate.capacity == 2
+    limit.configure(latency=False)
+    assert gate.capacity == math.inf
+    assert limit.statistics().latency_limit is None
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_latency_must_be_a_bool(value: object) -> None:
+    """A non-bool is a TypeError naming the setting and the value."""
+    gate = Gate(4)
+    with pytest.raises(TypeError, match=r"latency must be a bool \(got"):
+        AdaptiveLimit(gate, latency=value)  # type: ignore[arg-type]
+    limit = AdaptiveLimit(gate)
+    if value is not None:
+        with pytest.raises(TypeError, match="latency must be a bool or None"):
+            limit.configure(latency=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["on", 1, [True]])
+def test_the_setting_loads_from_yaml_and_is_checked(value: object) -> None:
+    """llm_call.adaptive_concurrency.latency: a bool; anything else names the key."""
+    config = anygate.load_config({"llm_call": {"adaptive_concurrency": {"latency": True}}})
+    assert config.adaptive_concurrency.latency is True
+    assert config.adaptive_concurrency.effective()["latency"] is True
+    assert config.to_mapping()["llm_call"]["adaptive_concurrency"]["latency"] is True
+    assert anygate.load_config({}).adaptive_concurrency.effective()["latency"] is False
+    with pytest.raises(ConfigError, match=r"llm_call\.adaptive_concurrency\.latency"):
+        anygate.load_config({"llm_call": {"adaptive_concurrency": {"latency": value}}})
+    with pytest.raises(TypeError, match="latency"):
+        AdaptiveConfig(latency=value)  # type: ignore[arg-type]
+
+
+def test_policies_on_one_gate_must_agree_about_latency() -> None:
+    """A second policy stating the other value fails unless reconfigure=True."""
+    gate = Gate(4, name="latency-agree")
+    Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(latency=True))
+    with pytest.raises(ConfigError, match="latency"):
+        Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(latency=False))
+    policy = Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(latency=False), reconfigure=True)
+    assert not policy.adaptive_limit.latency
+
+
+# --------------------------------------------------------------------------- a policy
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+@pytest.mark.parametrize("latency", [True, False])
+async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> None:
+    """24 agents, each making 20 calls back to back, against a local model server with 4
+    slots that queues the rest (a semaphore in front of a 1.6-2.4 s service time). With the
+    option on, at most 1.5 x 4 (+1) calls are at the server once learned, and it never
+    idles; off, all 24 are there (the server's queue holds 20)."""
+    slots = anyio.Semaphore(4)
+    at_server = 0
+    late: list[int] = []
+    done = 0
+
+    async def server() -> str:
+        nonlocal at_server, done
+        at_server += 1
+        if done >= 24 * 10:  # the second half of the run
+            late.append(at_server)
+        try:
+            async with slots:
+                # 1.6 to 2.4 s, 2 s on average: calls that all took one time would
+                # finish (and be replaced) in lockstep batches of 4.
+                await anyio.sleep(2.0 * (0.8 + 0.1 * (done % 5)))
+        finally:
+            at_server -= 1
+        done += 1
+        return "ok"
+
+    policy = Policy(
+        name=f"latency-{latency}",
+        gate=Gate(math.inf, name=f"local-{latency}", clock=anyio.current_time),
+        clock=anyio.current_time,
+        adaptive_concurrency=AdaptiveConfig(latency=latency),
+    )
+
+    async def agent() -> None:
+        for _ in range(20):
+            assert await policy.call(server) == "ok"
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(24):
+            tg.start_soon(agent)
+            # Agents log on 10 ms apart: started in one tick, trio would run them (and
+            # reach the server) in random order, and the calls in flight at each one's
+            # admission would not be the queue ahead of it (the estimate's premise).
+            await anyio.sleep(0.01)
+    elapsed = anyio.current_time() - start
+    assert done == 24 * 20
+    assert late
+    if latency:
+        # At most 1.5 x 4 at the server in the end (7 as the estimate moves; up to 3 x 4
+        # on the way, while transients after a probe read as slots), and never fewer than
+        # its slots for long: the run takes the server's own time, 480 calls / 4 x 2 s.
+        assert max(late[-100:]) <= TOLERANCE * 4 + 1
+        assert max(late) <= 3 * 4
+        assert elapsed <= 1.05 * 480 / 4 * 2.0
+        stats = policy.adaptive_limit.statistics()
+        assert stats.no_load_latency_s == pytest.approx(2.0, rel=0.21)  # 1.6 to 2.4
+        assert stats.latency_limit is not None
+        assert stats.latency_limit <= TOLERANCE * 4 + 1  # (2 while it probes down)
+    else:
+        assert max(late) == 24
