@@ -220,3 +220,28 @@ def test_call_sync_refuses_to_block_an_event_loop() -> None:
             Policy().call_sync(SyncScript())
 
     anyio.run(main)
+
+
+def test_a_window_hold_past_the_deadline_fails_the_call_as_a_pause_does() -> None:
+    """A retry held by the per-minute estimate (a confirmed RPM 429: the minute holds its
+    3 accepted sends) past the deadline ends the call with CallFailed "deadline" and the
+    last error, as a burst pause past the deadline does, not with a bare Busy."""
+    rpm = anygate.ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "rate_limit_exceeded",
+                "message": "Rate limit reached on "
+                "requests per min (RPM): Limit 3, Used 3, Requested 1.",
+            }
+        },
+    )
+    # Short backoffs: the retries must reach the hold, not give up on their own sleep.
+    policy = Policy(name="sync-window-hold", retry=RetryConfig(base_delay_ms=1, cap_delay_ms=2))
+    for _ in range(3):
+        assert policy.call_sync(SyncScript()) == "ok"
+    script = SyncScript(rpm, rpm)  # the first holds tentatively; its retry confirms it
+    with pytest.raises(CallFailed) as info:
+        policy.call_sync(script, deadline=5.0)
+    assert script.calls == 2
+    assert "(deadline)" in str(info.value)

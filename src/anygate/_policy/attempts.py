@@ -446,6 +446,14 @@ class Attempts:
             else:
                 return
 
+    def _past_deadline(self, run: Run, gate: Gate, since: float) -> Busy:
+        """A blocking attempt's hold (a burst pause, a window's hold) would outlast the
+        deadline. A retry fails the call as ``"deadline"`` with its last error, as a
+        backoff past the deadline does; a first attempt is ``Busy``, as a slot wait is."""
+        if run.verdict is not None:
+            self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
+        return _busy(gate, since)
+
     def admit_sync(
         self,
         run: Run,
@@ -482,9 +490,7 @@ class Attempts:
                     break
                 check_pause(gate, pause, busy_wait)
                 if time.monotonic() + pause >= deadline:
-                    if run.verdict is not None:
-                        self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
-                    raise _busy(gate, now)
+                    raise self._past_deadline(run, gate, now)
                 # A thread sleeps (and asks again): the pause is measured on the policy's
                 # clock, and a probe's success is noticed within one pause_s.
                 time.sleep(pause)
@@ -493,7 +499,7 @@ class Attempts:
             while not testing.enabled and (wait := adaptive.reserve_send(at, run)) > 0:
                 check_pause(gate, wait, busy_wait)
                 if time.monotonic() + wait >= deadline:
-                    raise _busy(gate, now)
+                    raise self._past_deadline(run, gate, now)
                 time.sleep(wait)
                 at = adaptive.clock()
             run.generation = adaptive.generation
