@@ -231,6 +231,9 @@ class AdaptiveStatistics:
             yet); the gate follows it between the floor and the maximum.
         no_load_latency_s: an unqueued call's latency as learned, in seconds (``None``:
             not yet).
+        most_in_service: the most calls at the provider at once that got through: a
+            success's count at its send, less the calls whose 429 came back after it
+            went (what a plain 429 at a new high is told apart by; 0: none yet).
     """
 
     gate: str
@@ -254,3 +257,4 @@ class AdaptiveStatistics:
     latency: bool = False
     latency_limit: float | None = None
     no_load_latency_s: float | None = None
+    most_in_service: int = 0

@@ -372,6 +372,7 @@ class AdaptiveLimit:
                 latency=self._latency_on,
                 latency_limit=self._latency.limit,
                 no_load_latency_s=self._latency.no_load_latency,
+                most_in_service=self._most_passed,
             )
 
     def __repr__(self) -> str:
