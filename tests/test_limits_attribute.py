@@ -148,3 +148,25 @@ async def test_a_policy_learns_the_slots_from_plain_429s() -> None:
     assert policy.adaptive_limit.limit <= slots + 1
     # 6 here; taken for a per-minute 429 (before), 111 (a third of the calls).
     assert turned <= 16, turned
+
+
+def test_a_slot_got_before_a_cut_waits_until_the_others_are_below_the_new_limit() -> None:
+    """33 slots held when a concurrency 429 cut the limit to 32: the attempt that got the
+    33rd just before would be the next 429 if sent. It waits, holding its slot (not counted
+    at the provider), until a call leaves."""
+    clock = FakeClock()
+    gate = Gate(33, name="over", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    tokens = [gate.acquire_sync() for _ in range(33)]
+    assert limit.on_concurrency(limit.generation, 33, exact=True) is not None
+    assert gate.capacity == 32
+    late = object()  # holds tokens[-1]
+    wait = limit.reserve_send(clock.now, late)
+    assert wait > 0
+    assert limit.sending(gate.in_flight) == 32  # held back: not at the provider
+    assert limit.reserve_send(clock.now, late) > 0  # still 32 others
+    tokens[0].release()  # one leaves
+    assert limit.reserve_send(clock.now, late) == 0.0
+    assert limit.sending(gate.in_flight) == 32
+    for token in tokens[1:]:
+        token.release()

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_PACE_BURST_RATE",
     "DEFAULT_PAUSE_MS",
     "HERD_GROWTH",
+    "OVER_LIMIT_POLL_S",
     "PACE_BETA",
     "PACE_GROWTH",
     "PACE_MIN_PER_S",
@@ -64,6 +65,11 @@ DEFAULT_MAX_HOLD_S = 600.0
 #: (seeds 1-5): 1.25 let 0.66-1.01 % of calls see a 429 in the slots 48, latency 1.5 s and
 #: growth 1.6 cells (learning the slots by overshooting them); 1.1 kept them at 0.45-0.59 %.
 HERD_GROWTH = 1.1
+#: How often an attempt that got its slot before a cut lowered the capacity asks again
+#: whether a call left (it waits holding the slot; the gate has no event for a leaving
+#: call). A reject latency's order (the storm benchmark's median is 50 ms): a call that
+#: leaves in between frees the slot for it at most this late.
+OVER_LIMIT_POLL_S = 0.01
 
 #: The limit from latency alone (``_limits.latency``): off. Where no slots are published a
 #: slow answer is more often a long generation than a queue (docs/policy.md).

@@ -71,6 +71,7 @@ from .._config.limit_values import (
     DEFAULT_PACE_BURST_RATE,
     DEFAULT_PAUSE_MS,
     HERD_GROWTH,
+    OVER_LIMIT_POLL_S,
     PACE_SAMPLE_S,
     AdaptiveStatistics,
     LimitChange,
@@ -645,6 +646,8 @@ class AdaptiveLimit:
             wait = self._slope.wait(self._requests.log, at)
             if wait <= 0 and self._release is not None:
                 wait = self._releasing(at)
+            if wait <= 0 and caller is not None:
+                wait = self._over_limit(caller)
             if wait <= 0:
                 wait = self._requests.reserve(at, caller)
             if caller is not None:
@@ -653,6 +656,20 @@ class AdaptiveLimit:
                 else:
                     self._held.discard(caller)
             return wait
+
+    def _over_limit(self, caller: object) -> float:
+        """Seconds ``caller`` waits, holding its slot, because the others at the provider
+        fill the gate's capacity: it got its slot before a cut lowered it (a concurrency
+        429 while it was being admitted). Sent, it was the next 429: one more per probe
+        upward (33 in flight against 32 slots, twice per probe in the morning peak)."""
+        limit = self._limit  # what throttles taught (the latency ceiling has its own pace)
+        gate = self._gate()
+        if gate is None or math.isinf(limit):
+            return 0.0
+        capacity = capacity_for(limit, floor=self._floor_now())
+        held = self._held
+        others = gate.in_flight - len(held) - (0 if caller in held else 1)
+        return OVER_LIMIT_POLL_S if others >= capacity else 0.0
 
     def unhold(self, caller: object | None) -> None:
         """``caller``'s attempt left a hold without sending (cancelled, refused)."""
