@@ -61,7 +61,8 @@ def test_a_turned_away_send_frees_its_tokens_at_once() -> None:
 def test_a_rejection_sets_the_estimate_to_the_tokens_the_minute_held() -> None:
     """10 sends of 1,000 tokens a second apart, the 11th turned away: the estimate is
     10,000 tentatively (the rejected call's retry goes past the hold), a second rejection
-    within a minute confirms it, and it grows by one request's tokens a minute."""
+    within a minute confirms it, and from a minute later it grows by one request's tokens
+    a minute."""
     limit = TokenLimit()
     for i in range(10):
         assert limit.wait(float(i), 1000) == 0.0
@@ -76,7 +77,8 @@ def test_a_rejection_sets_the_estimate_to_the_tokens_the_minute_held() -> None:
     assert limit.rejected(10.2, 1000, 10.3, caller)  # confirmed
     assert limit.limit is not None
     assert limit.limit.confirmed
-    assert limit.estimate(70.3) == pytest.approx(11_000, abs=5)
+    assert limit.estimate(70.3) == pytest.approx(10_000, abs=5)
+    assert limit.estimate(130.3) == pytest.approx(11_000, abs=5)
 
 
 def test_a_first_rejection_disproved_by_its_retry_passing_is_forgotten() -> None:
