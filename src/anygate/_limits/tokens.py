@@ -5,8 +5,9 @@ when the rejected request arrived: the tokens it had counted plus the request's 
 not fit. The client knows what it sent in that window and what each send cost (the tokens
 the gate charged at admission, ``acquire(tokens=)``: prompt plus ``max_tokens``, which is
 what OpenAI and Azure count at admission). The tokens the provider accepted from this
-client in the minute before the rejected send bound the limit from above, as the request
-count does for a requests-per-minute 429 (:mod:`.window`). The answer this replaces paced
+client in the minute up to the rejected send bound the limit, as the request count does
+for a requests-per-minute 429 (:mod:`.window`): it lies between that count and the count
+plus the rejected send's tokens. The answer this replaces paced
 the request rate to 0.7x the measured admission rate, growing, while the gate's token
 budget refilled continuously and Azure's sliding 60 s token window gave back in lumps a
 window later (Azure at 120,000 TPM, seeds 1-5: 1.199x the oracle, 1.17 % of calls with a
@@ -19,16 +20,18 @@ What.
   given cost (:meth:`TokenLog.free_at`).
 * :class:`TokenLimit` holds sends to the estimate (a :class:`.WindowLimit` on tokens): a
   send goes only while the trailing minute's accepted tokens plus its own fit under it.
-  After a rejection the estimate holds a minute, then grows back by one request's tokens
-  (the rejected one's) per minute, as the request estimate grows by one request; each
-  probe that finds the same limit again doubles that period (up to 10 minutes): a raised
-  limit is found again within minutes, and a limit that stands costs a 429 per probe,
-  ever rarer. A first
-  rejection holds tentatively, confirmed by a second within a window or disproved by the
-  rejected call's own retry passing.
+  After a confirmed rejection the estimate holds a minute, then grows back by one
+  request's tokens (the rejected one's) per minute, as the request estimate grows by one
+  request; each probe that finds the same limit again doubles that period (up to 10
+  minutes): a raised limit is found again within minutes, and a limit that stands costs a
+  429 per probe, ever rarer. A first rejection holds tentatively: the rejected call's own
+  retry goes past the hold, and passing above what the rejection allows disproves it;
+  otherwise it stands (it does not lapse after a window as the request one does).
 
-Not for token *buckets* reported in headers (the gate's budget syncs to those, see
-:mod:`anygate._learn`), and not thread-safe: the caller passes times and holds a lock.
+Not a model of a token *bucket* (OpenAI's refills continuously): read on one with others
+spending, the count at each 429 falls only a few thousand tokens at a time (the gate's
+budget, synced to the reported ``remaining``, is what paces a bucket:
+:mod:`anygate._policy.learn`). Not thread-safe: the caller passes times and holds a lock.
 """
 
 from __future__ import annotations
