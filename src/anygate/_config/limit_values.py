@@ -225,6 +225,10 @@ class AdaptiveStatistics:
         requests_per_minute_estimate: the provider's per-minute request limit as this
             gate's counts at rejection put it (:mod:`anygate._limits.window`); sends are
             held to it. ``None`` until a requests-per-minute 429 teaches one.
+        tokens_per_minute_estimate: its twin for tokens: the tokens this gate's sends
+            had in the minute before a tokens-per-minute 429, grown back by one request's
+            tokens per minute (:mod:`anygate._limits.tokens`); a send waits until the
+            trailing minute's tokens plus its own fit. ``None`` until such a 429.
         slope_growth: how much the provider lets the request count grow per window, as
             this gate's counts at the end of full windows put it
             (:mod:`anygate._limits.slope`); sends are held to it. ``None`` until burst
@@ -257,6 +261,7 @@ class AdaptiveStatistics:
     pacing_episodes: int = 0
     checked_throttles: int = 0
     requests_per_minute_estimate: float | None = None
+    tokens_per_minute_estimate: float | None = None
     slope_growth: float | None = None
     slope_window_s: float = 10.0
     slope_floor: int = 0

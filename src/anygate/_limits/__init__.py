@@ -8,6 +8,7 @@ policy feeds them (under its adaptive limit's lock) and sets the gate from their
 
 * :mod:`.window`: a per-window count limit (requests per minute) from the client's own
   count at rejection time (issue 30).
+* :mod:`.tokens`: its twin for tokens per minute (a send's tokens, not its count).
 * :mod:`.requests`, :mod:`.slope`: the request-rate estimate and the slope rule (growth,
   floor, window) read off the send log at each rejection and each full window's edge.
 * :mod:`.release`: the doubling waves a throttled herd is released in (issue 26).

@@ -140,44 +140,67 @@ class WindowLimit:
     Args:
         window_s: the provider's window (60 s for a per-minute limit).
         ceiling: the most the estimate grows back to (``math.inf``: no bound).
+        growth: how much the estimate grows back per window (one request).
+        lapses: whether an unconfirmed rejection lapses after a window (``True``, a
+            request count's: its check re-sends at the same count, so a real one repeats);
+            ``False``: it stands unless a pass disproves it (a token limit's, whose check
+            goes at a window that has moved on and rarely repeats, :mod:`.tokens`).
     """
 
     __slots__ = (
         "_fallback",
+        "_lapses",
+        "_top",
         "_unconfirmed_at",
         "ceiling",
         "estimated_at",
+        "growth",
         "high",
         "low",
         "window_s",
     )
 
-    def __init__(self, window_s: float = 60.0, ceiling: float = math.inf) -> None:
+    def __init__(
+        self,
+        window_s: float = 60.0,
+        ceiling: float = math.inf,
+        growth: float = 1.0,
+        *,
+        lapses: bool = True,
+    ) -> None:
         self.window_s = window_s
+        self._lapses = lapses
         self.ceiling = ceiling
-        self.low = 0  # the most a window held when a request still passed
-        self.high = math.inf  # the count at the last rejection that set the estimate
+        # How much the estimate grows back per window without rejections: one request
+        # (a token limit sets one request's tokens, :mod:`.tokens`).
+        self.growth = growth
+        self.low: float = 0  # the most a window held when a request still passed
+        self.high: float = math.inf  # the count at the last rejection that set the estimate
         self.estimated_at = -math.inf  # when ``high`` was set
         # A rejection not yet confirmed by a second within a window, and the estimate to
         # go back to if none comes.
         self._unconfirmed_at = -math.inf
         self._fallback = (math.inf, -math.inf)
+        # The most the last rejection allows (``high`` for requests; a token limit holds
+        # below it, :mod:`.tokens`): a pass above it disproves an unconfirmed rejection.
+        self._top: float = math.inf
 
     @property
     def confirmed(self) -> bool:
         """Whether the estimate stands on two words (or none is held)."""
         return self._unconfirmed_at == -math.inf
 
-    def passed(self, count: int) -> None:
-        """A request was accepted with ``count`` of ours already in its window. One that
-        passed at or above an unconfirmed estimate disproves it (the rejection was noise)."""
-        if count + 1 > self.low:
-            self.low = count + 1
-        if not self.confirmed and count >= self.high:
+    def passed(self, count: float, own: float = 1) -> None:
+        """A request of size ``own`` (1 request; its tokens for a token limit) was
+        accepted with ``count`` of ours already in its window. One that passed above an
+        unconfirmed estimate disproves it (the rejection was noise)."""
+        if count + own > self.low:
+            self.low = count + own
+        if not self.confirmed and count + own > self._top:
             self._unconfirmed_at = -math.inf
             self.high, self.estimated_at = self._fallback
 
-    def rejected(self, count: int, now: float) -> bool:
+    def rejected(self, count: float, now: float, top: float | None = None) -> bool:
         """A request was turned away with ``count`` of ours in its window; whether the
         estimate went down.
 
@@ -188,6 +211,9 @@ class WindowLimit:
         may be a shared pool's noise; holding to the count meanwhile sends at the last
         window's pace, not less.
         A window with none of ours (``count == 0``) teaches nothing: someone else filled it.
+        ``top`` is the most the rejection allows when it is more than ``count`` (a token
+        limit's: the count plus the rejected send's tokens less one); a pass disproves
+        only above it.
         """
         if count <= 0:
             return False
@@ -200,16 +226,18 @@ class WindowLimit:
             self._unconfirmed_at = now
             self._fallback = (self.high, self.estimated_at)
         self.high = count
+        self._top = count if top is None else max(count, top)
         self.estimated_at = now
         return count < before
 
     def estimate(self, now: float) -> float:
-        """The limit to pace at: the count at the last rejection, grown by one request per
-        window since, never above the ceiling; the ceiling when none holds."""
+        """The limit to pace at: the count at the last rejection, grown by ``growth`` (one
+        request) per window since, never above the ceiling; the ceiling when none holds."""
         if self._unconfirmed_at != -math.inf and now - self._unconfirmed_at > self.window_s:
-            self._unconfirmed_at = -math.inf  # never confirmed: noise
-            self.high, self.estimated_at = self._fallback
+            self._unconfirmed_at = -math.inf  # never confirmed: noise (or, kept, it stands)
+            if self._lapses:
+                self.high, self.estimated_at = self._fallback
         if self.high == math.inf:
             return self.ceiling
-        grown = self.high + max(0.0, now - self.estimated_at) / self.window_s
+        grown = self.high + self.growth * max(0.0, now - self.estimated_at) / self.window_s
         return min(grown, self.ceiling)

@@ -87,6 +87,7 @@ from .._limits.latency import LatencyLimit
 from .._limits.release import Release
 from .._limits.requests import WINDOW_S, RequestLimit
 from .._limits.slope import SlopeLimit
+from .._limits.tokens import TokenLimit
 from .._validation import check_flag, check_int, check_number, show
 from .burst_pause import BurstPause
 from .pacer import BurstPacer
@@ -159,6 +160,7 @@ class AdaptiveLimit:
         "_slope",
         "_stale",
         "_throttles",
+        "_tokens",
         "_turned",
     )
 
@@ -209,6 +211,8 @@ class AdaptiveLimit:
         self._sampled = -math.inf
         # The requests-per-minute estimate from counts at rejection (issue 30).
         self._requests = RequestLimit()
+        # Its twin for tokens per minute (issue 30 item 1).
+        self._tokens = TokenLimit()
         # The slope's growth and floor from counts at each full window's end (issue 30).
         self._slope = SlopeLimit()
         self._turned = -math.inf  # the latest send a burst 429 turned away
@@ -367,6 +371,7 @@ class AdaptiveLimit:
                 pacing_episodes=self._pacer.episodes,
                 checked_throttles=self._checks,
                 requests_per_minute_estimate=estimate,
+                tokens_per_minute_estimate=self._tokens.estimate(now),
                 slope_growth=self._slope.growth,
                 slope_window_s=self._slope.window_s,
                 slope_floor=self._slope.floor,
@@ -519,6 +524,7 @@ class AdaptiveLimit:
         admitted_at: float | None = None,
         caller: object | None = None,
         unit: str | None = None,
+        tokens: int | None = None,
     ) -> float | None:
         """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
         to its published rate overshoots it by the budget's burst after a lull.
@@ -526,7 +532,10 @@ class AdaptiveLimit:
         A 429 that says it counted requests (``unit="requests"``, with ``admitted_at``)
         paces the gate's request rate to the limit's estimate: the count of this gate's
         requests the provider accepted in the minute before the rejected one was sent
-        (:mod:`anygate._limits.requests`). Any other, with pacing on and not already
+        (:mod:`anygate._limits.requests`). One that says it counted tokens
+        (``unit="tokens"``, with the attempt's charged ``tokens``) holds sends to the
+        tokens the provider accepted in that minute (:mod:`anygate._limits.tokens`).
+        Any other, with pacing on and not already
         pacing, paces the request rate as for a burst throttle (no pause, no cut).
         Returns the paced requests per minute, or ``None``.
 
@@ -542,6 +551,14 @@ class AdaptiveLimit:
             # to it, no check, no pause; the estimate tells noise apart by itself.
             with self._lock:
                 self._requests.rejected(admitted_at, self._clock(), caller)
+                if tokens:
+                    self._tokens.turned_away(admitted_at, tokens)
+            return None
+        if unit == "tokens" and admitted_at is not None and tokens:
+            # The token twin: the minute's accepted tokens bound the token limit.
+            with self._lock:
+                self._tokens.rejected(admitted_at, tokens, self._clock(), caller)
+                self._requests.turned_away(admitted_at)
             return None
         with self._lock:
             if self._pacer.active:
@@ -634,10 +651,14 @@ class AdaptiveLimit:
             return LimitChange(old, self._applied, self._ceiling, "concurrency", 0.0)
 
     @ki_protected
-    def reserve_send(self, at: float, caller: object | None = None) -> float:
-        """An attempt on the gate would be sent at ``at`` (this limit's clock): ``0.0`` and
-        it is counted, or the seconds to wait, holding the slot, until the per-minute
-        estimate's window has room (:meth:`anygate._limits.requests.RequestLimit.reserve`)."""
+    def reserve_send(
+        self, at: float, caller: object | None = None, tokens: int | None = None
+    ) -> float:
+        """An attempt on the gate (charged ``tokens``) would be sent at ``at`` (this
+        limit's clock): ``0.0`` and it is counted, or the seconds to wait, holding the
+        slot, until the per-minute estimates' windows have room
+        (:meth:`anygate._limits.requests.RequestLimit.reserve`,
+        :meth:`anygate._limits.tokens.TokenLimit.wait`)."""
         if not (self._enabled and self._pace):
             if self._held:  # unlocked: a stale read is checked again under the lock
                 self.unhold(caller)
@@ -648,8 +669,13 @@ class AdaptiveLimit:
                 wait = self._releasing(at)
             if wait <= 0 and caller is not None:
                 wait = self._over_limit(caller)
+            cost = tokens or 0
+            if wait <= 0:
+                wait = self._tokens.wait(at, cost, caller)
             if wait <= 0:
                 wait = self._requests.reserve(at, caller)
+                if wait <= 0:
+                    self._tokens.sent(at, cost, caller)
             if caller is not None:
                 if wait > 0:
                     self._held.add(caller)
@@ -685,11 +711,14 @@ class AdaptiveLimit:
         known: an experiment, not the default)."""
         return max(0, in_flight - len(self._held))
 
-    def turned_away(self, at: float) -> None:
-        """The attempt sent at ``at`` was throttled: the provider did not count it."""
+    def turned_away(self, at: float, tokens: int | None = None) -> None:
+        """The attempt sent at ``at`` (charged ``tokens``) was throttled: the provider did
+        not count it."""
         if self._enabled and self._pace:
             with self._lock:
                 self._requests.turned_away(at)
+                if tokens:
+                    self._tokens.turned_away(at, tokens)
 
     def rejected(self, at: float) -> None:
         """An attempt sent at ``at`` got a 429 now (any kind): it was at the provider
@@ -702,9 +731,9 @@ class AdaptiveLimit:
                 while rejections and rejections[0][1] < now - WINDOW_S:
                     rejections.popleft()
 
-    def passed(self, at: float, sending: int = 0) -> None:
+    def passed(self, at: float, sending: int = 0, tokens: int | None = None) -> None:
         """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
-        included) succeeded: a lower bound for the estimates.
+        included), charged ``tokens``, succeeded: a lower bound for the estimates.
 
         The most calls ever in service at once is ``sending`` less the calls sent before
         it that were turned away after it went (their 429 was still on its way): counted
@@ -716,6 +745,9 @@ class AdaptiveLimit:
         if self._requests.limit is not None:  # unlocked: no estimate, no work
             with self._lock:
                 self._requests.passed(at)
+        if tokens and self._tokens.limit is not None:
+            with self._lock:
+                self._tokens.passed(at, tokens)
 
     def attribute(self, at: float, sending: int) -> Attributed | None:
         """The limit a plain 429 (no code, no wording) for the attempt sent at ``at`` with

@@ -325,7 +325,8 @@ class Attempts:
                     check_pause(gate, pause, busy_wait)
                     await adaptive.wait_pause(pause)
                 # The send time the per-minute estimate counted is the attempt's.
-                while (wait := adaptive.reserve_send(at := adaptive.clock(), run)) > 0:
+                run.tokens = tokens
+                while (wait := adaptive.reserve_send(at := adaptive.clock(), run, tokens)) > 0:
                     # The estimate's window is full (issue 30): wait for its first slot
                     # to free, holding ours as in a pause.
                     check_pause(gate, wait, busy_wait)
@@ -496,7 +497,8 @@ class Attempts:
                 time.sleep(pause)
             at = adaptive.clock()
             # The send time the per-minute estimate counted is the attempt's (see admit).
-            while not testing.enabled and (wait := adaptive.reserve_send(at, run)) > 0:
+            run.tokens = tokens
+            while not testing.enabled and (wait := adaptive.reserve_send(at, run, tokens)) > 0:
                 check_pause(gate, wait, busy_wait)
                 if time.monotonic() + wait >= deadline:
                     raise self._past_deadline(run, gate, now)

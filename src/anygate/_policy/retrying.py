@@ -136,7 +136,7 @@ class Retrier:
         if self.adaptive is not None:
             if outcome == SUCCESS:
                 if run.admitted_at is not None:
-                    self.adaptive.passed(run.admitted_at, run.sending)
+                    self.adaptive.passed(run.admitted_at, run.sending, run.tokens)
                 grown = self.adaptive.on_success(
                     saturated=run.saturated,
                     probe=probe,
@@ -232,7 +232,8 @@ class Retrier:
             elif attributed is not None:
                 kind = attributed
         if kind is not None and kind != "rate" and run.admitted_at is not None:
-            adaptive.turned_away(run.admitted_at)  # a throttled send filled no window
+            # A throttled send filled no window.
+            adaptive.turned_away(run.admitted_at, run.tokens)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
@@ -245,6 +246,7 @@ class Retrier:
                 admitted_at=run.admitted_at,
                 caller=run,
                 unit=unit,
+                tokens=run.tokens,
             )
         return False
 

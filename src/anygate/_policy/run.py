@@ -77,6 +77,7 @@ class Run:
         "sending",
         "slot_started",
         "throttles",
+        "tokens",
         "verdict",
     )
 
@@ -85,6 +86,7 @@ class Run:
     breaker_waited: float
     failures: int
     throttles: int
+    tokens: int | None
     in_flight: int
     saturated: bool
     sending: int
@@ -120,6 +122,8 @@ class Run:
         # When the current attempt was admitted, on the adaptive limit's clock (how long
         # a throttle took to come back sets a check's grace); None before the first.
         self.admitted_at = None
+        # The tokens the gate charged the current attempt (acquire(tokens=)), or None.
+        self.tokens = None
         # Seconds spent waiting for an open breaker so far (bounded by max_wait_sec).
         self.breaker_waited = 0.0
         self.prev_ms = None
