@@ -290,6 +290,7 @@ class Attempts:
         gate: Gate,
         busy_wait: float | None,
         tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> Token:
         """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
         for the next attempt, with ``tokens`` of its token budget; sit out an adaptive
@@ -309,7 +310,12 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = await gate.acquire(timeout=busy_wait, tokens=tokens)
+        if output_tokens is None:
+            token = await gate.acquire(timeout=busy_wait, tokens=tokens)
+        else:
+            token = await gate.acquire(
+                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens
+            )
         try:
             # As admitted, not as now: the acquire's schedule point comes after admission
             # (issue 26), and peers admitted during it are no part of this attempt's count.
@@ -454,6 +460,7 @@ class Attempts:
         gate: Gate,
         busy_wait: float | None,
         tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
         hooks, adaptive = self.hooks, self.adaptive
@@ -472,7 +479,7 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = gate.acquire_sync(timeout=timeout, tokens=tokens)
+        token = gate.acquire_sync(timeout=timeout, tokens=tokens, output_tokens=output_tokens)
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0

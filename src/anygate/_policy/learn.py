@@ -365,9 +365,12 @@ class RateLearner:
             if fresh:
                 assert sent is not None
                 requests, tokens = _left(dims["requests"]), _left(dims["tokens"])
-                if requests is not None or tokens is not None:
+                # Anthropic's input / output limits sync the gate's split budgets
+                # (ITPM / OTPM), when it has them, as the total does its token budget.
+                inputs, outputs = _left(report.input_tokens), _left(report.output_tokens)
+                if any(v is not None for v in (requests, tokens, inputs, outputs)):
                     self._synced = sent.at
-                    if gate._lower_budgets(sent, requests, tokens):
+                    if gate._lower_budgets(sent, requests, tokens, inputs, outputs):
                         self._syncs += 1
                         changed = True
         return changed
