@@ -347,3 +347,20 @@ def test_headers_sync_both_split_budgets() -> None:
     assert levels(gate) == (250 - 80, 50 - 20)
     assert gate.rate is not None
     assert gate.rate.tokens_per_minute is None
+
+
+def test_a_drained_split_limit_the_gate_paces_sets_its_level_without_a_hold() -> None:
+    """A drained input limit on a gate with an input budget sets that budget to 0 (it
+    refills continuously) instead of holding the gate until the reported reset, the time
+    of a full refill; the request budget is not held either."""
+    gate = split_gate(requests_per_minute=600)
+    mark = gate.budget_mark()
+    assert mark is not None
+    learner = RateLearner(gate, ceiling=None, confirm=1, headroom=0.0)
+    drained = LimitReport(input_tokens=ReportedLimit(600, 0, 60.0, 60.0))
+    assert learner.observe(drained, sent=mark)
+    assert learner.limits.holds == 0
+    assert levels(gate) == (0, 60)
+    rate = gate.statistics().rate
+    assert rate is not None
+    assert rate.next_admission_s < 1.0  # a call stating no tokens is not held
