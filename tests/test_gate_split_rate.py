@@ -76,7 +76,8 @@ def test_bad_split_rates_name_the_parameter(
 
 
 def test_bucket_is_gcra_holding_its_burst() -> None:
-    """A Bucket starts empty, refills at its rate up to ``tau`` seconds, pays and refunds."""
+    """A Bucket starts empty, refills at its rate up to ``tau`` seconds, pays and refunds;
+    a provider's count sets it down always, up only within its first bucket of charges."""
     b = Bucket(60, 60.0, 0.0, None)  # 1 unit/s, holds 60
     assert b.left(0.0) == 0
     assert b.left(30.0) == 30
@@ -95,6 +96,12 @@ def test_bucket_is_gcra_holding_its_burst() -> None:
     assert b.sync(30.0, left=500, since=0)  # capped at the burst
     assert b.left(30.0) == 60
     assert not b.sync(30.0, left=500, since=0)  # already full
+    b.pay(30.0, 100)  # net charges 115: past the first bucket (60 units)
+    assert b.left(30.0) == -40
+    assert not b.sync(30.0, left=50, since=0)  # no raise any more
+    assert b.left(30.0) == -40
+    assert b.sync(30.0, left=-50, since=0)  # lowering still applies
+    assert b.left(30.0) == -50
 
 
 def test_budgets_charge_the_input_and_output_parts_separately() -> None:

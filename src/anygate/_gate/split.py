@@ -80,17 +80,22 @@ class Bucket:
         self.tat = max(self.tat, at + self.tau)
 
     def sync(self, now: float, left: float, since: float) -> bool:
-        """Set the level to ``left - since`` units (a provider's ``remaining`` less our
+        """Bring the level to ``left - since`` units (a provider's ``remaining`` less our
         charges since it was sent), capped at the burst; ``True`` if it changed.
 
-        Both ways, unlike the request and total-token budgets (which only ever lower): a
-        split budget holds the provider's whole bucket (a minute), so the provider's own
-        count is the best level there is. Raising lets a fleet spend the full bucket a
-        provider starts with, which an empty start forgoes (a minute of ITPM: the
-        Anthropic-like TOKEN_TUNING cell went from 1.124x to 1.072x the oracle, no 429).
-        A report ``d`` seconds old credits no refill since, so it errs low.
+        Down always, as the request and total-token budgets are synced. Up only while
+        this budget's net charges are within its first bucket (``tau`` seconds of refill):
+        a provider's bucket starts full, this one empty, and the provider's count is what
+        lets a fleet spend that first bucket (the Anthropic-like TOKEN_TUNING cell 1.126x
+        -> 1.031x the oracle, no 429). Raising after it, on every report, overdrew a
+        bucket others share: with 55 % of the limit spent by others (an Anthropic-like
+        cell with background load, issue 30) 44 % of calls got a 429 and 92 were lost, as
+        the total-token raise did before (docs/simulate.md, "Token cells"). A report
+        ``d`` seconds old credits no refill since, so it errs low.
         """
         tat = max(now, now + self.tau - (left - since) * self.interval)
+        if tat < self.tat and self.spent - self.back > self.tau / self.interval:
+            return False  # past the first bucket: lowered only
         if tat != self.tat and not (tat == now and self.tat <= now):
             self.tat = tat
             return True

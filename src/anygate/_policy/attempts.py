@@ -310,7 +310,16 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        if output_tokens is None:
+        permit = run.permit
+        if permit is not None and permit._probe:
+            # The breaker's half-open probe decides for every caller waiting on the
+            # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
+            # token-paced backlog of ~2 minutes, it held the breaker half-open so long
+            # that callers gave up as circuit_open).
+            token = await gate.acquire(
+                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=1
+            )
+        elif output_tokens is None:
             token = await gate.acquire(timeout=busy_wait, tokens=tokens)
         else:
             token = await gate.acquire(
