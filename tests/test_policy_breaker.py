@@ -324,3 +324,36 @@ async def test_busy_on_a_later_slot_wait_is_neutral() -> None:
     assert policy.breaker is not None
     assert policy.breaker.state == "closed"
     holder[0].release()
+
+
+async def test_the_half_open_probe_goes_ahead_of_the_gate_queue() -> None:
+    """The probe decides for every caller held by the breaker, so it is admitted ahead of
+    callers already queued on the gate (issue 30: behind a token-paced backlog it kept the
+    breaker half-open for minutes and callers were lost as circuit_open)."""
+    clock = FakeClock()
+    policy = tripping_policy(clock, max_concurrent_calls=1)
+    with pytest.raises(CallFailed):
+        await policy.call(Script(*[transient() for _ in range(3)]))
+    clock.now += 60
+    gate = policy.gate
+    holder = gate.acquire_nowait()
+    order: list[str] = []
+
+    async def queued() -> None:
+        async with gate.acquire():
+            order.append("queued")
+
+    async def probe() -> str:
+        order.append("probe")
+        return "ok"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(policy.call, probe)
+        await anyio.wait_all_tasks_blocked()
+        assert gate.waiting == 2
+        holder.release()
+    assert order == ["probe", "queued"]
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"

@@ -19,7 +19,9 @@ import anygate
 from anygate import ConfigError, sim
 from anygate.sim._answers import go_duration, rfc3339
 from anygate.sim._buckets import Bucket
+from anygate.sim._policy_strategy import published_facts
 from anygate.sim._provider import ProviderError, ProviderModel, ProviderResponse
+from anygate.sim._scenarios import scenario_mapping
 from anygate.sim._spec import Lognormal, Outage, ProviderSpec, TokenLimits
 from anygate.sim._workload import build_workload
 from tests.conftest import mock_clock
@@ -330,3 +332,29 @@ def test_background_load_slows_the_refill_and_shows_only_in_the_headers() -> Non
     assert loaded.strategies[0].makespan_s > 1.5 * quiet.strategies[0].makespan_s
     # Tight here: the buckets bind from start to end (float slack aside).
     assert loaded.strategies[0].makespan_s >= loaded.bound.seconds - 1e-6
+
+
+def test_the_builtin_strategy_paces_published_itpm_and_otpm() -> None:
+    """Published ITPM / OTPM become the gate's input- and output-token budgets (issue 30):
+    on an Anthropic-like provider with 2,000-token prompts against 50,000 ITPM the
+    built-in strategy loses nothing and no call sees an input- or output-token 429
+    (before, with only requests paced, 8 % of calls did)."""
+    base, _ = scenario_mapping("openai-tier1-tpm")
+    limits = {"rpm": 80, "itpm": 50000, "otpm": 12000}
+    data = {
+        **base,
+        "seed": 1,
+        "provider": {**base["provider"], "tokens": limits, "headers": "anthropic"},
+        "published": limits,
+        "fleet": {**base["fleet"], "agents": 40},
+    }
+    spec = next(s for s in sim.resolve_strategies(sim.load_scenario(data)) if s.name == "anygate")
+    facts = published_facts(spec, sim.Published(**limits))
+    assert facts["input_tokens_per_minute"] == 50000
+    assert facts["output_tokens_per_minute"] == 12000
+    assert "tokens_per_minute" not in facts
+    scenario = sim.load_scenario(data)
+    result = sim.simulate(scenario, strategies=sim.resolve_strategies(scenario, only=["anygate"]))
+    (anygate_run,) = result.strategies
+    assert anygate_run.failed == 0, (anygate_run.responses, anygate_run.lost)
+    assert anygate_run.count_429 <= 2

@@ -136,6 +136,7 @@ rated = Gate(32, name="rated", rate=rate, clock=time.monotonic)
 assert_type(rated.rate, Rate | None)
 rated.rate = Rate(requests_per_minute=600)
 assert_type(Rate.per(30, requests=100, tokens=50_000), Rate)
+assert_type(Rate(input_tokens_per_minute=30_000, output_tokens_per_minute=8_000).split, bool)
 rated.rate = None
 rated.rate = 600  # type: ignore[assignment]
 Gate(rate=rate, clock=5)  # type: ignore[arg-type]
@@ -174,6 +175,10 @@ async def acquire_async() -> None:
     async with gate.acquire(tokens=10) as weighted:
         weighted.settle(tokens=12)
         assert_type(weighted.tokens, int)
+    async with gate.acquire(tokens=3000, output_tokens=1000) as split:
+        split.settle(tokens=2400, output_tokens=400)
+    assert_type(gate.acquire_nowait(tokens=10, output_tokens=5), Token)
+    gate.acquire_sync(output_tokens="5")  # type: ignore[arg-type]
     await gate.acquire(tokens="many")  # type: ignore[arg-type]
     await gate.acquire(60)  # type: ignore[call-arg]  # timeout is keyword-only
     await gate.acquire(timeout="60")  # type: ignore[arg-type]

@@ -374,7 +374,8 @@ class PolicyConfig:
         control_flow: exception class names that are control flow, not failures: they
             propagate unchanged and leave the breaker alone.
         rate: the gate's :class:`anygate.Rate` (YAML ``requests_per_minute``,
-            ``tokens_per_minute``, ``ramp``, ``ramp_window_s``); ``None`` = no rate limit
+            ``tokens_per_minute``, ``input_tokens_per_minute``, ``output_tokens_per_minute``,
+            ``ramp``, ``ramp_window_s``); ``None`` = no rate limit
             (a shared gate keeps whatever rate it has).
         reraise: after giving up on a provider failure, raise the provider's own exception
             (an SDK's typed error) instead of :class:`anygate.CallFailed`; the
@@ -450,6 +451,12 @@ class PolicyConfig:
                 "rules": [_rule_to_mapping(rule) for rule in self.rules],
                 "requests_per_minute": None if self.rate is None else self.rate.requests_per_minute,
                 "tokens_per_minute": None if self.rate is None else self.rate.tokens_per_minute,
+                "input_tokens_per_minute": (
+                    None if self.rate is None else self.rate.input_tokens_per_minute
+                ),
+                "output_tokens_per_minute": (
+                    None if self.rate is None else self.rate.output_tokens_per_minute
+                ),
                 "ramp": None if self.rate is None else self.rate.ramp,
                 "ramp_window_s": None if self.rate is None else self.rate.window_s,
                 # None below means "the gate's existing adaptive limit's value" (defaults

@@ -53,6 +53,8 @@ _LLM_KEYS = (
     "adaptive_concurrency",
     "requests_per_minute",
     "tokens_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
     "ramp",
     "ramp_window_s",
     "reraise",
@@ -164,9 +166,15 @@ def _load_adaptive(path: str, raw: object, cap: int | None) -> AdaptiveConfig:
 
 
 def _load_rate(llm: Mapping[Any, Any]) -> Rate | None:
-    """``requests_per_minute``, ``tokens_per_minute``, ``ramp``, ``ramp_window_s`` -> Rate."""
+    """``requests_per_minute``, ``tokens_per_minute``, ``input_tokens_per_minute``,
+    ``output_tokens_per_minute``, ``ramp``, ``ramp_window_s`` -> Rate."""
     limits: dict[str, float | None] = {}
-    for key in ("requests_per_minute", "tokens_per_minute"):
+    for key in (
+        "requests_per_minute",
+        "tokens_per_minute",
+        "input_tokens_per_minute",
+        "output_tokens_per_minute",
+    ):
         if key in llm:
             limits[key] = _FILE.number(f"llm_call.{key}", llm[key], strict=True, none=True)
     ramp = None
@@ -186,6 +194,8 @@ def _load_rate(llm: Mapping[Any, Any]) -> Rate | None:
         return Rate(
             requests_per_minute=limits.get("requests_per_minute"),
             tokens_per_minute=limits.get("tokens_per_minute"),
+            input_tokens_per_minute=limits.get("input_tokens_per_minute"),
+            output_tokens_per_minute=limits.get("output_tokens_per_minute"),
             ramp=ramp,
             window_s=10.0 if window is None else window,
         )

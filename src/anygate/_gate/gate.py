@@ -27,6 +27,7 @@ from . import waiters as _waiters
 from .gate_args import (
     MAX_TOKENS,
     check_capacity,
+    check_cost,
     check_fast_acquire,
     check_priority,
     check_rate,
@@ -34,7 +35,7 @@ from .gate_args import (
     check_tokens,
 )
 from .inspect import QueuedCaller, SlotHolder, holders_of, waiters_of
-from .ledger import UNLIMITED, Ledger
+from .ledger import UNLIMITED, Ledger, token_out
 from .token import PENDING, Token, code_site, pending_token
 from .waiters import GONE, GRANTED, ki_protected
 
@@ -304,7 +305,12 @@ class Gate(Ledger):
     # ------------------------------------------------------------------ acquiring
 
     def acquire(
-        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+        self,
+        *,
+        timeout: float | None = None,
+        tokens: int | None = None,
+        priority: int = 0,
+        output_tokens: int | None = None,
     ) -> Acquisition:
         """Wait for a slot; use as ``await gate.acquire()`` or ``async with gate.acquire()``.
 
@@ -317,6 +323,12 @@ class Gate(Ledger):
                 estimate; correct it with :meth:`Token.settle`). ``None`` charges 0 now:
                 the cost is then charged when settled, and later callers wait out the debt.
             priority: the caller's class; higher classes go first (default 0).
+            output_tokens: the output part of ``tokens`` (typically the request's
+                ``max_tokens``), for a rate's ``output_tokens_per_minute``; the rest,
+                ``tokens - output_tokens``, is the input part charged to
+                ``input_tokens_per_minute``. ``None`` = 0 (the whole cost is input);
+                with ``tokens=None`` the total is ``output_tokens``. Settle both parts
+                with ``Token.settle(tokens=..., output_tokens=...)``.
 
         Returns:
             An awaitable giving a :class:`Token`; as an async context manager it yields the
@@ -326,11 +338,15 @@ class Gate(Ledger):
             Busy: no slot (or budget) within ``timeout`` (raised from the await, not this
                 call); ``retry_after_s`` says when the budget would admit it.
             TypeError, ValueError: a bad ``timeout``, ``tokens`` (negative, above one
-                minute's token budget) or ``priority``.
+                minute's token budget), ``output_tokens`` (negative, above ``tokens`` or
+                one minute of its budget) or ``priority``.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        if tokens is None:
+        out = 0
+        if output_tokens is not None:
+            cost, out = check_cost(tokens, output_tokens, self)
+        elif tokens is None:
             cost = 0
         else:
             budgets = self._budgets
@@ -354,31 +370,41 @@ class Gate(Ledger):
         token._code = frame.f_code
         token._lasti = frame.f_lasti
         token._cost = cost
+        if out:
+            token._out = out
         token._timeout = timeout
         token._priority = priority
         token._since = PENDING  # _seen is set at admission (Token.in_flight_at_admission)
         return token  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
     @ki_protected
-    def acquire_nowait(self, *, tokens: int | None = None, priority: int = 0) -> Token:
+    def acquire_nowait(
+        self, *, tokens: int | None = None, priority: int = 0, output_tokens: int | None = None
+    ) -> Token:
         """Take a slot only if one is free, the budget allows it and nobody queued is ahead.
 
         Args:
-            tokens, priority: as for :meth:`acquire`.
+            tokens, priority, output_tokens: as for :meth:`acquire`.
 
         Raises:
             Busy: the gate is full, the budget is spent, or other callers are ahead.
-            TypeError, ValueError: bad ``tokens`` or ``priority``.
+            TypeError, ValueError: bad ``tokens``, ``output_tokens`` or ``priority``.
         """
         if not _waiters.trio_protection_done:  # a sync-only path may be trio's first use
             _waiters.ensure_trio_protection()
-        cost = 0 if tokens is None else check_tokens(tokens, self)
+        out = 0
+        if output_tokens is not None:
+            cost, out = check_cost(tokens, output_tokens, self)
+        else:
+            cost = 0 if tokens is None else check_tokens(tokens, self)
         if priority:
             priority = check_priority(priority)
         frame = _getframe(1)
         # Marked held by the admitting step itself, as in acquire_sync: no step between
         # admission and the caller where a slot is held by nobody.
         token = pending_token(self, frame.f_code, frame.f_lasti, cost)
+        if out:
+            token._out = out
         if self._admit(cost, priority, token):
             token._seen = self._in_flight
             token._since = _monotonic()
@@ -386,24 +412,34 @@ class Gate(Ledger):
         raise self._refusal(cost, priority)
 
     def acquire_sync(
-        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+        self,
+        *,
+        timeout: float | None = None,
+        tokens: int | None = None,
+        priority: int = 0,
+        output_tokens: int | None = None,
     ) -> Token:
         """Block this thread until a slot is free; for plain (non-async) threads.
 
         The returned token is a context manager: ``with gate.acquire_sync() as token:``.
 
         Args:
-            timeout, tokens, priority: as for :meth:`acquire`.
+            timeout, tokens, priority, output_tokens: as for :meth:`acquire`.
 
         Raises:
             Busy: no slot (or budget) within ``timeout``.
             RuntimeError: called on a thread that is running an event loop (it would freeze
                 the loop; use ``await gate.acquire()`` there).
-            TypeError, ValueError: bad ``timeout``, ``tokens`` or ``priority``.
+            TypeError, ValueError: bad ``timeout``, ``tokens``, ``output_tokens`` or
+                ``priority``.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        cost = 0 if tokens is None else check_tokens(tokens, self)
+        out = 0
+        if output_tokens is not None:
+            cost, out = check_cost(tokens, output_tokens, self)
+        else:
+            cost = 0 if tokens is None else check_tokens(tokens, self)
         if priority:
             priority = check_priority(priority)
         running = _waiters.event_loop_running()
@@ -420,6 +456,8 @@ class Gate(Ledger):
         # good. Now every step of the slot's way is recorded under the gate's lock (on
         # the token, or on the waiter's state), and the handler below reads it there.
         token = pending_token(self, frame.f_code, frame.f_lasti, cost)
+        if out:
+            token._out = out
         waiter: _waiters.ThreadWaiter | None = None
         try:
             if self._admit(cost, priority, token):
@@ -430,6 +468,8 @@ class Gate(Ledger):
                 raise self._refusal(cost, priority)
             waiter = _waiters.ThreadWaiter()  # GONE until the queueing step queues it
             waiter.tokens, waiter.priority = cost, priority
+            if out:
+                waiter.out = out
             if not self._enqueue(waiter, timeout) and not self._block(waiter, timeout):
                 raise self._busy(timeout or 0.0, timed_out=True)
             token._gate = self  # the granted waiter's slot is the token's from here on
@@ -486,6 +526,10 @@ class Gate(Ledger):
             raise self._refusal(tokens, token._priority)
         waiter = _waiters.async_waiter()
         waiter.tokens, waiter.priority = tokens, token._priority
+        if tokens:
+            out = token_out(token)
+            if out:
+                waiter.out = out
         if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
             await self._admitted_at_once(token)
             return

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_TOKENS",
     "check_capacity",
+    "check_cost",
     "check_fast_acquire",
+    "check_output_tokens",
     "check_priority",
     "check_rate",
     "check_timeout",
     "check_tokens",
+    "check_tokens_type",
 ]
 
 
@@ -92,6 +95,81 @@ def check_tokens(value: object, gate: Ledger) -> int:
                 f"minute's budget can never be admitted (got {show(value)})"
             )
             raise ValueError(msg)
+        itpm = budgets.rate.input_tokens_per_minute
+        if itpm is not None and value > itpm:
+            msg = (
+                f"tokens must be <= the gate's input_tokens_per_minute ({itpm:g}) when no "
+                "output_tokens are stated (the whole cost is then input): a cost above one "
+                f"minute's budget can never be admitted (got {show(value)})"
+            )
+            raise ValueError(msg)
+    return value
+
+
+def check_output_tokens(value: object, tokens: int | None) -> int:
+    """``output_tokens=``: an int >= 0, the output part of ``tokens`` (``<= tokens``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = (
+            "output_tokens must be an int >= 0 or None "
+            f"(got {show(value)} of type {type(value).__name__})"
+        )
+        raise TypeError(msg)
+    if not 0 <= value <= MAX_TOKENS:
+        msg = f"output_tokens must be >= 0 and <= 2**53 (got {show(value)})"
+        raise ValueError(msg)
+    if tokens is not None and value > tokens:
+        msg = (
+            "output_tokens must be <= tokens: they are the output part of the call's total "
+            f"(got output_tokens={show(value)}, tokens={show(tokens)})"
+        )
+        raise ValueError(msg)
+    return value
+
+
+def check_cost(tokens: object, output_tokens: object, gate: Ledger) -> tuple[int, int]:
+    """``tokens=`` with ``output_tokens=`` stated: ``(total, output part)``.
+
+    ``tokens=None`` means the total is the output part alone (no input stated). The input
+    part (``total - output``) must fit a minute of ``input_tokens_per_minute``, the output
+    part a minute of ``output_tokens_per_minute``, the total a minute of
+    ``tokens_per_minute``: a bigger cost could never be admitted.
+    """
+    if tokens is not None:
+        check_tokens_type(tokens)
+    total = tokens if isinstance(tokens, int) else None
+    out = check_output_tokens(output_tokens, total)
+    total = out if total is None else total
+    budgets = gate._budgets
+    if budgets is not None:
+        rate = budgets.rate
+        for name, limit, value in (
+            ("tokens", rate.tokens_per_minute, total),
+            ("the input part (tokens - output_tokens)", rate.input_tokens_per_minute, total - out),
+            ("output_tokens", rate.output_tokens_per_minute, out),
+        ):
+            if limit is not None and value > limit:
+                per = {
+                    "tokens": "tokens_per_minute",
+                    "output_tokens": "output_tokens_per_minute",
+                }.get(name, "input_tokens_per_minute")
+                msg = (
+                    f"{name} must be <= the gate's {per} ({limit:g}): a cost above one "
+                    f"minute's budget can never be admitted (got {show(value)})"
+                )
+                raise ValueError(msg)
+    return total, out
+
+
+def check_tokens_type(value: object) -> int:
+    """``tokens=``'s type and range alone (no budget involved)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = (
+            f"tokens must be an int >= 0 or None (got {show(value)} of type {type(value).__name__})"
+        )
+        raise TypeError(msg)
+    if not 0 <= value <= MAX_TOKENS:
+        msg = f"tokens must be >= 0 and <= 2**53 (got {show(value)})"
+        raise ValueError(msg)
     return value
 
 

@@ -64,7 +64,16 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from .rate import EPSILON, BudgetMark, Budgets
-from .waiters import DEAD, GONE, GRANTED, WAITING, Waiter, inside_locked_step, ki_protected
+from .waiters import (
+    DEAD,
+    GONE,
+    GRANTED,
+    WAITING,
+    Waiter,
+    inside_locked_step,
+    ki_protected,
+    waiter_out,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -83,6 +92,18 @@ _COMPACT_SLACK = 64
 #: every ``OVERTAKES + 1`` admissions while it waits.
 OVERTAKES = 3
 _INF = math.inf
+
+
+def token_out(token: Token | None) -> int:
+    """The output part of ``token``'s cost (``acquire(output_tokens=)`` or a settle).
+
+    The ``_out`` slot is written only when an output part is stated, so an acquire that
+    states none (every gate without split budgets) pays no store for it; unset reads 0.
+    """
+    try:
+        return token._out  # type: ignore[union-attr]
+    except AttributeError:
+        return 0
 
 
 class Ledger:
@@ -146,13 +167,21 @@ class Ledger:
     # ------------------------------------------------------------------ admission
 
     @ki_protected
-    def _admit(self, tokens: int = 0, priority: int = 0, token: Token | None = None) -> bool:
+    def _admit(
+        self,
+        tokens: int = 0,
+        priority: int = 0,
+        token: Token | None = None,
+        asker: Token | None = None,
+    ) -> bool:
         """Take a slot now if the caller would be next and slot and budget allow (I2).
 
         The uncontended path. An explicit acquire/release pair rather than ``with``: half
         the cost on CPython 3.11, and this is the budget the benchmark measures. A
         ``token`` (being acquired) is marked held in the same locked step, so that an
-        exception between this step and the caller finds the slot on it (I1).
+        exception between this step and the caller finds the slot on it (I1). ``asker``
+        is the token being entered when it is not marked here (``Token.__aenter__``):
+        with split token budgets, ``token`` or ``asker`` holds the cost's output part.
         """
         lock = self._lock
         lock.acquire()
@@ -163,7 +192,12 @@ class Ledger:
                     admitted = self._overtakes_locked(priority)
                 budgets = self._budgets
                 if budgets is not None and admitted:
-                    admitted = budgets.try_take(self._clock(), tokens)
+                    if budgets.split:
+                        admitted = budgets.try_take_split(
+                            self._clock(), tokens, token_out(token or asker)
+                        )
+                    else:
+                        admitted = budgets.try_take(self._clock(), tokens)
                 if admitted:
                     if self._live:
                         self._passed += 1
@@ -216,7 +250,7 @@ class Ledger:
             else:
                 now = self._clock()
                 if limit_s is not None:
-                    due = self._estimate_locked(now, tokens, priority)
+                    due = self._estimate_waiter_locked(now, waiter)
                     if due > now + limit_s + EPSILON:
                         waiter.state = GONE
                         waiter.due = due
@@ -269,6 +303,19 @@ class Ledger:
                 ahead += count
                 ahead_tokens += self._costs[p]
         return budgets.when(now, tokens, ahead, ahead_tokens)
+
+    def _estimate_waiter_locked(self, now: float, waiter: Waiter) -> float:
+        """:meth:`_estimate_locked` for a queued-to-be ``waiter``, its output part included."""
+        budgets = self._budgets
+        assert budgets is not None
+        if not budgets.split:
+            return self._estimate_locked(now, waiter.tokens, waiter.priority)
+        ahead = ahead_tokens = 0
+        for p, count in self._counts.items():
+            if p >= waiter.priority:
+                ahead += count
+                ahead_tokens += self._costs[p]
+        return budgets.when(now, waiter.tokens, ahead, ahead_tokens, waiter_out(waiter))
 
     @ki_protected
     def _poll(self, waiter: Waiter, limit_at: float | None) -> int:
@@ -397,7 +444,14 @@ class Ledger:
         while self._live and self._in_flight < self._limit:
             waiter = self._pick_locked()
             if budgets is not None:
-                due = budgets.when(now, waiter.tokens)
+                # Split input/output budgets only: a fleet gate's budgets take no ``out``.
+                split = budgets.split
+                out = waiter_out(waiter) if split else 0
+                due = (
+                    budgets.when(now, waiter.tokens, out=out)
+                    if split
+                    else budgets.when(now, waiter.tokens)
+                )
                 if due > now + EPSILON:
                     # Budget-bound: it must wake at `due`. Nudge it only if it would sleep
                     # longer than that (a refill came earlier than it knew, I9).
@@ -407,7 +461,10 @@ class Ledger:
                             waiter.armed = False
                             wakes.append(waiter)
                     return
-                budgets.take(now, waiter.tokens)
+                if split:
+                    budgets.take(now, waiter.tokens, out)
+                else:
+                    budgets.take(now, waiter.tokens)
             self._grant_locked(waiter)
             if waiter.armed:
                 waiter.armed = False
@@ -439,7 +496,10 @@ class Ledger:
     def _give_back_locked(self, waiter: Waiter, wakes: list[Waiter], now: float | None) -> None:
         """A granted waiter will never use its slot: refund its cost once, pass the slot on."""
         if self._budgets is not None:
-            self._budgets.refund(1, waiter.tokens)
+            if self._budgets.split:
+                self._budgets.refund(1, waiter.tokens, waiter_out(waiter))
+            else:
+                self._budgets.refund(1, waiter.tokens)
         self._in_flight -= 1
         if now is not None:
             self._advance_locked(now, wakes)
@@ -613,17 +673,25 @@ class Ledger:
 
     @ki_protected
     def _lower_budgets(
-        self, mark: BudgetMark, requests: float | None, tokens: float | None
+        self,
+        mark: BudgetMark,
+        requests: float | None,
+        tokens: float | None,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
     ) -> bool:
         """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
 
         The second gate-core hook of header learning (``_policy.learn``), beside
         :meth:`_hold_until`: ``requests`` / ``tokens`` units were left at ``mark`` by the
-        provider's count; this gate's own charges since ``mark`` are subtracted. It only
-        ever lowers a level, so, as with a hold, nobody needs waking (I2). Returns
-        ``False`` when nothing was lowered, the gate has no rate budget, or its clock
-        cannot be read now.
+        provider's count; this gate's own charges since ``mark`` are subtracted. The
+        request and total-token budgets are only ever lowered, so, as with a hold, nobody
+        needs waking for them (I2); the input- and output-token budgets (``input_tokens``
+        / ``output_tokens``) are set to the provider's count, and a raise admits whoever
+        it lets go, from the head of the queue (I9). Returns ``False`` when nothing
+        changed, the gate has no rate budget, or its clock cannot be read now.
         """
+        wakes: list[Waiter] = []
         lock = self._lock
         lock.acquire()
         try:
@@ -633,27 +701,49 @@ class Ledger:
             if budgets is not None and now is not None:
                 if not budgets.started:
                     budgets._start(now)
-                lowered = budgets.lower_since(now, mark, requests, tokens)
+                if budgets.split:
+                    lowered = budgets.lower_since(
+                        now, mark, requests, tokens, input_tokens, output_tokens
+                    )
+                else:
+                    lowered = budgets.lower_since(now, mark, requests, tokens)
+                if lowered and budgets.split and self._live:
+                    self._advance_locked(now, wakes)
         finally:
             lock.release()
             if self._deferred:
                 self._drain()
+        if wakes:
+            self._fire(wakes)
         return lowered
 
     @ki_protected
-    def _settle(self, token: Token, tokens: int) -> None:
-        """Make ``token``'s token charge ``tokens``: charge or refund the difference once."""
+    def _settle(self, token: Token, tokens: int, out: int | None = None) -> None:
+        """Make ``token``'s token charge ``tokens`` (``out`` of them output; ``None``:
+        the output part stays, at most ``tokens``): charge or refund the difference once."""
         wakes: list[Waiter] = []
         lock = self._lock
         lock.acquire()
         try:
             delta = tokens - token._cost
+            was_out = token_out(token)
+            if out is None:
+                out = min(was_out, tokens)
             token._cost = tokens  # the next settle charges relative to this one
+            if out or was_out:
+                token._out = out
+            out_delta = out - was_out
+            in_delta = delta - out_delta
             budgets = self._budgets
-            if budgets is not None and delta:
+            if budgets is not None and (delta or (out_delta and budgets.split)):
                 # A charge is paid now, like one at admission (see Budgets.settle).
-                budgets.settle(delta, self._read_clock() if delta > 0 else None)
-                if delta < 0 and self._live:
+                more = delta > 0 or in_delta > 0 or out_delta > 0
+                at = self._read_clock() if more else None
+                if budgets.split:
+                    budgets.settle(delta, at, in_delta, out_delta)
+                else:
+                    budgets.settle(delta, at)
+                if (delta < 0 or in_delta < 0 or out_delta < 0) and self._live:
                     self._advance_locked(self._clock(), wakes)
         finally:
             lock.release()

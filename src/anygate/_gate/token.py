@@ -31,6 +31,7 @@ from anyio.lowlevel import checkpoint as _anyio_checkpoint
 from . import cancel_state as _cancel_state
 from . import waiters as _waiters
 from .cycles import defer as _judged_later
+from .gate_args import check_output_tokens
 from .waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class Token:
         "_gate",
         "_home",
         "_lasti",
+        "_out",
         "_priority",
         "_seen",
         "_since",
@@ -92,6 +94,9 @@ class Token:
     # Tokens charged to the gate's token budget for this admission (``acquire(tokens=)``,
     # then whatever the last settle said); written under the gate's lock.
     _cost: int
+    # The output part of ``_cost`` (``acquire(output_tokens=)``, then the last settle's),
+    # for a rate's split budgets; written only when stated (see ledger.token_out).
+    _out: int
     # The acquiring frame's code object and instruction offset: two cheap reads at acquire
     # time; the file:line they point to is worked out only when someone asks.
     _code: CodeType
@@ -149,7 +154,7 @@ class Token:
         if gate is not None:
             gate._release(self)
 
-    def settle(self, *, tokens: int) -> None:
+    def settle(self, *, tokens: int, output_tokens: int | None = None) -> None:
         """State the call's real token cost; the gate charges or refunds the difference.
 
         The token's charge *becomes* ``tokens``: the difference from what was charged so
@@ -160,12 +165,21 @@ class Token:
         touches the token budget, never the slot. Without a token rate on the gate it only
         records the value.
 
+        With split budgets (``Rate(input_tokens_per_minute=..., output_tokens_per_minute=...)``)
+        the output part becomes ``output_tokens`` and the input part ``tokens -
+        output_tokens``, each charged or refunded against its own budget: settle an
+        admission that stated ``max_tokens`` as its output part to the tokens generated.
+
         Args:
             tokens: the call's total tokens (e.g. ``usage.total_tokens``), an int >= 0.
+            output_tokens: the output part of ``tokens`` (e.g. Anthropic's
+                ``usage.output_tokens``), an int in ``[0, tokens]``; ``None`` keeps the
+                output part stated so far (at most ``tokens``).
 
         Raises:
-            TypeError: ``tokens`` is not an int (bools are rejected).
-            ValueError: ``tokens`` is negative or above 2**53. The gate is unchanged.
+            TypeError: ``tokens`` or ``output_tokens`` is not an int (bools are rejected).
+            ValueError: ``tokens`` is negative or above 2**53, or ``output_tokens`` is
+                negative or above ``tokens``. The gate is unchanged.
         """
         value: object = tokens
         if isinstance(value, bool) or not isinstance(value, int):
@@ -174,10 +188,11 @@ class Token:
         if not 0 <= value <= 2**53:
             msg = f"tokens must be >= 0 and <= 2**53 (got {value!r})"
             raise ValueError(msg)
+        out = None if output_tokens is None else check_output_tokens(output_tokens, value)
         if self._since < 0.0:
             msg = "settle() needs an admitted token; await or enter gate.acquire() first"
             raise RuntimeError(msg)
-        self._home._settle(self, value)
+        self._home._settle(self, value, out)
 
     def __copy__(self) -> NoReturn:
         # A copy would be a second release of one slot (in_flight would go negative).
@@ -288,7 +303,7 @@ class Token:
                 lock.release()
                 if gate._deferred:
                     gate._drain()
-            if admitted or gate._admit(self._cost, self._priority):
+            if admitted or gate._admit(self._cost, self._priority, None, self):
                 self._gate = gate
                 self._seen = gate._in_flight  # before the yield, which lets others in
                 self._since = _monotonic()
@@ -314,6 +329,12 @@ class Token:
         if self._cost or self._priority:  # both 0 in a new waiter
             waiter.tokens = self._cost
             waiter.priority = self._priority
+            # The output part, stated only with a cost (see ledger.token_out);
+            # contextlib.suppress would cost a call on this path.
+            try:  # noqa: SIM105
+                waiter.out = self._out
+            except AttributeError:
+                pass
         if gate._enqueue(waiter):  # a slot freed up since we looked
             await gate._admitted_at_once(self)
             return self

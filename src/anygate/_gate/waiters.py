@@ -174,10 +174,14 @@ class Waiter:
     never see a reschedule of a task that is not parked); ``due`` is the gate-clock time
     the waiter will wake by itself to look at the budget again (``inf``: only when woken).
     ``tokens`` and ``priority`` are what it asked for, ``seq`` its arrival number, ``since``
-    when it was created (``time.monotonic``, for :meth:`Gate.waiters`).
+    when it was created (``time.monotonic``, for :meth:`Gate.waiters`). ``out``, the
+    output part of ``tokens`` (split token budgets), is set only when stated: read it
+    with :func:`waiter_out` (an unset slot costs the contended path no store).
     """
 
-    __slots__ = ("armed", "due", "priority", "seq", "since", "state", "tokens")
+    __slots__ = ("armed", "due", "out", "priority", "seq", "since", "state", "tokens")
+
+    out: int
 
     def __init__(self) -> None:
         self.state: int = WAITING
@@ -194,6 +198,14 @@ class Waiter:
     def wake(self) -> bool:  # pragma: no cover - abstract
         """Make the parked caller runnable; ``False`` if it can never run again."""
         raise NotImplementedError
+
+
+def waiter_out(waiter: Waiter) -> int:
+    """``waiter.out``, or 0 when no output part was stated (see :class:`Waiter`)."""
+    try:
+        return waiter.out
+    except AttributeError:
+        return 0
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -78,6 +78,7 @@ class Attempt:
         *,
         timeout: float | None = None,
         tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> Token:
         """Take the slot for this attempt, as :meth:`anygate.Policy.call` would.
 
@@ -91,20 +92,30 @@ class Attempt:
                 real cost with :meth:`anygate.Token.settle`). ``None`` charges nothing
                 now, so that attempts admitted together can overdraw the budget and later
                 callers wait out the debt.
+            output_tokens: the output part of ``tokens`` (the request's ``max_tokens``),
+                for a gate with split input/output budgets, as for
+                :meth:`anygate.Gate.acquire`.
 
         Raises:
             Busy: no slot within the timeout. It ends the call (it is not retried).
-            TypeError, ValueError: a bad ``tokens`` (as for :meth:`anygate.Gate.acquire`);
-                the call ends, nothing is taken.
+            TypeError, ValueError: a bad ``tokens`` or ``output_tokens`` (as for
+                :meth:`anygate.Gate.acquire`); the call ends, nothing is taken.
         """
         loop = self._loop
         gate, busy_wait = self._where(gate, timeout)
-        token = await loop.admit(self._run, self._testing, self._timed, gate, busy_wait, tokens)
+        token = await loop.admit(
+            self._run, self._testing, self._timed, gate, busy_wait, tokens, output_tokens
+        )
         self._keep(token)
         return token
 
     def acquire_sync(
-        self, gate: Gate | None = None, *, timeout: float | None = None, tokens: int | None = None
+        self,
+        gate: Gate | None = None,
+        *,
+        timeout: float | None = None,
+        tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> Token:
         """The blocking twin of :meth:`acquire`, for :meth:`anygate.Policy.run_sync`.
 
@@ -112,12 +123,13 @@ class Attempt:
 
         Raises:
             Busy: as for :meth:`acquire`.
-            TypeError, ValueError: a bad ``tokens``, as for :meth:`acquire`.
+            TypeError, ValueError: a bad ``tokens`` or ``output_tokens``, as for
+                :meth:`acquire`.
             RuntimeError: called on a thread running an event loop.
         """
         gate, busy_wait = self._where(gate, timeout)
         token = self._loop.admit_sync(
-            self._run, self._testing, self._deadline, gate, busy_wait, tokens
+            self._run, self._testing, self._deadline, gate, busy_wait, tokens, output_tokens
         )
         self._keep(token)
         return token

@@ -290,6 +290,7 @@ class Attempts:
         gate: Gate,
         busy_wait: float | None,
         tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> Token:
         """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
         for the next attempt, with ``tokens`` of its token budget; sit out an adaptive
@@ -309,7 +310,21 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = await gate.acquire(timeout=busy_wait, tokens=tokens)
+        permit = run.permit
+        if permit is not None and permit._probe:
+            # The breaker's half-open probe decides for every caller waiting on the
+            # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
+            # token-paced backlog of ~2 minutes, it held the breaker half-open so long
+            # that callers gave up as circuit_open).
+            token = await gate.acquire(
+                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=1
+            )
+        elif output_tokens is None:
+            token = await gate.acquire(timeout=busy_wait, tokens=tokens)
+        else:
+            token = await gate.acquire(
+                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens
+            )
         try:
             # As admitted, not as now: the acquire's schedule point comes after admission
             # (issue 26), and peers admitted during it are no part of this attempt's count.
@@ -463,6 +478,7 @@ class Attempts:
         gate: Gate,
         busy_wait: float | None,
         tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> Token:
         """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
         hooks, adaptive = self.hooks, self.adaptive
@@ -481,7 +497,7 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = gate.acquire_sync(timeout=timeout, tokens=tokens)
+        token = gate.acquire_sync(timeout=timeout, tokens=tokens, output_tokens=output_tokens)
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0

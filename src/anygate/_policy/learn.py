@@ -338,7 +338,18 @@ class RateLearner:
                     adopted |= kind in self._learned  # re-paced with headroom
                 if dim.drained and dim.reset_s is not None:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
-            for dim in report.split_limits:  # not paced (see token_limit), but a drain holds
+            rate = gate.rate
+            for kind, dim in (
+                ("input_tokens_per_minute", report.input_tokens),
+                ("output_tokens_per_minute", report.output_tokens),
+            ):
+                # A split limit the gate paces (its own budget, synced below from
+                # ``remaining``) refills continuously: a drain is a level of 0, not a
+                # hold until the reset, which Anthropic states as the time of *full*
+                # refill (holding to it idled the Anthropic-like sweep cell ~55 s, issue
+                # 30). One the gate does not pace still holds it.
+                if dim is None or (rate is not None and getattr(rate, kind) is not None):
+                    continue
                 if dim.drained and dim.reset_s is not None:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
             fresh = sent is not None and sent.at >= self._synced
@@ -365,9 +376,12 @@ class RateLearner:
             if fresh:
                 assert sent is not None
                 requests, tokens = _left(dims["requests"]), _left(dims["tokens"])
-                if requests is not None or tokens is not None:
+                # Anthropic's input / output limits sync the gate's split budgets
+                # (ITPM / OTPM), when it has them, as the total does its token budget.
+                inputs, outputs = _left(report.input_tokens), _left(report.output_tokens)
+                if any(v is not None for v in (requests, tokens, inputs, outputs)):
                     self._synced = sent.at
-                    if gate._lower_budgets(sent, requests, tokens):
+                    if gate._lower_budgets(sent, requests, tokens, inputs, outputs):
                         self._syncs += 1
                         changed = True
         return changed

@@ -235,6 +235,14 @@ class FleetGate:
             cluster=bool(cluster),
             rate=check_rate(rate),
         )
+        if settings.rate is not None and settings.rate.split:
+            # The fleet's Redis script keeps one request and one token GCRA; split
+            # input/output budgets are a local gate's only (issue 30).
+            msg = (
+                "FleetGate does not support input_tokens_per_minute / "
+                f"output_tokens_per_minute yet (got {settings.rate!r}); use tokens_per_minute"
+            )
+            raise ValueError(msg)
         if settings.ticket_ttl >= ttl:
             msg = f"ticket_ttl must be shorter than lease_ttl (got {ticket_ttl!r} >= {lease_ttl!r})"
             raise ValueError(msg)

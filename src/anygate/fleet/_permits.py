@@ -55,6 +55,9 @@ class FleetBudgets:
         "wanted",
     )
 
+    #: No split input/output budgets (``FleetGate`` refuses a rate with them).
+    split = False
+
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
         tpm = rate.tokens_per_minute
