@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import anyio
@@ -21,7 +22,7 @@ from anygate import (
     SlotWaiting,
 )
 from tests.conftest import mock_clock
-from tests.policy_helpers import FakeClock, Script, burst, quota, transient
+from tests.policy_helpers import FakeClock, Script, SyncScript, burst, quota, transient
 
 pytestmark = pytest.mark.anyio
 virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
@@ -354,6 +355,42 @@ async def test_the_half_open_probe_goes_ahead_of_the_gate_queue() -> None:
         await anyio.wait_all_tasks_blocked()
         assert gate.waiting == 2
         holder.release()
+    assert order == ["probe", "queued"]
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+
+
+def test_the_half_open_probe_goes_ahead_of_the_gate_queue_on_the_blocking_path() -> None:
+    """call_sync's probe, too: a thread queued on the gate first is admitted after it."""
+    clock = FakeClock()
+    policy = tripping_policy(clock, max_concurrent_calls=1)
+    with pytest.raises(CallFailed):
+        policy.call_sync(SyncScript(*[transient() for _ in range(3)]))
+    clock.now += 60
+    gate = policy.gate
+    holder = gate.acquire_nowait()
+    order: list[str] = []
+    queued_waiting = threading.Event()
+
+    def queued() -> None:
+        with gate.acquire_sync():
+            order.append("queued")
+
+    def probe() -> str:
+        order.append("probe")
+        return "ok"
+
+    first = threading.Thread(target=queued)
+    first.start()
+    while gate.waiting < 1:  # a thread's queueing has no event to wait on
+        queued_waiting.wait(0.001)
+    second = threading.Thread(target=policy.call_sync, args=(probe,))
+    second.start()
+    while gate.waiting < 2:
+        queued_waiting.wait(0.001)
+    holder.release()
+    first.join(10)
+    second.join(10)
     assert order == ["probe", "queued"]
     assert policy.breaker is not None
     assert policy.breaker.state == "closed"

@@ -497,7 +497,12 @@ class Attempts:
                     self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
                 ),
             )
-        token = gate.acquire_sync(timeout=timeout, tokens=tokens, output_tokens=output_tokens)
+        permit = run.permit
+        # The breaker's half-open probe goes ahead of the gate's queue (see admit).
+        priority = 1 if permit is not None and permit._probe else 0
+        token = gate.acquire_sync(
+            timeout=timeout, tokens=tokens, output_tokens=output_tokens, priority=priority
+        )
         try:
             run.in_flight = in_flight = gate.in_flight
             run.saturated = in_flight >= gate.capacity or gate.waiting > 0
