@@ -78,14 +78,7 @@ def check_tokens(value: object, gate: Ledger) -> int:
     """``tokens=``: an int >= 0 (None = 0), no more than one minute of the token budget."""
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = (
-            f"tokens must be an int >= 0 or None (got {show(value)} of type {type(value).__name__})"
-        )
-        raise TypeError(msg)
-    if not 0 <= value <= MAX_TOKENS:
-        msg = f"tokens must be >= 0 and <= 2**53 (got {show(value)})"
-        raise ValueError(msg)
+    value = check_tokens_type(value)
     budgets = gate._budgets
     if budgets is not None:
         tpm = budgets.rate.tokens_per_minute

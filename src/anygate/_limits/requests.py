@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import final
 
-from .window import SentLog, WindowLimit
+from .window import SentLog, WindowLimit, finite_estimate
 
 __all__ = ["WINDOW_S", "RequestLimit"]
 
@@ -46,11 +46,7 @@ class RequestLimit:
 
     def estimate(self, now: float) -> float | None:
         """The limit sends are held to now, or ``None``."""
-        limit = self._limit
-        if limit is None:
-            return None
-        value = limit.estimate(now)
-        return None if value == math.inf else value
+        return finite_estimate(self._limit, now)
 
     def reserve(self, at: float, caller: object | None = None) -> float:
         """An attempt would be sent at ``at``: ``0.0``, and it is counted as sent, or the

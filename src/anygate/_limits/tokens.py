@@ -40,7 +40,7 @@ import math
 from bisect import bisect_left, bisect_right
 from typing import final
 
-from .window import WindowLimit
+from .window import WindowLimit, finite_estimate
 
 __all__ = ["TokenLimit", "TokenLog"]
 
@@ -178,11 +178,7 @@ class TokenLimit:
 
     def estimate(self, now: float) -> float | None:
         """The token limit sends are held to now, or ``None``."""
-        limit = self._limit
-        if limit is None:
-            return None
-        value = limit.estimate(now)
-        return None if value == math.inf else value
+        return finite_estimate(self._limit, now)
 
     def wait(self, at: float, cost: float, caller: object | None = None) -> float:
         """Seconds until a send of ``cost`` tokens at ``at`` fits the estimated window

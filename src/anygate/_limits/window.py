@@ -37,7 +37,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from typing import final
 
-__all__ = ["SentLog", "WindowLimit"]
+__all__ = ["SentLog", "WindowLimit", "finite_estimate"]
 
 #: The log compacts at most once per this many sends (amortises the list slicing).
 _SLACK = 256
@@ -241,3 +241,12 @@ class WindowLimit:
             return self.ceiling
         grown = self.high + self.growth * max(0.0, now - self.estimated_at) / self.window_s
         return min(grown, self.ceiling)
+
+
+def finite_estimate(limit: WindowLimit | None, now: float) -> float | None:
+    """``limit``'s estimate at ``now``, or ``None`` when there is no limit or it holds
+    nothing finite (what the request and token estimates report)."""
+    if limit is None:
+        return None
+    value = limit.estimate(now)
+    return None if value == math.inf else value
