@@ -22,7 +22,6 @@ def _attribute(**kwargs: Any) -> object:
         "requests": 0,
         "requests_estimate": None,
         "steep": False,
-        "tokens_counted": False,
     }
     facts.update(kwargs)
     return attribute(**facts)
@@ -69,10 +68,36 @@ def test_when_both_are_full_the_nearer_estimate_wins() -> None:
     )
 
 
-def test_with_tokens_counted_an_unexplained_429_stays_unknown() -> None:
-    """A token budget's bare 429 looks like a short window's: say nothing."""
-    assert _attribute(tokens_counted=True) is None
-    assert _attribute(sending=33, most_passed=32, tokens_counted=True) == "concurrency"
+def test_the_token_minute_is_a_per_minute_count_too() -> None:
+    """Tokens near their estimate, and fuller than the requests: the token limit. Tokens
+    far from it: a short window's (the burst pacer paced the request rate here before)."""
+    facts = {"requests": 500, "requests_estimate": 1000, "tokens_estimate": 100_000.0}
+    assert _attribute(tokens=95_000.0, **facts) == "tokens"
+    assert _attribute(tokens=40_000.0, **facts) == "burst"
+    # Both near: the fuller one.
+    assert _attribute(tokens=92_000.0, requests=990, requests_estimate=1000) == "requests"
+    # No token estimate (the attempt was charged none): tokens are never the answer.
+    assert _attribute(tokens=95_000.0, tokens_estimate=None) == "burst"
+    # The slots still beat a fuller minute only when further past their high.
+    assert _attribute(sending=33, most_passed=32, tokens=95_000.0, **facts) == "concurrency"
+
+
+def test_a_code_naming_a_per_minute_limit_is_requests_or_tokens() -> None:
+    """OpenAI's ``rate_limit_exceeded`` without its wording: never the slots or a slope,
+    the fuller of the two counts, even far from both estimates."""
+    facts = {"sending": 40, "most_passed": 20, "per_minute": True}
+    assert _attribute(requests=100, requests_estimate=1000, **facts) == "requests"
+    assert (
+        _attribute(
+            requests=100,
+            requests_estimate=1000,
+            tokens=50_000.0,
+            tokens_estimate=100_000.0,
+            **facts,
+        )
+        == "tokens"
+    )
+    assert _attribute(**facts) == "requests"  # nothing known: the count every call has
 
 
 # --------------------------------------------------------------------------- the counts

@@ -114,13 +114,10 @@ def test_an_adaptive_limit_holds_sends_to_the_token_estimate() -> None:
     caller = object()
     assert limit.reserve_send(20.0, caller, 500) == 0.0
     clock.now = 20.2
-    assert (
-        limit.on_rate(limit.generation, admitted_at=20.0, caller=caller, unit="tokens", tokens=500)
-        is None
-    )
+    limit.on_rate("tokens", 20.0, caller=caller, tokens=500)
     stats = limit.statistics()
     assert stats.tokens_per_minute_estimate == pytest.approx(10_000, abs=1)
-    assert stats.paced_requests_per_minute is None
+    assert stats.requests_per_minute_estimate is None
     assert limit.pause_left() == 0.0
     # 10,000 in the window: a send of 500 waits until the first send (at 0) has left.
     assert limit.reserve_send(20.3, object(), 500) == pytest.approx(60.0 - 20.3, abs=1e-3)

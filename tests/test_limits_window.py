@@ -15,7 +15,8 @@ from anygate._limits.window import SentLog, WindowLimit
 
 
 def test_the_log_counts_sends_less_rejections_in_the_window_before() -> None:
-    """``accepted(t)`` counts sends in ``[t - 60, t)`` less those reported turned away."""
+    """``accepted(t)`` counts sends in ``(t - 60, t)`` less those reported turned away:
+    what a send at ``t`` surely found in the provider's window (a pass's count)."""
     log = SentLog(60.0)
     for at in (0.0, 10.0, 20.0, 30.0):
         log.sent(at)
@@ -23,6 +24,22 @@ def test_the_log_counts_sends_less_rejections_in_the_window_before() -> None:
     assert log.accepted(30.0) == 2  # 0 and 10; 20 was turned away; 30 is not before 30
     assert log.accepted(30.5) == 3
     assert log.accepted(70.5) == 1  # 0 and 10 have left the window; 20 rejected; 30 stays
+    assert log.accepted(60.0) == 2  # 0 has left a sliding window at 60: open there
+    # Asked out of time order (answers come back out of send order): still exact.
+    assert log.accepted(30.5) == 3
+
+
+def test_a_rejections_count_takes_in_the_sends_of_its_own_instant() -> None:
+    """``held(t)`` counts sends in ``(t - 60, t]``: a wave sends several at one instant,
+    and the provider counted those before the rejected one (the most it can have held)."""
+    log = SentLog(60.0)
+    for at in (0.0, 10.0, 30.0, 30.0, 30.0):
+        log.sent(at)
+    log.rejected(30.0)  # the third send at 30 was turned away
+    assert log.held(30.0) == 4  # 0, 10 and two of the three at 30 ...
+    assert log.accepted(30.0) == 2  # ... but a pass at 30 surely found only 0 and 10
+    assert log.held(60.0) == 3  # 0 has left; 10 and the two accepted at 30 stay
+    assert log.held(90.0) == 0
 
 
 def test_free_at_is_when_the_kth_accepted_send_leaves_the_window() -> None:
@@ -44,7 +61,8 @@ def test_the_log_forgets_old_sends() -> None:
     log = SentLog(60.0)
     for i in range(20_000):
         log.sent(i * 0.1)
-    assert log.accepted(2000.0) == 600
+    assert log.accepted(2000.0) == 599  # (1940, 2000): 1940.0 has left
+    assert log.held(1999.95) == 600
     assert len(log._sent) < 2 * 600 + 300
 
 

@@ -371,6 +371,6 @@ async def test_the_adaptive_limits_learning_is_observable(anyio_backend: Any) ->
     points = _points(reader)
     assert _value(points, "anygate.adaptive.limit", gate_name="llm") == 16
     assert _value(points, "anygate.adaptive.pause", gate_name="llm") == 5
-    assert "anygate.adaptive.paced_rate" not in points
+    assert "anygate.adaptive.requests_per_minute_estimate" not in points
     await anyio.sleep(2)
     assert _value(_points(reader), "anygate.adaptive.pause", gate_name="llm") == 3

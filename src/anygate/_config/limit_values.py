@@ -25,20 +25,13 @@ __all__ = [
     "DEFAULT_PAUSE_MS",
     "HERD_GROWTH",
     "OVER_LIMIT_POLL_S",
-    "PACE_BETA",
-    "PACE_GROWTH",
-    "PACE_MIN_PER_S",
-    "PACE_PROBE_GRACE_S",
-    "PACE_SAMPLE_S",
-    "PACE_WINDOW_S",
+    "PROBE_GRACE_S",
     "PROBE_RESERVE_S",
     "AdaptiveStatistics",
     "LimitChange",
     "capacity_for",
     "check_grace",
-    "grown_rate",
     "lowered_limit",
-    "paced_rate",
     "probe_grace",
     "raised_limit",
 ]
@@ -75,25 +68,12 @@ OVER_LIMIT_POLL_S = 0.01
 #: slow answer is more often a long generation than a queue (docs/policy.md).
 DEFAULT_LATENCY = False
 
-#: Burst-rate pacing (``_policy.pacer``): after a burst throttle the gate's request rate
-#: goes down instead of (not as well as) its concurrency limit; see docs/policy.md.
+#: A burst throttle is answered by learning the provider's slope rule and holding sends to
+#: it (``_limits.slope``) instead of cutting the concurrency limit; see docs/policy.md.
 DEFAULT_PACE_BURST_RATE = True
-#: The paced rate after a throttle, as a fraction of the measured admission rate (AWS
-#: adaptive retry mode's CUBIC beta).
-PACE_BETA = 0.7
-#: The paced rate grows by at most this factor per window, and never past this many times
-#: the measured admission rate (AWS: a new rate is at most twice the measured send rate).
-PACE_GROWTH = 2.0
-#: The window the admission rate is measured over and the growth is counted in (the slope
-#: window providers are documented to use is not published; 10 s is ``Rate.window_s``'s).
-PACE_WINDOW_S = 10.0
-#: How often the gate's admission counter is sampled, at most.
-PACE_SAMPLE_S = 0.5
-#: The lowest paced rate, per second (AWS's minimum fill rate).
-PACE_MIN_PER_S = 0.5
-#: While pacing, a pause's probe not turned away within this long has passed the rate
-#: check (unless probes were seen turned away more slowly: see :func:`probe_grace`).
-PACE_PROBE_GRACE_S = 1.0
+#: With the slope known, a pause's probe not turned away within this long has passed the
+#: rate check (unless probes were seen turned away more slowly: see :func:`probe_grace`).
+PROBE_GRACE_S = 1.0
 #: A first burst throttle is checked before anything is cut: one probe goes at once, the
 #: others wait; a probe not turned away within this many times the throttle's own answer
 #: time has passed (see :func:`check_grace`). Twice, as for the pause's probe: a throttle
@@ -141,50 +121,20 @@ def capacity_for(limit: float, *, floor: int) -> float:
     return max(floor, math.floor(limit + _EPSILON))
 
 
-def paced_rate(measured_per_s: float, *, beta: float) -> float:
-    """The request rate after a burst throttle, per second: ``max(0.5, beta x measured)``.
-
-    With the defaults (beta 0.7) a gate that admitted 60 calls in the last 10 s is paced
-    to 4.2 calls per second (252 per minute).
-    """
-    return max(PACE_MIN_PER_S, beta * measured_per_s)
-
-
-def grown_rate(
-    start_per_s: float,
-    elapsed_s: float,
-    *,
-    growth: float,
-    window_s: float,
-    measured_per_s: float | None,
-) -> float:
-    """The paced rate ``elapsed_s`` after a throttle, per second.
-
-    ``start x growth ** (elapsed / window)``, at most ``growth x measured`` (the admission
-    rate measured over the last window; ``None``: unknown, no bound), and never below
-    ``start``. With the defaults a rate of 4.2/s is 5.9/s 5 s later and 8.4/s after 10 s,
-    if the callers keep up.
-    """
-    rate: float = start_per_s * math.pow(growth, max(0.0, elapsed_s) / window_s)
-    if measured_per_s is not None:
-        rate = min(rate, growth * measured_per_s)
-    return max(rate, start_per_s)
-
-
 def check_grace(answered_s: float | None, *, pause_s: float) -> float:
     """How long the others wait while a first burst throttle's probe goes:
     ``min(pause_s, max(20 ms, 2 x answered_s))``, where ``answered_s`` is how long the
     throttled attempt took to be turned away (``None``: unknown, then the pause's probe
     grace of 1 s)."""
     if answered_s is None:
-        return min(pause_s, PACE_PROBE_GRACE_S)
+        return min(pause_s, PROBE_GRACE_S)
     return min(pause_s, max(CHECK_MIN_GRACE_S, CHECK_GRACE_FACTOR * answered_s))
 
 
 def probe_grace(reject_s: float, *, pause_s: float) -> float:
     """How long a probe must go unanswered to count as past the rate check:
     ``min(pause_s, max(1 s, 2 x the slowest burst 429 a probe got))``."""
-    return min(pause_s, max(PACE_PROBE_GRACE_S, 2.0 * reject_s))
+    return min(pause_s, max(PROBE_GRACE_S, 2.0 * reject_s))
 
 
 class LimitChange(NamedTuple):
@@ -195,8 +145,6 @@ class LimitChange(NamedTuple):
     maximum: float
     reason: str  # "burst_rate", "concurrency", "recovered" or "latency"
     pause_s: float
-    #: The request rate per minute burst pacing set on the gate (``None``: not pacing).
-    paced_per_minute: float | None = None
 
 
 @dataclass(frozen=True)
@@ -215,10 +163,8 @@ class AdaptiveStatistics:
         throttles: throttles that lowered the limit (one per episode).
         stale_throttles: throttles ignored because the attempt was admitted under an
             older limit.
-        pace_burst_rate: whether burst throttles pace the gate's request rate.
-        paced_requests_per_minute: the request rate pacing holds the gate to now
-            (``None``: not pacing; the gate's own rate applies).
-        pacing_episodes: burst throttles answered by pacing.
+        pace_burst_rate: whether burst throttles teach the slope rule sends are held to
+            (instead of cutting the concurrency limit).
         checked_throttles: first burst throttles that were only checked (with pacing: a
             probe went before anything was paused or cut); those its probe confirmed
             count in ``throttles`` too.
@@ -257,8 +203,6 @@ class AdaptiveStatistics:
     throttles: int
     stale_throttles: int
     pace_burst_rate: bool = False
-    paced_requests_per_minute: float | None = None
-    pacing_episodes: int = 0
     checked_throttles: int = 0
     requests_per_minute_estimate: float | None = None
     tokens_per_minute_estimate: float | None = None

@@ -183,9 +183,6 @@ class LimitChanged:
             latencies, with ``adaptive_concurrency.latency`` on).
         pause_s: seconds during which admitted attempts wait before calling the provider
             (0 when raised).
-        paced_per_minute: after a burst-rate throttle with ``pace_burst_rate`` on, the
-            request rate (per minute) the gate is paced to while it grows back; else
-            ``None``.
     """
 
     policy: str
@@ -195,7 +192,6 @@ class LimitChanged:
     max_concurrent_calls: float
     reason: str
     pause_s: float
-    paced_per_minute: float | None = None
 
 
 @dataclass(frozen=True)

@@ -156,16 +156,7 @@ class LoggingHook:
     def _limit(self, event: LimitChanged) -> None:
         gate = event.gate
         extra = {"gate": gate, "policy": event.policy, "reason": event.reason}
-        if event.reason == "burst_rate" and event.paced_per_minute is not None:
-            self._logger.info(
-                "gate %r: provider throttled the request burst rate; new attempts wait "
-                "%.3gs and the gate is paced to %.4g requests/min, growing back",
-                gate,
-                event.pause_s,
-                event.paced_per_minute,
-                extra=extra,
-            )
-        elif event.reason == "burst_rate":
+        if event.reason == "burst_rate":
             self._logger.info(
                 "gate %r: provider throttled the request burst rate; new attempts wait "
                 "%.3gs and the concurrency limit goes %g -> %g (max %g)",

@@ -11,22 +11,25 @@ What. :func:`attribute` takes the counts at the rejected attempt's send and each
 estimate, and names the limit the 429 is taken for:
 
 1. ``"concurrency"``: more calls were at the provider than ever got through at once
-   (``sending > most_passed``, once one got through). A rate rule turns calls away at any concurrency; a slot
-   limit only above the slots, so a new high is the slots' evidence. Not while the send
-   rate could have been too steep (``steep``: the slope rule not yet learned, and the
-   trailing slope window held more than the one before it): while a fleet ramps up its
-   concurrency rises with its rate, and a slope 429 at a new high taken for the slots
-   held a 48-slot provider to 30 for two minutes (1.17x the oracle). Once learned, the
-   rule holds every send to its allowance, so a new high is the slots' again. Nor when the requests of the last minute are nearer their estimate
-   (both full at once: the rate's answer is the one that also slows the concurrency).
-2. ``"requests"``: the requests accepted in the minute before the send reached
-   :data:`NEAR` of the per-minute estimate (learned, or else published).
-3. ``"burst"``: neither, and no token budget is counted: what is left is a rule over a
-   shorter window than a minute, the slope rule a burst 429 names
-   (:mod:`anygate._limits.slope` learns it the same way).
-4. ``None``: neither, but tokens are counted too (a token budget's 429 without wording
-   says nothing our counts can tell from a short window's): the caller keeps its answer
-   for a per-minute 429 that does not say what it counted.
+   (``sending > most_passed``, once one got through). A rate rule turns calls away at
+   any concurrency; a slot limit only above the slots, so a new high is the slots'
+   evidence. Not while the send rate could have been too steep (``steep``: the slope
+   rule not yet learned, and the trailing slope window held more than the one before
+   it): while a fleet ramps up its concurrency rises with its rate, and a slope 429 at a
+   new high taken for the slots held a 48-slot provider to 30 for two minutes (1.17x the
+   oracle). Once learned, the rule holds every send to its allowance, so a new high is
+   the slots' again. Nor when a per-minute count is nearer its estimate (both full at
+   once: the rate's answer is the one that also slows the concurrency).
+2. ``"requests"`` or ``"tokens"``: the per-minute count fullest against its estimate
+   (learned, else published), once it reached :data:`NEAR` of it: requests accepted in
+   the minute before the send, tokens in the minute up to it (with the send's own).
+3. ``"burst"``: neither: what is left is a rule over a shorter window than a minute, the
+   slope rule a burst 429 names (:mod:`anygate._limits.slope` learns it the same way).
+
+A 429 whose code names a per-minute limit but not what it counted (OpenAI's
+``rate_limit_exceeded`` without its wording) is only ever requests or tokens: the fuller
+of the two. These rules replace the burst pacer, which answered every such 429 by pacing
+the request rate to 0.7x what it had measured (issue 30 item 6).
 
 Pure, no state: the owner (:class:`anygate.AdaptiveLimit`) gathers the counts under its
 lock.
@@ -38,7 +41,7 @@ from typing import Literal
 
 __all__ = ["NEAR", "Attributed", "attribute"]
 
-Attributed = Literal["concurrency", "requests", "burst"]
+Attributed = Literal["concurrency", "requests", "tokens", "burst"]
 
 #: How near its estimate a per-minute count must be for a plain 429 to be taken for it:
 #: a round value below 1, because the provider's minute and ours do not line up (a sliding
@@ -52,10 +55,12 @@ def attribute(
     most_passed: int,
     requests: int,
     requests_estimate: float | None,
-    steep: bool,
-    tokens_counted: bool,
-) -> Attributed | None:
-    """The limit a plain 429 is taken for (see the module docstring), or ``None``.
+    tokens: float = 0.0,
+    tokens_estimate: float | None = None,
+    steep: bool = False,
+    per_minute: bool = False,
+) -> Attributed:
+    """The limit a plain 429 is taken for (see the module docstring).
 
     Args:
         sending: calls at the provider when the rejected attempt was sent, itself included.
@@ -64,14 +69,25 @@ def attribute(
         requests: requests the provider accepted in the minute before the send.
         requests_estimate: the per-minute request limit's estimate (learned, else
             published); ``None``: unknown.
+        tokens: tokens the provider accepted in the minute up to the send, its own
+            included (0: the attempt was charged none).
+        tokens_estimate: the per-minute token limit's estimate; ``None``: unknown (or
+            the attempt was charged no tokens: it could not be what ran out).
         steep: a slope rule could have turned the send away (see above).
-        tokens_counted: the gate has a token budget (tokens could be what ran out).
+        per_minute: the answer's code names a per-minute limit: requests or tokens only.
     """
-    fullness = 0.0
-    if requests_estimate is not None and requests_estimate > 0:
-        fullness = requests / requests_estimate
+    by_requests = _fullness(requests, requests_estimate)
+    by_tokens = _fullness(tokens, tokens_estimate)
+    fullest: Attributed = "tokens" if by_tokens > by_requests else "requests"
+    fullness = max(by_requests, by_tokens)
+    if per_minute:
+        return fullest
     if not steep and 0 < most_passed < sending and sending / most_passed >= fullness:
         return "concurrency"
     if fullness >= NEAR:
-        return "requests"
-    return None if tokens_counted else "burst"
+        return fullest
+    return "burst"
+
+
+def _fullness(count: float, estimate: float | None) -> float:
+    return 0.0 if estimate is None or estimate <= 0 else count / estimate

@@ -86,7 +86,7 @@ class RequestLimit:
         estimate went down."""
         log = self._log
         log.rejected(at)
-        count = log.accepted(at)
+        count = log.held(at)  # the rejected send itself is turned away: not in it
         limit = self._limit
         if limit is None:
             limit = self._limit = WindowLimit(WINDOW_S, math.inf)

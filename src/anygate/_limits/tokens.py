@@ -65,7 +65,7 @@ _MAX_GROWTH_S = 600.0
 class TokenLog:
     """Send times with their token costs, and the sends turned away, in a trailing window."""
 
-    __slots__ = ("_cum", "_rej_cost", "_rej_time", "_sent", "_start", "window_s")
+    __slots__ = ("_cum", "_rej_cost", "_rej_time", "_sent", "window_s")
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
@@ -73,7 +73,6 @@ class TokenLog:
         # _cum[i] is the tokens of every send before _sent[i] (ever): one entry more than
         # _sent, so the tokens of _sent[a:b] are _cum[b] - _cum[a].
         self._cum: list[float] = [0.0]
-        self._start = 0  # first entry that may still be in a window
         # Sends turned away, sorted by send time (their answers arrive out of send order).
         self._rej_time: list[float] = []
         self._rej_cost: list[float] = []
@@ -109,7 +108,7 @@ class TokenLog:
         """
         lo = at - self.window_s
         sent, cum, times = self._sent, self._cum, self._rej_time
-        self._start = start = bisect_right(sent, lo, self._start)
+        start = bisect_right(sent, lo)
         end = bisect_right(sent, at, start)
         turned = self._turned(bisect_right(times, lo), bisect_right(times, at))
         return max(0.0, cum[end] - cum[start] - turned)
@@ -126,7 +125,7 @@ class TokenLog:
             return None
         sent, cum, times, costs = self._sent, self._cum, self._rej_time, self._rej_cost
         lo = now - self.window_s
-        start = bisect_right(sent, lo, self._start)
+        start = bisect_right(sent, lo)
         end = len(sent)
         first = bisect_right(times, lo)
         total = cum[end] - cum[start] - sum(costs[first:])
@@ -150,7 +149,6 @@ class TokenLog:
         cut = bisect_left(self._sent, horizon)
         self._sent = self._sent[cut:]
         self._cum = self._cum[cut:]
-        self._start = 0
         keep = bisect_left(self._rej_time, horizon)
         self._rej_time = self._rej_time[keep:]
         self._rej_cost = self._rej_cost[keep:]
@@ -179,6 +177,11 @@ class TokenLimit:
     def estimate(self, now: float) -> float | None:
         """The token limit sends are held to now, or ``None``."""
         return finite_estimate(self._limit, now)
+
+    def held(self, at: float) -> float:
+        """Tokens the provider accepted in the minute up to ``at``, as this client counts
+        them (:meth:`TokenLog.held`)."""
+        return self._log.held(at)
 
     def wait(self, at: float, cost: float, caller: object | None = None) -> float:
         """Seconds until a send of ``cost`` tokens at ``at`` fits the estimated window

@@ -50,12 +50,11 @@ _SLACK_S = 1e-6
 class SentLog:
     """Send times, and the send times of requests turned away, in a trailing window."""
 
-    __slots__ = ("_rejected", "_sent", "_start", "window_s")
+    __slots__ = ("_rejected", "_sent", "window_s")
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
         self._sent: list[float] = []  # nondecreasing (admission order on one clock)
-        self._start = 0  # first entry that may still be in a window
         self._rejected: list[float] = []  # sorted; rejections arrive out of send order
 
     def sent(self, at: float) -> None:
@@ -72,26 +71,48 @@ class SentLog:
         insort(self._rejected, at)
 
     def accepted(self, before: float) -> int:
-        """Requests sent in ``[before - window_s, before)`` and not (yet) known turned away."""
+        """Requests sent in ``(before - window_s, before)`` and not (yet) known turned
+        away: what a request sent at ``before`` surely found in the provider's window
+        (a pass's lower bound). Open at both ends: a request sent a window back has left
+        a sliding window (:meth:`free_at` agrees), and one sent at the same instant may
+        have arrived after it. Asked out of time order (answers arrive out of send
+        order), so every bisection starts from the log's beginning: a cursor kept from
+        the newest ask undercounted an older one."""
         lo = before - self.window_s
         sent, rejected = self._sent, self._rejected
-        self._start = start = bisect_left(sent, lo, self._start)
+        start = bisect_right(sent, lo)
         count = bisect_left(sent, before, start) - start
-        turned = bisect_left(rejected, before) - bisect_left(rejected, lo)
+        turned = bisect_left(rejected, before) - bisect_right(rejected, lo)
+        return max(0, count - turned)
+
+    def held(self, at: float) -> int:
+        """Requests sent in ``(at - window_s, at]`` and not (yet) known turned away: the
+        most the provider's window at ``at`` can have held of ours (a rejection's upper
+        bound). Sends at ``at`` itself count, as in :meth:`.TokenLog.held`: under a
+        virtual clock a wave sends several at one instant, and counted without them a
+        rejection read one short of the limit; the pass just before it had read the
+        limit itself as good, so every rejection at the limit after that looked like
+        noise and its retry's pass disproved it: a 429 every 0.6 s
+        (tests/test_policy_checks.py, a run starting 100 s into a MockClock)."""
+        lo = at - self.window_s
+        sent, rejected = self._sent, self._rejected
+        start = bisect_right(sent, lo)
+        count = bisect_right(sent, at, start) - start
+        turned = bisect_right(rejected, at) - bisect_right(rejected, lo)
         return max(0, count - turned)
 
     def count(self, lo: float, hi: float) -> int:
         """Requests sent in ``[lo, hi)`` and not (yet) known turned away (``hi - lo`` at
         most two windows: older sends may be compacted away)."""
         sent, rejected = self._sent, self._rejected
-        count = bisect_left(sent, hi, self._start) - bisect_left(sent, lo, self._start)
+        count = bisect_left(sent, hi) - bisect_left(sent, lo)
         turned = bisect_left(rejected, hi) - bisect_left(rejected, lo)
         return max(0, count - turned)
 
     def first_after(self, at: float) -> float | None:
         """The first send time after ``at``, or ``None``."""
         sent = self._sent
-        index = bisect_right(sent, at, self._start)
+        index = bisect_right(sent, at)
         return sent[index] if index < len(sent) else None
 
     def free_at(self, now: float, limit: float) -> float | None:
@@ -106,7 +127,7 @@ class SentLog:
             return None
         sent, rejected = self._sent, self._rejected
         lo = now - self.window_s  # the window is (lo, now]: a send at lo has left it
-        start = bisect_right(sent, lo, self._start)
+        start = bisect_right(sent, lo)
         end = len(sent)
         turned_before = bisect_right(rejected, lo)
         count = (end - start) - (len(rejected) - turned_before)
@@ -129,7 +150,6 @@ class SentLog:
         # now or a send still in flight, never a window's length back).
         horizon = now - 2 * self.window_s
         self._sent = self._sent[bisect_left(self._sent, horizon) :]
-        self._start = 0
         self._rejected = self._rejected[bisect_left(self._rejected, horizon) :]
 
 

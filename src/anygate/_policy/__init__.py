@@ -3,7 +3,7 @@
 :class:`anygate.Policy` (``policy``, its argument checks in ``policy_args``) and its forms
 (``decorate``, ``attempt``, ``blocks``), the attempt loop (``attempts``) with one call's
 state (``run``) and the decisions after a failure (``retrying``, ``backoff``), the circuit
-breaker (``breaker``), the gate's limits following the provider (``adaptive``, ``pacer``,
+breaker (``breaker``), the gate's limits following the provider (``adaptive``,
 ``learn``), the process-wide gate, breaker and limit a policy shares (``sharing``) and the
 testing switch (``testing_switch``).
 

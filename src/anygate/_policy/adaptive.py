@@ -19,9 +19,9 @@ What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using t
    default) nothing is cut: the slope rule is learned from this gate's own counts at the
    end of each full window (:mod:`anygate._limits.slope`: growth, floor, window) and sends
    are held to it (:meth:`~AdaptiveLimit.reserve_send`); the pause lasts a tenth of a
-   window (the next probe) or until the predicted edge. A per-minute 429 is paced instead
-   (:meth:`~AdaptiveLimit.on_rate`, :mod:`anygate._policy.pacer`). With pacing, a first
-   burst throttle is only *checked* before any of that: one probe goes at once, and only
+   window (the next probe) or until the predicted edge. A per-minute 429 holds sends to
+   the count the window held instead (:meth:`~AdaptiveLimit.on_rate`). With pacing, a
+   first burst throttle is only *checked* before any of that: one probe goes at once, and only
    its own 429 confirms the throttle (one 429 could be a shared pool's).
 3. **additive increase**: each success admitted on a full gate raises the limit by
    ``1 / limit``, back up to the configured maximum (none without a cap). An uncapped
@@ -38,14 +38,12 @@ change was sent under the old limit, so its 429 is old news: every attempt recor
 *generation* it was admitted in, and a throttle from an older generation is ignored (TCP
 likewise halves its window once per round trip, not once per lost packet).
 
-One lock: the three rules share the limit, the generation and the pause, so one lock
-guards them, and a throttle changes them in one step. The pause and its probe are their
-own state machine (:mod:`anygate._policy.burst_pause`), as is pacing
-(:mod:`anygate._policy.pacer`); both run under this lock. The values and arithmetic live
-in :mod:`anygate._config.limit_values`; the per-gate lookup in
-:mod:`anygate._policy.sharing`. It never delays a call while the provider is happy.
-About 800 lines (over the house's 500: the pause, the pacer and the slope could leave): one class under one lock, each public method with its full contract;
-what could leave (the pause, the pacer, the values) has.
+One lock: the rules share the limit, the generation and the pause, so one lock guards
+them, and a throttle changes them in one step. The pause and its probe are their own state
+machine (:mod:`anygate._policy.burst_pause`), run under this lock; each estimate is pure
+arithmetic in :mod:`anygate._limits`. The values and arithmetic live in
+:mod:`anygate._config.limit_values`; the per-gate lookup in :mod:`anygate._policy.sharing`.
+It never delays a call while the provider is happy.
 
 Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
 gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
@@ -59,7 +57,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 from .._config.limit_values import (
     DEFAULT_DECREASE_FACTOR,
@@ -72,7 +70,6 @@ from .._config.limit_values import (
     DEFAULT_PAUSE_MS,
     HERD_GROWTH,
     OVER_LIMIT_POLL_S,
-    PACE_SAMPLE_S,
     AdaptiveStatistics,
     LimitChange,
     capacity_for,
@@ -90,7 +87,6 @@ from .._limits.slope import SlopeLimit
 from .._limits.tokens import TokenLimit
 from .._validation import check_flag, check_int, check_number, show
 from .burst_pause import BurstPause
-from .pacer import BurstPacer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -150,13 +146,11 @@ class AdaptiveLimit:
         "_name",
         "_noise_at",
         "_pace",
-        "_pacer",
         "_pause",
         "_pause_s",
         "_rejections",
         "_release",
         "_requests",
-        "_sampled",
         "_slope",
         "_stale",
         "_throttles",
@@ -204,11 +198,7 @@ class AdaptiveLimit:
         self._held_until = -math.inf
         # A burst-rate pause, ended by one probe (its own module).
         self._pause = BurstPause(f"adaptive {gate.name}")
-        # Burst pacing: its state, and when its admission counter was last sampled (read
-        # without the lock on the success path, to skip the lock between samples).
         self._pace = pace_burst_rate
-        self._pacer = BurstPacer()
-        self._sampled = -math.inf
         # The requests-per-minute estimate from counts at rejection (issue 30).
         self._requests = RequestLimit()
         # Its twin for tokens per minute (issue 30 item 1).
@@ -296,11 +286,6 @@ class AdaptiveLimit:
         """
         pause = self._pause
         if not pause.pausing:
-            if self._pacer.active:
-                # The paced rate grows with time, not with successes: a run of failures
-                # (or an open breaker's waiters) must not hold it down. Not during a
-                # pause: its empty windows would read as callers who stopped calling.
-                self._pace_tick()
             return 0.0, False
         with self._lock:
             answer = pause.passing(
@@ -367,8 +352,6 @@ class AdaptiveLimit:
                 throttles=self._throttles,
                 stale_throttles=self._stale,
                 pace_burst_rate=self._pace,
-                paced_requests_per_minute=self._pacer.paced_per_minute,
-                pacing_episodes=self._pacer.episodes,
                 checked_throttles=self._checks,
                 requests_per_minute_estimate=estimate,
                 tokens_per_minute_estimate=self._tokens.estimate(now),
@@ -512,74 +495,40 @@ class AdaptiveLimit:
                 self._ceiling,
                 "burst_rate",
                 pause,
-                self._pacer.paced_per_minute,
             )
 
     @ki_protected
     def on_rate(
         self,
-        generation: int | None = None,
+        unit: Literal["requests", "tokens"],
+        admitted_at: float,
         *,
-        probe: bool = False,
-        admitted_at: float | None = None,
         caller: object | None = None,
-        unit: str | None = None,
         tokens: int | None = None,
-    ) -> float | None:
-        """An RPM/TPM 429: the provider's own per-minute budget is spent, and a gate paced
-        to its published rate overshoots it by the budget's burst after a lull.
+    ) -> None:
+        """An RPM/TPM 429 for ``caller``'s attempt sent at ``admitted_at`` (charged
+        ``tokens``): the provider's own per-minute budget is spent, and a gate paced to
+        its published rate overshoots it by the budget's burst after a lull.
 
-        A 429 that says it counted requests (``unit="requests"``, with ``admitted_at``)
-        paces the gate's request rate to the limit's estimate: the count of this gate's
-        requests the provider accepted in the minute before the rejected one was sent
-        (:mod:`anygate._limits.requests`). One that says it counted tokens
-        (``unit="tokens"``, with the attempt's charged ``tokens``) holds sends to the
-        tokens the provider accepted in that minute (:mod:`anygate._limits.tokens`).
-        Any other, with pacing on and not already
-        pacing, paces the request rate as for a burst throttle (no pause, no cut).
-        Returns the paced requests per minute, or ``None``.
-
-        With the attempt's ``generation`` known, a first one is only checked, as a burst
-        throttle is (:meth:`on_throttle`): one 429 could be a shared pool's. The check's
-        probe turned away (``probe=True``) confirms it.
+        ``unit="requests"`` holds the gate's sends to the limit's estimate: the count of
+        this gate's requests the provider accepted in the minute before the rejected one
+        was sent (:mod:`anygate._limits.requests`). ``unit="tokens"`` (with the attempt's
+        charged ``tokens``; without them it counts as requests) holds sends to the tokens
+        the provider accepted in that minute (:mod:`anygate._limits.tokens`). No check,
+        no pause, no cut: the estimates tell noise apart by themselves. A 429 that does
+        not say what it counted is attributed first (:meth:`attribute`).
         """
-        gate = self._pace_gate() if self._enabled else None
-        if gate is None:
-            return None
-        if unit == "requests" and admitted_at is not None:
-            # The window's count at rejection bounds the limit (_limits.window): pace
-            # to it, no check, no pause; the estimate tells noise apart by itself.
-            with self._lock:
-                self._requests.rejected(admitted_at, self._clock(), caller)
+        if not self._enabled or self._pace_gate() is None:
+            return
+        with self._lock:
+            now = self._clock()
+            if unit == "tokens" and tokens:
+                self._tokens.rejected(admitted_at, tokens, now, caller)
+                self._requests.turned_away(admitted_at)
+            else:
+                self._requests.rejected(admitted_at, now, caller)
                 if tokens:
                     self._tokens.turned_away(admitted_at, tokens)
-            return None
-        if unit == "tokens" and admitted_at is not None and tokens:
-            # The token twin: the minute's accepted tokens bound the token limit.
-            with self._lock:
-                self._tokens.rejected(admitted_at, tokens, self._clock(), caller)
-                self._requests.turned_away(admitted_at)
-            return None
-        with self._lock:
-            if self._pacer.active:
-                return None
-            now = self._clock()
-            burst = self._pause
-            if generation is not None and not probe:
-                if self._old_news(generation, unknown_is_stale=False):
-                    return None
-                if not burst.pausing and self._pause_s > 0:
-                    self._check(burst, now, admitted_at, caller)
-                    return None
-            if probe and burst.checking:
-                if not burst.confirms():
-                    self._check(burst, now, admitted_at, caller)
-                    return None
-                burst.start(now, 0.0, probe=True)  # confirmed: pacing answers it, no pause
-            self._sampled = now
-            if not self._pacer.throttled(gate, self._sending(now), gate._admitted):
-                return None
-            return self._pacer.paced_per_minute
 
     def _check(
         self, burst: BurstPause, now: float, admitted_at: float | None, caller: object | None
@@ -749,15 +698,24 @@ class AdaptiveLimit:
             with self._lock:
                 self._tokens.passed(at, tokens)
 
-    def attribute(self, at: float, sending: int) -> Attributed | None:
-        """The limit a plain 429 (no code, no wording) for the attempt sent at ``at`` with
-        ``sending`` calls at the provider is taken for (:mod:`anygate._limits.attribute`)."""
+    def attribute(
+        self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
+    ) -> Attributed:
+        """The limit a 429 that does not say which (no wording, no headers) for the attempt
+        sent at ``at`` with ``sending`` calls at the provider, charged ``tokens``, is taken
+        for (:mod:`anygate._limits.attribute`); ``per_minute``: its code names a
+        per-minute limit (requests or tokens only)."""
         gate = self._gate()
         rate = None if gate is None else gate.rate
         with self._lock:
             estimate = self._requests.estimate(at)
             if estimate is None and rate is not None:
                 estimate = rate.requests_per_minute
+            token_estimate = None
+            if tokens:
+                token_estimate = self._tokens.estimate(at)
+                if token_estimate is None and rate is not None:
+                    token_estimate = rate.tokens_per_minute
             log, slope = self._requests.log, self._slope
             # Learned, the slope rule holds every send to its allowance: a new high then
             # is the slots' (taken for the slope's, the peak's herd limit grown past 32
@@ -769,10 +727,12 @@ class AdaptiveLimit:
             return attribute(
                 sending=sending,
                 most_passed=self._most_passed,
-                requests=self._requests.log.count(at - WINDOW_S, at),
+                requests=log.count(at - WINDOW_S, at),
                 requests_estimate=estimate,
+                tokens=self._tokens.held(at) if tokens else 0.0,
+                tokens_estimate=token_estimate,
                 steep=steep,
-                tokens_counted=rate is not None and rate.tokens_per_minute is not None,
+                per_minute=per_minute,
             )
 
     def on_success(
@@ -800,8 +760,6 @@ class AdaptiveLimit:
             with self._lock:
                 self._pause.probe_succeeded(self._clock())
                 self._learn_edge()
-        if self._pace and self._enabled:
-            self._pace_tick()
         change = None
         if self._latency_on and self._enabled and sent_at is not None:
             change = self._on_latency(sent_at, in_flight)
@@ -849,7 +807,7 @@ class AdaptiveLimit:
 
     def _paced(self) -> bool:
         # Something bounds the send rate: the pause's probe need not be waited for.
-        return self._pacer.active or self._slope.known
+        return self._slope.known
 
     def _learn_edge(self) -> None:
         """A pause just ended: a confirmed one's probe's send time is the spent window's
@@ -887,24 +845,6 @@ class AdaptiveLimit:
         if gate is None or gate._clock is not self._clock:
             return None
         return gate
-
-    def _pace_tick(self) -> None:
-        """Sample the gate's admissions and grow the paced rate (at most once a sample);
-        on successes and when an attempt starts."""
-        now = self._clock()
-        if now - self._sampled < PACE_SAMPLE_S:  # unlocked: a stale read skips one sample
-            return
-        gate = self._pace_gate()
-        if gate is None:
-            return
-        with self._lock:
-            if now - self._sampled < PACE_SAMPLE_S:
-                return
-            self._sampled = now
-            admitted = gate._admitted
-            sending = self._sending(now)
-            self._pacer.sample(sending, admitted)
-            self._pacer.grow(gate, sending, admitted)
 
     # ------------------------------------------------------------------ configuring
 
@@ -966,8 +906,6 @@ class AdaptiveLimit:
             if latency is not None and latency != self._latency_on:
                 self._latency_on = latency
                 self._latency = LatencyLimit()  # what it learned before is stale
-            if not self._enabled or not self._pace:
-                self._pacer.end(self._gate())
             if not self._enabled:
                 self._limit = self._ceiling
                 self._pause.end(self._clock())
@@ -978,11 +916,6 @@ class AdaptiveLimit:
     def _active(self) -> bool:
         # Capped, or uncapped with a limit learned from concurrency throttles.
         return self._enabled and self._ceiling >= 1 and self._limit < math.inf
-
-    def _sending(self, now: float) -> float:
-        """``now`` on the clock the pacer runs on: time the gate let calls go, not
-        counting pauses and checks (their empty seconds are not the callers')."""
-        return now - self._pause.paused_s(now)
 
     def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
         """Whether a throttle comes from an attempt admitted before the latest change (one

@@ -8,10 +8,10 @@ starts a new pause, anything else (an error, a cancellation) hands the probe rol
 pause that ended with everyone at once would send the whole queue into a window that may
 still be spent.
 
-While the gate's rate is paced (:mod:`anygate._policy.pacer`) the probe need not be waited
+While the slope rule is known (:mod:`anygate._limits.slope`) the probe need not be waited
 for to the end: a probe not turned away within its grace got past the provider's rate
 check (a throttle comes back in a reject latency, a success may take the whole generation
-time), and the paced rate decides how fast the others go.
+time), and the learned slope decides how fast the others go.
 
 With pacing, a first burst throttle is only *checked* (:meth:`BurstPause.check`): a pause
 of no length whose probe goes at once, the others waiting its grace (twice the throttle's
@@ -24,10 +24,6 @@ spent: one more call with a 429, and a reject latency. A check whose probe got t
 was noise (``BurstPause._noisy``): until a throttle is confirmed again, a check needs
 its probe turned away twice, which took the shared pool's 1.16x to 1.02x and left the
 storm benchmark's tuning set as it was.
-
-The time paused (checks included) is counted (:meth:`BurstPause.paused_s`): the pacer
-measures the admission rate and its growth on the time the gate let calls go, so that a
-pause's empty seconds do not read as callers who stopped calling and deepen the next cut.
 
 What. One :class:`BurstPause` per :class:`~anygate._policy.adaptive.AdaptiveLimit`: the
 pause's state and its transitions. Every method except :attr:`pausing` (a flag read
@@ -60,7 +56,6 @@ class BurstPause:
         "_noisy",
         "_owner",
         "_owner_until",
-        "_paused",
         "_paused_since",
         "_probe_out",
         "_probe_sent",
@@ -89,8 +84,7 @@ class BurstPause:
         # A check ended without its probe turned away (a 429 that was noise) since the last
         # confirmed throttle: the next check needs two probes turned away, not one.
         self._noisy = False
-        # Seconds paused in all, not counting the current pause, and when that began.
-        self._paused = 0.0
+        # When the current pause (or check) began: a new one counts its herd afresh.
         self._paused_since: float | None = None
         # The call whose throttle started this check (its Run), and until when the probe is
         # kept for it. Why (issue 26): a throttle answered in zero time comes back
@@ -130,11 +124,6 @@ class BurstPause:
         probe, or two after noise: ``_noisy``); ``False``: check once more."""
         self._strikes += 1
         return self._strikes >= (2 if self._noisy else 1)
-
-    def paused_s(self, now: float) -> float:
-        """Seconds the gate has been paused or checking in all, up to ``now``."""
-        since = self._paused_since
-        return self._paused if since is None else self._paused + max(0.0, now - since)
 
     def passing(
         self, now: float, *, pause_s: float, paced: bool, caller: object | None = None
@@ -270,10 +259,7 @@ class BurstPause:
 
     def end(self, now: float) -> None:
         """End the pause (and any probe) at ``now`` and let every waiter go."""
-        since = self._paused_since
-        if since is not None:
-            self._paused += max(0.0, now - since)
-            self._paused_since = None
+        self._paused_since = None
         self.pausing = False
         self._probe_out = False
         self._check_grace = None

@@ -194,9 +194,7 @@ class RateLearner:
         hold = check_number("max_hold_s", max_hold_s, maximum=MAX_RESET_S)
         assert hold is not None
         self._max_hold = hold
-        from .pacer import own_rate  # not gate.rate: burst pacing may hold it down
-
-        self._ceiling = self._check_ceiling(own_rate(gate) if ceiling == "gate" else ceiling)
+        self._ceiling = self._check_ceiling(gate.rate if ceiling == "gate" else ceiling)
         self._gate = weakref.ref(gate)  # the registry maps gate -> learner: no cycle
         self._lock = threading.Lock()
         self._learned: dict[str, float] = {}

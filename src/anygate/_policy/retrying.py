@@ -218,18 +218,19 @@ class Retrier:
         if kind is not None and run.admitted_at is not None:
             adaptive.rejected(run.admitted_at)
         unit = rate_unit(judgement.verdict) if kind == "rate" else None
-        if (
-            kind == "rate"
-            and unit is None
-            and not judgement.verdict.code
-            and run.admitted_at is not None
-        ):
-            # A 429 that names no limit (no code, no wording; OpenAI's rate_limit_exceeded
-            # is per-minute): the one our counts say was full (issue 30).
-            attributed = adaptive.attribute(run.admitted_at, run.sending or run.in_flight)
-            if attributed == "requests":
-                unit = "requests"
-            elif attributed is not None:
+        if kind == "rate" and unit is None and run.admitted_at is not None:
+            # A 429 that does not say what it counted: the limit our counts say was full
+            # (issue 30). With a code (OpenAI's rate_limit_exceeded is per-minute) it is
+            # requests or tokens; without one (no code, no wording) any limit.
+            attributed = adaptive.attribute(
+                run.admitted_at,
+                run.sending or run.in_flight,
+                run.tokens,
+                per_minute=bool(judgement.verdict.code),
+            )
+            if attributed in ("requests", "tokens"):
+                unit = attributed
+            else:
                 kind = attributed
         if kind is not None and kind != "rate" and run.admitted_at is not None:
             # A throttled send filled no window.
@@ -239,15 +240,8 @@ class Retrier:
             return adaptive.enabled
         if kind in ("concurrency", "overload"):
             return self.learn_concurrency(run, exact=kind == "concurrency")
-        if kind == "rate":
-            adaptive.on_rate(
-                run.generation,
-                probe=run.burst_probe,
-                admitted_at=run.admitted_at,
-                caller=run,
-                unit=unit,
-                tokens=run.tokens,
-            )
+        if unit is not None and run.admitted_at is not None:
+            adaptive.on_rate(unit, run.admitted_at, caller=run, tokens=run.tokens)
         return False
 
     def _retry_scheduled(self, run: Run, decision: Retry) -> None:
@@ -325,7 +319,6 @@ class Retrier:
                     max_concurrent_calls=change.maximum,
                     reason=change.reason,
                     pause_s=change.pause_s,
-                    paced_per_minute=change.paced_per_minute,
                 ),
             )
 

@@ -95,10 +95,10 @@ class Observed:
             description="The adaptive concurrency limit a policy's gate applies",
         )
         gauge(
-            "anygate.adaptive.paced_rate",
-            [self._adaptive("paced_requests_per_minute")],
+            "anygate.adaptive.requests_per_minute_estimate",
+            [self._adaptive("requests_per_minute_estimate")],
             unit="{request}/min",
-            description="The request rate burst pacing holds the gate to (while pacing)",
+            description="The provider's per-minute request limit as the gate's counts put it",
         )
         gauge(
             "anygate.adaptive.pause",

@@ -1,0 +1,345 @@
+"""A first throttle is checked, and a per-minute 429 holds sends to what the window held.
+
+A first burst 429 (or one taken for one) is only checked: one probe goes at once and only
+its own 429 confirms the throttle (a burst 429 then learns the slope:
+``test_limits_slope.py``). A per-minute 429 holds sends to the count the provider's window
+held (``test_limits_window.py``), with or without its wording. The grace arithmetic, the
+adaptive limit driving a real gate on a manual clock, so every number is exact, and policy
+tests through real calls on trio's MockClock. The pause and the concurrency cut with
+``pace_burst_rate`` off are in ``test_policy_adaptive.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import anyio
+import pytest
+
+import anygate
+from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy, Rate, RetryConfig
+from anygate._config.limit_values import (
+    PROBE_RESERVE_S,
+    LimitChange,
+    check_grace,
+    probe_grace,
+)
+from tests.conftest import mock_clock
+from tests.policy_helpers import FakeClock, burst
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_probe_grace_covers_the_slowest_rejection_within_the_pause() -> None:
+    """1 s by default, twice the slowest burst 429 a probe got, never beyond the pause."""
+    assert probe_grace(0.0, pause_s=5.0) == 1.0
+    assert probe_grace(1.5, pause_s=5.0) == 3.0
+    assert probe_grace(4.0, pause_s=5.0) == 5.0
+
+
+def test_check_grace_is_twice_the_throttles_answer_time_within_the_pause() -> None:
+    """2 x 0.1 s; at least 20 ms; never beyond the pause; 1 s when the time is unknown."""
+    assert check_grace(0.1, pause_s=5.0) == pytest.approx(0.2)
+    assert check_grace(0.001, pause_s=5.0) == 0.02
+    assert check_grace(4.0, pause_s=5.0) == 5.0
+    assert check_grace(None, pause_s=5.0) == 1.0
+
+
+# --------------------------------------------------------------------------- on a gate
+
+
+def _paced(
+    capacity: float = 32, rate: Rate | None = None, **kwargs: Any
+) -> tuple[AdaptiveLimit, Gate, FakeClock]:
+    clock = FakeClock()
+    gate = Gate(capacity, name="llm", rate=rate, clock=clock)
+    kwargs.setdefault("pace_burst_rate", True)
+    limit = AdaptiveLimit(gate, clock=clock, **kwargs)
+    return limit, gate, clock
+
+
+def _admit(limit: AdaptiveLimit, gate: Gate, clock: FakeClock, per_s: int, seconds: int) -> None:
+    """``per_s`` admissions (released at once, each a success) per second for ``seconds``,
+    as far as the gate's rate admits them."""
+    for _ in range(seconds):
+        for _ in range(per_s):
+            try:
+                token = gate.acquire_nowait()
+            except anygate.Busy:
+                break
+            token.release()
+            limit.on_success(saturated=False)
+        clock.now += 1.0
+
+
+def _confirmed(limit: AdaptiveLimit) -> LimitChange | None:
+    """A burst throttle the provider means: with pacing (and a pause to make) the first is
+    only checked, one probe goes at once, and the probe's own 429 confirms it. What the
+    confirmed throttle changed (or the throttle's change, when it was not checked)."""
+    checks = limit.statistics().checked_throttles
+    change = limit.on_throttle(limit.generation, None)
+    if limit.statistics().checked_throttles == checks:
+        return change
+    assert change is None
+    assert limit.pass_pause() == (0.0, True)  # the check's probe goes at once
+    return limit.on_throttle(limit.generation, None, probe=True)
+
+
+def test_a_first_burst_throttle_is_only_checked() -> None:
+    """One 429 could be anyone's: nothing is paced, cut or paused; the next attempt goes at
+    once as the probe, and the others wait twice the throttle's answer time (0.1 s) for
+    it to be turned away, then go."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    assert limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1) is None
+    assert (gate.rate, gate.capacity, limit.pause_left()) == (None, 32, 0.0)
+    stats = limit.statistics()
+    assert (stats.checked_throttles, stats.throttles) == (1, 0)
+    assert limit.pass_pause() == (0.0, True)
+    wait, probe = limit.pass_pause()
+    assert (wait, probe) == (pytest.approx(0.2), False)
+    clock.now += 0.2
+    assert limit.pass_pause() == (0.0, False)  # not turned away in time: it was noise
+    assert (gate.rate, limit.statistics().throttles) == (None, 0)
+
+
+def test_the_checks_probe_is_kept_for_the_throttled_call() -> None:
+    """Issue 26: the check's probe is the throttled call's own retry, even when another
+    caller asks first (a throttle answered in zero time comes back before the next caller
+    is admitted); the others wait for it. Once that call has not asked for 20 ms
+    (``PROBE_RESERVE_S``: it gave up), the first to ask probes instead."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner, fresh, other = object(), object(), object()
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    wait, probe = limit.pass_pause(fresh)
+    assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_success(saturated=False, probe=True)
+    assert limit.pass_pause(fresh) == (0.0, False)  # it was noise: everyone goes
+
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    assert limit.pass_pause(fresh)[1] is False
+    clock.now += PROBE_RESERVE_S
+    assert limit.pass_pause(other) == (0.0, True)  # the throttled call never came back
+    assert limit.pass_pause(owner)[1] is False
+    limit.on_success(saturated=False, probe=True)
+
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    limit.disown(owner)  # its call ended (out of attempts): no need to wait for it
+    assert limit.pass_pause(fresh) == (0.0, True)
+
+
+def test_the_checks_probe_succeeding_ends_the_check() -> None:
+    """The probe's call succeeded: everyone goes, nothing changed."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1)
+    assert limit.pass_pause() == (0.0, True)
+    limit.on_success(saturated=False, probe=True)
+    assert limit.pass_pause() == (0.0, False)
+    assert gate.rate is None
+
+
+def test_random_burst_throttles_do_not_stall_the_gate() -> None:
+    """A provider that turns 5 % of attempts away at random (a shared pool), callers asking
+    20 times a second for 2 minutes, the default 5 s pause: most of the asks go. Pausing
+    (and cutting) at every throttle let 13 % go; checking first, 69 %; asking twice once a
+    check has shown noise, 94 %."""
+    limit, gate, clock = _paced(capacity=1000)
+    rng = random.Random(3)
+    admitted = 0
+    for _ in range(12_000):  # 10 ms steps
+        clock.now += 0.01
+        if rng.random() >= 0.2:
+            continue
+        wait, probe = limit.pass_pause()
+        if wait > 0:
+            continue  # a caller that would wait: counted as not sent
+        try:
+            gate.acquire_nowait().release()
+        except anygate.Busy:
+            continue
+        admitted += 1
+        generation, sent = limit.generation, clock.now
+        if rng.random() < 0.05:
+            limit.on_throttle(generation, None, probe=probe, admitted_at=sent)
+        else:
+            limit.on_success(saturated=False, probe=probe)
+    assert admitted >= 0.8 * 20 * 120, admitted
+    assert limit.statistics().checked_throttles > 50
+
+
+def test_a_gate_on_another_clock_is_not_paced() -> None:
+    """The gate's budgets refill on its own clock: a limit on another one (a virtual clock
+    next to a gate on real time) cannot hold its sends, so a throttle falls back to the
+    cut and a per-minute 429 teaches nothing."""
+    clock = FakeClock()
+    gate = Gate(32, name="llm")  # time.monotonic
+    limit = AdaptiveLimit(gate, clock=clock, decrease_factor=0.5, pace_burst_rate=True)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    change = limit.on_throttle(limit.generation, None)
+    assert change is not None
+    assert (change.new, gate.rate) == (16, None)
+    limit.on_rate("requests", clock.now - 1.0)
+    assert limit.statistics().requests_per_minute_estimate is None
+
+
+def test_pacing_off_cuts_the_limit_and_leaves_the_rate_alone() -> None:
+    """pace_burst_rate=False: the old answer, a cut by decrease_factor, no rate."""
+    limit, gate, clock = _paced(pace_burst_rate=False, decrease_factor=0.5)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    change = limit.on_throttle(limit.generation, None)
+    assert change is not None
+    assert change.new == 16
+    assert gate.rate is None
+
+
+def test_without_pacing_the_others_wait_for_the_probes_outcome() -> None:
+    """pace_burst_rate=False: no grace, the others ask again after a whole pause."""
+    limit, gate, clock = _paced(pace_burst_rate=False)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    limit.on_throttle(limit.generation, None)
+    clock.now += 5.0
+    assert limit.pass_pause() == (0.0, True)
+    clock.now += 3.0
+    assert limit.pass_pause() == (5.0, False)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_pace_burst_rate_must_be_a_bool(value: object) -> None:
+    """A non-bool is a TypeError naming the setting and the value."""
+    gate = Gate(4)
+    with pytest.raises(TypeError, match=r"pace_burst_rate must be a bool \(got"):
+        AdaptiveLimit(gate, pace_burst_rate=value)  # type: ignore[arg-type]
+    limit = AdaptiveLimit(gate)
+    if value is not None:
+        with pytest.raises(TypeError, match="pace_burst_rate must be a bool or None"):
+            limit.configure(pace_burst_rate=value)  # type: ignore[arg-type]
+
+
+def test_the_setting_loads_from_yaml_and_is_checked() -> None:
+    """llm_call.adaptive_concurrency.pace_burst_rate: a bool; anything else names the key."""
+    config = anygate.load_config({"llm_call": {"adaptive_concurrency": {"pace_burst_rate": False}}})
+    assert config.adaptive_concurrency.pace_burst_rate is False
+    assert config.to_mapping()["llm_call"]["adaptive_concurrency"]["pace_burst_rate"] is False
+    with pytest.raises(ConfigError, match=r"llm_call\.adaptive_concurrency\.pace_burst_rate"):
+        anygate.load_config({"llm_call": {"adaptive_concurrency": {"pace_burst_rate": "on"}}})
+    with pytest.raises(TypeError, match="pace_burst_rate"):
+        AdaptiveConfig(pace_burst_rate="on")  # type: ignore[arg-type]
+
+
+def test_policies_on_one_gate_must_agree_about_pacing() -> None:
+    """A second policy stating the other value fails unless reconfigure=True."""
+    gate = Gate(4, name="pacing-agree")
+    Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True))
+    with pytest.raises(ConfigError, match="pace_burst_rate"):
+        Policy(gate=gate, adaptive_concurrency=AdaptiveConfig(pace_burst_rate=False))
+    policy = Policy(
+        gate=gate, adaptive_concurrency=AdaptiveConfig(pace_burst_rate=False), reconfigure=True
+    )
+    assert not policy.adaptive_limit.pace_burst_rate
+
+
+# --------------------------------------------------------------------------- through a policy
+
+
+def _plain_rate() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429, body={"error": {"code": "rate_limit_exceeded", "message": "Rate limit reached."}}
+    )
+
+
+def _rpm() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "rate_limit_exceeded",
+                "message": "Rate limit reached for requests per minute (RPM).",
+            }
+        },
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+@pytest.mark.parametrize("callers", [2, 5, 40])
+async def test_throttles_answered_in_zero_time_do_not_stall_the_gate(callers: int) -> None:
+    """Issue 26: each caller's first attempt is turned away with a burst 429 in zero
+    time (an in-process fake, a local proxy's own limiter), its second succeeds. Before,
+    every check's probe was the next caller's *first* attempt, so each confirmed the
+    throttle and paused the gate 5 s per caller (40 callers: 195 s of virtual time).
+    Now the probe is the throttled call's own retry: all finish at once."""
+    gate = Gate(math.inf, name=f"instant-{callers}", clock=anyio.current_time)
+    policy = Policy(gate=gate, clock=anyio.current_time)
+    start = anyio.current_time()
+    finished: list[float] = []
+
+    async def one() -> None:
+        turned_away = False
+
+        async def provider() -> str:
+            nonlocal turned_away
+            if not turned_away:
+                turned_away = True
+                raise burst()
+            return "ok"
+
+        assert await policy.call(provider) == "ok"
+        finished.append(anyio.current_time() - start)
+
+    with anyio.fail_after(3600):
+        async with anyio.create_task_group() as tg:
+            for _ in range(callers):
+                tg.start_soon(one)
+    assert len(finished) == callers
+    # No pause: at most one reservation of the probe per caller, never a pause_s.
+    assert max(finished) <= callers * PROBE_RESERVE_S
+    assert policy.adaptive_limit.statistics().throttles == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+@pytest.mark.parametrize("throttle", [_rpm, _plain_rate], ids=["worded", "coded"])
+async def test_a_policy_holds_sends_to_the_requests_per_minute_it_counted(throttle: Any) -> None:
+    """Issue 30: the provider accepts 100 requests in any 60 s although the gate may send
+    1200/min. The 429s say "requests per min (RPM)", or only their code names a per-minute
+    limit (``rate_limit_exceeded``, no wording: the fuller count is the requests', the
+    only one counted; it was paced as a rate before, issue 30 item 6); the first holds
+    sends to the count
+    the window held (100) tentatively, the next within a minute confirms it, and from then
+    on no window of the provider's sees more than 100 (so nothing more is rejected),
+    while the estimate grows back by one request a minute to find a raised limit."""
+    gate = Gate(
+        8, name="rpm-estimate", rate=Rate(requests_per_minute=1200), clock=anyio.current_time
+    )
+    policy = Policy(gate=gate, retry=RetryConfig(throttle_attempts=10), clock=anyio.current_time)
+    accepted: list[float] = []
+    rejected = 0
+
+    async def provider() -> str:
+        nonlocal rejected
+        now = anyio.current_time()
+        if sum(1 for t in accepted if t > now - 60.0) >= 100:
+            rejected += 1
+            raise throttle()
+        accepted.append(now)
+        await anyio.sleep(0.5)
+        return "ok"
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(300):
+            tg.start_soon(policy.call, provider)
+            await anyio.sleep(0.1)  # 600 a minute: six times the hidden limit
+    assert len(accepted) == 300
+    assert rejected <= 3  # the first word, its confirmation, and at most one in between
+    estimate = policy.adaptive_limit.statistics().requests_per_minute_estimate
+    assert estimate is not None
+    assert 100 <= estimate < 110
+    assert gate.rate == Rate(requests_per_minute=1200)  # the user's rate is left alone
