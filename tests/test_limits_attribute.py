@@ -117,9 +117,9 @@ def test_the_most_in_service_leaves_out_calls_turned_away_after_it_was_sent() ->
     limit.rejected(10.01)  # sent after it: not counted
     clock.now = 12.0
     limit.passed(10.0, sending=27)
-    assert limit._most_passed == 25
+    assert limit.statistics().most_in_service == 25
     limit.passed(11.0, sending=24)  # no 429 around it
-    assert limit._most_passed == 25
+    assert limit.statistics().most_in_service == 25
     limit.passed(11.5, sending=26)
     assert limit.statistics().most_in_service == 26
 

@@ -54,18 +54,18 @@ def _ramp(log: SentLog, counts: list[int], window: float = 10.0, start: float = 
 def test_a_full_window_after_a_quiet_one_teaches_the_floor_not_a_growth() -> None:
     log = SentLog(60.0)
     _ramp(log, [60])
-    slope = SlopeLimit()
-    assert slope.edge(log, 9.9, 10.0)
+    slope = SlopeLimit(log)
+    assert slope.edge(9.9, 10.0)
     assert (slope.growth, slope.floor) == (None, 60)
-    assert slope.wait(log, 10.0) == 0.0  # no growth known: nothing is held
+    assert slope.wait(10.0) == 0.0  # no growth known: nothing is held
 
 
 def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120])
-    slope = SlopeLimit()
-    slope.edge(log, 9.9, 10.0)
-    assert slope.edge(log, 19.9, 20.0)
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    assert slope.edge(19.9, 20.0)
     assert slope.growth == pytest.approx(2.0)
     assert slope.window_s == WINDOW_S
 
@@ -75,8 +75,8 @@ def test_a_window_that_grew_by_a_handful_teaches_no_growth() -> None:
     would hold the fleet to 1.02x a window."""
     log = SentLog(60.0)
     _ramp(log, [125, 128])
-    slope = SlopeLimit()
-    slope.edge(log, 19.9, 20.0)
+    slope = SlopeLimit(log)
+    slope.edge(19.9, 20.0)
     assert slope.growth is None
 
 
@@ -85,8 +85,8 @@ def test_an_edge_known_loosely_reads_the_least_growth_its_phases_allow() -> None
     one that grew least sets the growth (the bound errs toward holding back)."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
-    slope = SlopeLimit()
-    slope.edge(log, 15.0, 20.0)
+    slope = SlopeLimit(log)
+    slope.edge(15.0, 20.0)
     assert slope.growth is not None
     assert 1.0 < slope.growth <= 2.0
 
@@ -97,10 +97,10 @@ def test_edges_fifteen_seconds_apart_rule_the_ten_second_window_out() -> None:
     growth per window)."""
     log = SentLog(60.0)
     _ramp(log, [40, 80, 160], window=15.0)
-    slope = SlopeLimit()
-    slope.edge(log, 14.9, 15.0)
+    slope = SlopeLimit(log)
+    slope.edge(14.9, 15.0)
     assert slope.window_s == 10.0
-    slope.edge(log, 29.9, 30.0)
+    slope.edge(29.9, 30.0)
     assert slope.window_s == 15.0
     assert slope.growth == pytest.approx(2.0)
 
@@ -108,10 +108,10 @@ def test_edges_fifteen_seconds_apart_rule_the_ten_second_window_out() -> None:
 def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120, 240])
-    slope = SlopeLimit()
+    slope = SlopeLimit(log)
     assert slope.predicted(5.0) is None  # nothing seen: no phase
     assert slope.hold(5.0) == WINDOW_S / 10  # probe again in a tenth of a window
-    slope.edge(log, 9.9, 10.0)
+    slope.edge(9.9, 10.0)
     assert slope.predicted(25.0) == pytest.approx(5.0)
     assert slope.hold(25.0) == pytest.approx(5.0)
 
@@ -122,29 +122,29 @@ def test_sends_are_held_to_the_learned_growth_over_the_trailing_window() -> None
     holds 60 against 2 x 90; filled to 180, the next send waits again."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
-    slope = SlopeLimit()
-    slope.edge(log, 9.9, 10.0)
-    slope.edge(log, 19.9, 20.0)
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
     oldest = log.first_after(10.0)
     assert oldest is not None
-    assert slope.wait(log, 20.0) == pytest.approx(oldest + 10.0 - 20.0)
-    assert slope.wait(log, 25.0) == 0.0
+    assert slope.wait(20.0) == pytest.approx(oldest + 10.0 - 20.0)
+    assert slope.wait(25.0) == 0.0
     for _ in range(120):
         log.sent(25.0)
-    assert slope.wait(log, 25.0) > 0
+    assert slope.wait(25.0) > 0
 
 
 def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120])
-    slope = SlopeLimit()
-    assert not slope.inside(log, 20.0)  # nothing learned: nothing is noise
-    slope.edge(log, 9.9, 10.0)
-    slope.edge(log, 19.9, 20.0)
-    assert slope.inside(log, 25.0)  # the window holds 60 of an allowance of 2 x 90
+    slope = SlopeLimit(log)
+    assert not slope.inside(20.0)  # nothing learned: nothing is noise
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
+    assert slope.inside(25.0)  # the window holds 60 of an allowance of 2 x 90
     for _ in range(120):
         log.sent(25.0)
-    assert not slope.inside(log, 25.0 + 1e-6)  # at the allowance: a full window
+    assert not slope.inside(25.0 + 1e-6)  # at the allowance: a full window
 
 
 # --------------------------------------------------------------------------- on a gate
@@ -156,7 +156,7 @@ def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:
     clock = FakeClock()
     gate = Gate(32, name="slope", clock=clock)
     limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
-    log = limit._requests.log  # the sends the adaptive limit counted
+    log = limit._sends.requests.log  # the sends the adaptive limit counted
     for i in range(60):
         clock.now = i * 0.1
         assert limit.reserve_send(clock.now) == 0.0
@@ -281,7 +281,7 @@ def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_
     limit.passed(4.5, sending=20)
     limit.on_success(saturated=True)
     assert gate.capacity == 20  # the slope is not known yet: 20 + 1/20
-    limit._slope.growth = 2.0  # learned (as the slope tests above learn it)
+    limit._sends.slope.growth = 2.0  # learned (as the slope tests above learn it)
     limit.passed(5.0, sending=20)
     limit.on_success(saturated=True)
     assert gate.capacity == 22  # 1.1 x 20
@@ -295,7 +295,7 @@ def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_
 def test_a_concurrency_lesson_ends_the_herds_growth() -> None:
     clock = FakeClock()
     gate, limit = _herd(clock)
-    limit._slope.growth = 2.0
+    limit._sends.slope.growth = 2.0
     limit.passed(5.0, sending=20)
     assert limit.on_concurrency(limit.generation, 20, exact=True) is not None
     assert gate.capacity == 19  # the slots: in flight less one

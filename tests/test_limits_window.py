@@ -119,16 +119,28 @@ def test_a_window_with_none_of_ours_teaches_nothing() -> None:
     assert limit.estimate(5.0) == math.inf
 
 
+def _reserve(requests: RequestLimit, at: float, caller: object | None = None) -> float:
+    """Ask, and send when let go (what the adaptive limit does with every limit)."""
+    wait = requests.wait(at, 1.0, caller)
+    if wait <= 0:
+        requests.sent(at, 1.0, caller)
+    return wait
+
+
 def test_the_request_limit_lets_the_rejected_call_check_its_own_rejection() -> None:
     """After a first rejection, others wait for the window; the rejected caller's retry
     goes at once (the check), once."""
     requests = RequestLimit()
     caller, other = object(), object()
-    for i in range(10):
-        assert requests.reserve(float(i)) == 0.0
-    assert requests.rejected(10.0, 10.0, caller)  # 10 in the window: estimate 10
-    requests.reserve(10.0)  # the rejected send was never counted as accepted
-    wait = requests.reserve(10.5, other)
+    for i in range(11):
+        assert _reserve(requests, float(i)) == 0.0
+    # The send at 10 was turned away: 10 others in the window, estimate 10.
+    assert requests.rejected(10.0, 10.0, caller)
+    assert requests.estimate(10.0) == 10
+    wait = _reserve(requests, 10.5, other)
     assert wait == pytest.approx(60.0 - 10.5, abs=1e-5)  # the send at 0.0 leaves at 60
-    assert requests.reserve(10.5, caller) == 0.0  # the check goes
-    assert requests.reserve(10.6, caller) > 0  # once
+    assert _reserve(requests, 10.5, caller) == 0.0  # the check goes
+    assert _reserve(requests, 10.6, caller) > 0  # once
+    assert requests.wait(10.6, 1.0, other) > 0  # asking counts nothing: still held
+
+

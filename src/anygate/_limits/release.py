@@ -65,11 +65,14 @@ class Release:
         has nothing left to pace."""
         return self.allowance(now) - self._sent >= held
 
-    def wait(self, now: float) -> float:
-        """An attempt about to be sent at ``now``: ``0.0`` and it is counted, or the
-        seconds until the next doubling."""
-        k = self._doublings(now)
+    def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
+        """Seconds until the next doubling lets an attempt sent at ``at`` go (``0.0``: it
+        may go now; counted by :meth:`sent`)."""
+        k = self._doublings(at)
         if self._sent < 2 << k:
-            self._sent += 1
             return 0.0
-        return max(self._start + (k + 1) * self._round_trip - now, _MIN_ROUND_TRIP_S)
+        return max(self._start + (k + 1) * self._round_trip - at, _MIN_ROUND_TRIP_S)
+
+    def sent(self, at: float, cost: float = 1.0, caller: object | None = None) -> None:
+        """An attempt went: one of the allowance is taken."""
+        self._sent += 1

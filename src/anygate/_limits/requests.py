@@ -48,9 +48,9 @@ class RequestLimit:
         """The limit sends are held to now, or ``None``."""
         return finite_estimate(self._limit, now)
 
-    def reserve(self, at: float, caller: object | None = None) -> float:
-        """An attempt would be sent at ``at``: ``0.0``, and it is counted as sent, or the
-        seconds until the estimated window has room (nothing counted).
+    def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
+        """Seconds until the estimated window has room for a send at ``at`` (``0.0``: now;
+        nothing is counted, see :meth:`sent`; ``cost``, its tokens, plays no part).
 
         Before a first rejection every send goes. After it, a send goes only while the
         window holds fewer accepted sends than the estimate: a sliding window frees its
@@ -58,19 +58,21 @@ class RequestLimit:
         mimic after a ramp. Measured on morning-peak with a hidden RPM of 600 (seeds 1-3):
         paced to the estimate as a rate, 1.047x the oracle; held at the gate's admission
         instead of here, a rate's burst overshot the window (5 % of calls with a 429).
+        The rejected call's retry (the unconfirmed rejection's check) goes at once.
         """
-        log = self._log
         limit = self._limit
-        if limit is not None:
-            estimate = limit.estimate(at)
-            if caller is not None and caller is self._probe and not limit.confirmed:
-                self._probe = None  # the check: sent at the count that was turned away
-            else:
-                free = log.free_at(at, estimate)
-                if free is not None:
-                    return free - at
-        log.sent(at)
-        return 0.0
+        if limit is None:
+            return 0.0
+        if caller is not None and caller is self._probe and not limit.confirmed:
+            return 0.0  # the check: sent at the count that was turned away
+        free = self._log.free_at(at, limit.estimate(at))
+        return 0.0 if free is None else free - at
+
+    def sent(self, at: float, cost: float = 1.0, caller: object | None = None) -> None:
+        """The send :meth:`wait` let go went out."""
+        if caller is not None and caller is self._probe:
+            self._probe = None
+        self._log.sent(at)
 
     def passed(self, at: float) -> None:
         """The attempt sent at ``at`` succeeded (no work before a first rejection)."""

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = ["WINDOWS", "WINDOW_S", "SlopeLimit"]
 
-#: The window assumed while it fits the edges seen: 10 s, the one the burst pacer assumed
-#: (``PACE_WINDOW_S``).
+#: The window assumed while it fits the edges seen: 10 s, ``Rate.window_s``'s (the slope
+#: window providers use is not published).
 WINDOW_S = 10.0
 #: The windows considered (seconds): round lengths a provider states a burst window in.
 WINDOWS = (5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
@@ -137,9 +137,10 @@ class _Fit:
 class SlopeLimit:
     """The window, growth and floor learned from full windows; holds sends to them."""
 
-    __slots__ = ("_fits", "floor", "growth", "window_s")
+    __slots__ = ("_fits", "_log", "floor", "growth", "window_s")
 
-    def __init__(self) -> None:
+    def __init__(self, log: SentLog) -> None:
+        self._log = log  # the sends, shared with the request estimate
         self.window_s = WINDOW_S
         self.growth: float | None = None  # the allowed growth per window, once learned
         self.floor = 0  # the least a full window after a quiet one held (0: not seen)
@@ -150,11 +151,12 @@ class SlopeLimit:
         """Whether a growth was learned (sends are held to it)."""
         return self.growth is not None
 
-    def edge(self, log: SentLog, after: float, at: float) -> bool:
+    def edge(self, after: float, at: float) -> bool:
         """The provider's full window ended in ``(after, at]`` (the last send turned away
         went at ``after``, the first to get through after it at ``at``): learn from the
         counts; whether the estimate changed."""
         before = (self.window_s, self.growth, self.floor)
+        log = self._log
         fits = self._fits.values()
         for fit in fits:
             fit.add(log, after, at)
@@ -192,34 +194,34 @@ class SlopeLimit:
         edge = self.predicted(now)
         return self.window_s / 10 if edge is None else edge
 
-    def _allowance(self, log: SentLog, at: float) -> tuple[int, float]:
+    def _allowance(self, at: float) -> tuple[int, float]:
         """``(the trailing window's count at at, what the learned slope allows it)``."""
-        window = self.window_s
+        log, window = self._log, self.window_s
         current = log.count(at - window, at)
         previous = log.count(at - 2 * window, at - window)
         assert self.growth is not None
         return current, max(self.floor, self.growth * previous)
 
-    def inside(self, log: SentLog, at: float) -> bool:
+    def inside(self, at: float) -> bool:
         """Whether a send at ``at`` went with the trailing window well inside the learned
         allowance (below :data:`_INSIDE` of it): a 429 for it did not come from a full
         window of ours."""
         if self.growth is None:
             return False
-        current, allowed = self._allowance(log, at)
+        current, allowed = self._allowance(at)
         return current + 1 <= _INSIDE * allowed
 
-    def wait(self, log: SentLog, at: float) -> float:
+    def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
         """Seconds until one more send at ``at`` keeps the trailing window within the
-        learned slope: ``0.0`` to send now."""
+        learned slope: ``0.0`` to send now (a request counts one, whatever its ``cost``)."""
         if self.growth is None:
             return 0.0
-        current, allowed = self._allowance(log, at + 1e-9)
+        current, allowed = self._allowance(at + 1e-9)
         if current + 1 <= math.floor(allowed):
             return 0.0
         # The window changes when its oldest send leaves it (and joins the one before):
         # ask again then.
-        oldest = log.first_after(at - self.window_s)
+        oldest = self._log.first_after(at - self.window_s)
         if oldest is None:
             return 0.0
         return max(oldest + self.window_s - at, 1e-3)

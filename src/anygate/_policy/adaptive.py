@@ -5,7 +5,12 @@ a cap above the provider's real slots turns into concurrency 429s. Backing off o
 throttled call does not slow the fleet down: its slot goes straight to the next queued
 call, which is throttled too, because a 429 comes back in milliseconds.
 
-What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using the gate:
+What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using the gate.
+It is the provider model's owner, not its arithmetic: each limit is a small class in
+:mod:`anygate._limits` (the slots in :mod:`~anygate._limits.concurrency`, the windows a send
+is held to behind one interface in :mod:`~anygate._limits.sends`, a queueing server's
+latency in :mod:`~anygate._limits.latency`); this class feeds them each outcome under one
+lock, keeps the pause, the generations and the checks, and writes the result to the gate.
 
 1. **concurrency 429** (:meth:`~AdaptiveLimit.on_concurrency`, ``exact``): the limit
    becomes the calls in flight minus one; an **overload answer** (529, 503 with
@@ -56,35 +61,28 @@ import math
 import threading
 import time
 import weakref
-from collections import deque
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from .._config.limit_values import (
     DEFAULT_DECREASE_FACTOR,
     DEFAULT_ENABLED,
-    DEFAULT_HOLD_S,
     DEFAULT_LATENCY,
-    DEFAULT_MAX_HOLD_S,
     DEFAULT_MIN_CONCURRENT_CALLS,
     DEFAULT_PACE_BURST_RATE,
     DEFAULT_PAUSE_MS,
-    HERD_GROWTH,
     OVER_LIMIT_POLL_S,
     AdaptiveStatistics,
     LimitChange,
     capacity_for,
     check_grace,
-    lowered_limit,
-    raised_limit,
 )
 from .._gate.gate_args import check_capacity
 from .._gate.waiters import ki_protected
 from .._limits.attribute import Attributed, attribute
+from .._limits.concurrency import ConcurrencyLimit
 from .._limits.latency import LatencyLimit
 from .._limits.release import Release
-from .._limits.requests import WINDOW_S, RequestLimit
-from .._limits.slope import SlopeLimit
-from .._limits.tokens import TokenLimit
+from .._limits.sends import Sends
 from .._validation import check_flag, check_int, check_number, show
 from .burst_pause import BurstPause
 
@@ -115,8 +113,8 @@ class AdaptiveLimit:
         pause_s: how long attempts wait after a throttle without a ``Retry-After``.
         pace_burst_rate: answer a burst throttle by learning the provider's slope rule
             and holding sends to it (:mod:`anygate._limits.slope`) instead of cutting the
-            concurrency limit; the pause and its probe stay. Also paces the request rate
-            after a per-minute 429 that does not say what it counted (:meth:`on_rate`).
+            concurrency limit; the pause and its probe stay. Also holds sends to the
+            per-minute estimates a per-minute 429 teaches (:meth:`on_rate`).
         latency: follow the concurrency a queueing server's latencies show
             (:mod:`anygate._limits.latency`; see :meth:`on_success`). Default off.
         clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
@@ -125,36 +123,24 @@ class AdaptiveLimit:
     __slots__ = (
         "__weakref__",
         "_applied",
-        "_ceiling",
         "_checks",
         "_clock",
         "_enabled",
-        "_factor",
-        "_floor",
         "_gate",
         "_generation",
         "_held",
-        "_held_until",
-        "_herd",
-        "_hold_s",
         "_latency",
         "_latency_on",
-        "_learned",
-        "_limit",
         "_lock",
-        "_most_passed",
         "_name",
         "_noise_at",
         "_pace",
         "_pause",
         "_pause_s",
-        "_rejections",
-        "_release",
-        "_requests",
-        "_slope",
+        "_sends",
+        "_slots",
         "_stale",
         "_throttles",
-        "_tokens",
         "_turned",
     )
 
@@ -180,44 +166,25 @@ class AdaptiveLimit:
         self._lock = threading.Lock()
         self._clock = clock
         self._enabled = enabled
-        self._floor = min_concurrent_calls
-        self._factor = decrease_factor
         self._pause_s = pause_s
         capacity = gate.capacity
-        self._ceiling = capacity  # the configured maximum
-        self._limit = capacity  # a float between the floor and the ceiling
+        # The slots: the limit between the floor and the configured maximum, its holds.
+        self._slots = ConcurrencyLimit(capacity, floor=min_concurrent_calls, factor=decrease_factor)
         self._applied = capacity  # what we last wrote to (or read from) the gate
         self._generation = 0
         self._throttles = 0
         self._checks = 0  # first throttles checked (see on_throttle)
         self._stale = 0
-        # Concurrency learning: the last limit a concurrency throttle taught, the current
-        # hold (no growth until _held_until) and how long the next one lasts.
-        self._learned = math.inf
-        self._hold_s = DEFAULT_HOLD_S
-        self._held_until = -math.inf
         # A burst-rate pause, ended by one probe (its own module).
         self._pause = BurstPause(f"adaptive {gate.name}")
         self._pace = pace_burst_rate
-        # The requests-per-minute estimate from counts at rejection (issue 30).
-        self._requests = RequestLimit()
-        # Its twin for tokens per minute (issue 30 item 1).
-        self._tokens = TokenLimit()
-        # The slope's growth and floor from counts at each full window's end (issue 30).
-        self._slope = SlopeLimit()
+        # The windows a send is held to: slope, release, tokens and requests (issue 30).
+        self._sends = Sends()
         self._turned = -math.inf  # the latest send a burst 429 turned away
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
         self._noise_at = -math.inf  # the last burst 429 taken for noise (well inside)
-        # The most calls at the provider at the send of one that got through (attribute),
-        # and the recent 429s' (send, answer) times that correct that count.
-        self._most_passed = 0
-        # The limit is the herd's (in flight at a slope throttle), not a concurrency lesson.
-        self._herd = False
-        self._rejections: deque[tuple[float, float]] = deque()
-        # The release after a pause that turned many away (issue 26), until it is over.
-        self._release: Release | None = None
         # The limit a queueing server's latencies show (issue 30 item 5), when on.
         self._latency_on = latency
         self._latency = LatencyLimit()
@@ -244,7 +211,7 @@ class AdaptiveLimit:
         """The configured maximum (``inf`` = no cap)."""
         with self._lock:
             self._adopt_external_resize()
-            return self._ceiling
+            return self._slots.maximum
 
     @property
     def generation(self) -> int:
@@ -258,12 +225,14 @@ class AdaptiveLimit:
 
     @property
     def pace_burst_rate(self) -> bool:
-        """Whether a burst throttle paces the gate's rate (instead of cutting the limit)."""
+        """Whether a burst throttle teaches the slope rule sends are held to (instead of
+        cutting the limit)."""
         return self._pace
 
     def settings(self) -> tuple[bool, int, float, float]:
         """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
-        return self._enabled, self._floor, self._factor, self._pause_s
+        slots = self._slots
+        return self._enabled, slots.floor, slots.factor, self._pause_s
 
     def pause_left(self) -> float:
         """Seconds until the current burst-rate pause ends (0: none, or over)."""
@@ -339,37 +308,38 @@ class AdaptiveLimit:
         with self._lock:
             now = self._clock()
             left = self._pause.left(now)
-            estimate = self._requests.estimate(now)
+            sends, slots, slope = self._sends, self._slots, self._sends.slope
             return AdaptiveStatistics(
                 gate=self._name,
                 enabled=self._enabled,
                 limit=self._applied,
-                max_concurrent_calls=self._ceiling,
-                min_concurrent_calls=self._floor,
-                decrease_factor=self._factor,
+                max_concurrent_calls=slots.maximum,
+                min_concurrent_calls=slots.floor,
+                decrease_factor=slots.factor,
                 pause_s=self._pause_s,
                 paused_for=left,
                 throttles=self._throttles,
                 stale_throttles=self._stale,
                 pace_burst_rate=self._pace,
                 checked_throttles=self._checks,
-                requests_per_minute_estimate=estimate,
-                tokens_per_minute_estimate=self._tokens.estimate(now),
-                slope_growth=self._slope.growth,
-                slope_window_s=self._slope.window_s,
-                slope_floor=self._slope.floor,
+                requests_per_minute_estimate=sends.requests.estimate(now),
+                tokens_per_minute_estimate=sends.tokens.estimate(now),
+                slope_growth=slope.growth,
+                slope_window_s=slope.window_s,
+                slope_floor=slope.floor,
                 latency=self._latency_on,
                 latency_limit=self._latency.limit,
                 no_load_latency_s=self._latency.no_load_latency,
-                most_in_service=self._most_passed,
+                most_in_service=slots.most_passed,
             )
 
     def __repr__(self) -> str:
         if not self._enabled:
             return f"<anygate.AdaptiveLimit gate {self._name!r} off>"
-        if math.isinf(self._ceiling) and math.isinf(self._limit):
+        slots = self._slots
+        if math.isinf(slots.maximum) and math.isinf(slots.limit):
             return f"<anygate.AdaptiveLimit gate {self._name!r} idle (no cap)>"
-        text = f"<anygate.AdaptiveLimit gate {self._name!r} {self._applied:g}/{self._ceiling:g}"
+        text = f"<anygate.AdaptiveLimit gate {self._name!r} {self._applied:g}/{slots.maximum:g}"
         left = self.pause_left()
         if left > 0:
             text += f", paused {left:.3g}s"
@@ -412,7 +382,8 @@ class AdaptiveLimit:
             return None
         with self._lock:
             self._adopt_external_resize()
-            if self._ceiling < 1:
+            slots, slope = self._slots, self._sends.slope
+            if slots.maximum < 1:
                 return None
             now = self._clock()
             if self._pause.pausing:
@@ -428,11 +399,11 @@ class AdaptiveLimit:
                 not probe
                 and not burst.pausing
                 and admitted_at is not None
-                and self._slope.inside(self._requests.log, admitted_at)
+                and slope.inside(admitted_at)
             ):
                 # Well inside the learned slope: noise (a shared pool's), until it repeats
                 # within a window.
-                repeated = now - self._noise_at <= self._slope.window_s
+                repeated = now - self._noise_at <= slope.window_s
                 self._noise_at = now
                 if not repeated:
                     return None
@@ -441,9 +412,9 @@ class AdaptiveLimit:
             known_edge = (
                 gate is not None
                 and admitted_at is not None
-                and self._slope.known
-                and self._slope.predicted(now) is not None
-                and not self._slope.inside(self._requests.log, admitted_at)
+                and slope.known
+                and slope.predicted(now) is not None
+                and not slope.inside(admitted_at)
             )
             if (
                 not probe
@@ -465,21 +436,16 @@ class AdaptiveLimit:
             # Paced: the slope learned at the pause's end (_learn_edge) holds sends to the
             # growth the provider allows; no rate cut, no concurrency cut.
             paced = gate is not None
-            if not continuing and not paced and self._active():
-                self._limit = lowered_limit(
-                    self._limit, factor=self._factor, floor=self._floor_now()
-                )
-            elif not continuing and math.isinf(self._limit) and in_flight is not None:
-                # No limit yet: what was in flight when the rate grew too steep is one;
-                # without it the end of the pause would release every queued call at once.
-                self._limit = float(max(self._floor_now(), in_flight))
-                self._herd = True
+            if not continuing and not paced and slots.active:
+                slots.burst_cut()
+            elif not continuing and math.isinf(slots.limit) and in_flight is not None:
+                slots.take_herd(in_flight)
             self._generation += 1
             self._throttles += 1
             if retry_after is not None:
                 pause = max(0.0, retry_after)
             elif paced:
-                pause = min(self._pause_s, self._slope.hold(now))
+                pause = min(self._pause_s, slope.hold(now))
             else:
                 pause = self._pause_s
             # A probe turned away (after its grace ended the pause, too) tells how fast
@@ -487,15 +453,9 @@ class AdaptiveLimit:
             # Only a check keeps its probe for the throttled call: kept for a pause too, the
             # storm benchmark's outage cell rose from under 1.5 % to 2.4 % 429s.
             self._pause.start(now, pause, probe=probe)
-            self._release = None
+            self._sends.release = None
             self._apply()
-            return LimitChange(
-                old,
-                self._applied,
-                self._ceiling,
-                "burst_rate",
-                pause,
-            )
+            return LimitChange(old, self._applied, slots.maximum, "burst_rate", pause)
 
     @ki_protected
     def on_rate(
@@ -521,14 +481,7 @@ class AdaptiveLimit:
         if not self._enabled or self._pace_gate() is None:
             return
         with self._lock:
-            now = self._clock()
-            if unit == "tokens" and tokens:
-                self._tokens.rejected(admitted_at, tokens, now, caller)
-                self._requests.turned_away(admitted_at)
-            else:
-                self._requests.rejected(admitted_at, now, caller)
-                if tokens:
-                    self._tokens.turned_away(admitted_at, tokens)
+            self._sends.rejected(unit, admitted_at, tokens or 0, self._clock(), caller)
 
     def _check(
         self, burst: BurstPause, now: float, admitted_at: float | None, caller: object | None
@@ -538,7 +491,7 @@ class AdaptiveLimit:
         answered = None if admitted_at is None else max(0.0, now - admitted_at)
         self._generation += 1
         self._checks += 1
-        self._release = None
+        self._sends.release = None
         burst.check(now, check_grace(answered, pause_s=self._pause_s), caller)
 
     @ki_protected
@@ -570,34 +523,19 @@ class AdaptiveLimit:
             return None
         with self._lock:
             self._adopt_external_resize()
-            if self._ceiling < 1:
+            slots = self._slots
+            if slots.maximum < 1:
                 return None
             now = self._clock()
-            if self._old_news(generation, now < self._held_until and self._limit < self._ceiling):
-                return None
-            floor = self._floor_now()
-            if exact:
-                target = float(max(floor, in_flight - 1))
-            else:
-                if in_flight <= 1:
-                    return None
-                target = max(float(floor), min(self._limit, in_flight) * self._factor)
-            if target >= self._limit:
+            if self._old_news(generation, slots.holding(now)):
                 return None
             old = self._applied
-            # A probe that lands where the last lesson did confirms it: hold longer.
-            if target >= self._learned - 1 and now < self._held_until + 4 * self._hold_s:
-                self._hold_s = min(self._hold_s * 2, DEFAULT_MAX_HOLD_S)
-            else:
-                self._hold_s = DEFAULT_HOLD_S
-            self._learned = target
-            self._herd = False
-            self._held_until = now + self._hold_s
-            self._limit = target
+            if not slots.cut(in_flight, now, exact=exact):
+                return None
             self._generation += 1
             self._throttles += 1
             self._apply()
-            return LimitChange(old, self._applied, self._ceiling, "concurrency", 0.0)
+            return LimitChange(old, self._applied, slots.maximum, "concurrency", 0.0)
 
     @ki_protected
     def reserve_send(
@@ -606,45 +544,38 @@ class AdaptiveLimit:
         """An attempt on the gate (charged ``tokens``) would be sent at ``at`` (this
         limit's clock): ``0.0`` and it is counted, or the seconds to wait, holding the
         slot, until the per-minute estimates' windows have room
-        (:meth:`anygate._limits.requests.RequestLimit.reserve`,
-        :meth:`anygate._limits.tokens.TokenLimit.wait`)."""
+        (:meth:`anygate._limits.sends.Sends.wait`), or until a call leaves when it got its
+        slot just before a cut (:meth:`_over_limit`)."""
         if not (self._enabled and self._pace):
             if self._held:  # unlocked: a stale read is checked again under the lock
                 self.unhold(caller)
             return 0.0
         with self._lock:
-            wait = self._slope.wait(self._requests.log, at)
-            if wait <= 0 and self._release is not None:
-                wait = self._releasing(at)
-            if wait <= 0 and caller is not None:
-                wait = self._over_limit(caller)
             cost = tokens or 0
+            held = self._held
+            wait = self._sends.wait(at, cost, caller, len(held))
+            if wait <= 0 and caller is not None and self._over_limit(caller):
+                wait = OVER_LIMIT_POLL_S
             if wait <= 0:
-                wait = self._tokens.wait(at, cost, caller)
-            if wait <= 0:
-                wait = self._requests.reserve(at, caller)
-                if wait <= 0:
-                    self._tokens.sent(at, cost, caller)
+                self._sends.sent(at, cost, caller)
             if caller is not None:
                 if wait > 0:
-                    self._held.add(caller)
+                    held.add(caller)
                 else:
-                    self._held.discard(caller)
+                    held.discard(caller)
             return wait
 
-    def _over_limit(self, caller: object) -> float:
-        """Seconds ``caller`` waits, holding its slot, because the others at the provider
-        fill the gate's capacity: it got its slot before a cut lowered it (a concurrency
-        429 while it was being admitted). Sent, it was the next 429: one more per probe
-        upward (33 in flight against 32 slots, twice per probe in the morning peak)."""
-        limit = self._limit  # what throttles taught (the latency ceiling has its own pace)
+    def _over_limit(self, caller: object) -> bool:
+        """Whether ``caller`` waits, holding its slot, because the others at the provider
+        fill the limit the throttles taught (the latency ceiling has its own pace): it got
+        its slot before a cut lowered it (a concurrency 429 while it was being admitted).
+        Sent, it was the next 429: one more per probe upward (33 in flight against 32
+        slots, twice per probe in the morning peak)."""
         gate = self._gate()
-        if gate is None or math.isinf(limit):
-            return 0.0
-        capacity = capacity_for(limit, floor=self._floor_now())
+        if gate is None:
+            return False
         held = self._held
-        others = gate.in_flight - len(held) - (0 if caller in held else 1)
-        return OVER_LIMIT_POLL_S if others >= capacity else 0.0
+        return self._slots.over(gate.in_flight - len(held) - (0 if caller in held else 1))
 
     def unhold(self, caller: object | None) -> None:
         """``caller``'s attempt left a hold without sending (cancelled, refused)."""
@@ -665,38 +596,28 @@ class AdaptiveLimit:
         not count it."""
         if self._enabled and self._pace:
             with self._lock:
-                self._requests.turned_away(at)
-                if tokens:
-                    self._tokens.turned_away(at, tokens)
+                self._sends.turned_away(at, tokens or 0)
 
     def rejected(self, at: float) -> None:
         """An attempt sent at ``at`` got a 429 now (any kind): it was at the provider
         until now, but not in service (see :meth:`passed`)."""
         if self._enabled:
             with self._lock:
-                now = self._clock()
-                rejections = self._rejections
-                rejections.append((at, now))
-                while rejections and rejections[0][1] < now - WINDOW_S:
-                    rejections.popleft()
+                self._slots.rejected(at, self._clock())
 
     def passed(self, at: float, sending: int = 0, tokens: int | None = None) -> None:
         """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
-        included), charged ``tokens``, succeeded: a lower bound for the estimates.
-
-        The most calls ever in service at once is ``sending`` less the calls sent before
-        it that were turned away after it went (their 429 was still on its way): counted
-        with those, a 24-slot provider read 27 (the morning peak with plain 429s)."""
-        if sending > self._most_passed:  # unlocked: a stale read takes the lock once more
+        included), charged ``tokens``, succeeded: a lower bound for the estimates
+        (:meth:`anygate._limits.concurrency.ConcurrencyLimit.passed`,
+        :meth:`anygate._limits.sends.Sends.passed`)."""
+        if sending > self._slots.most_passed:  # unlocked: a stale read locks once more
             with self._lock:
-                pending = sum(1 for sent, answered in self._rejections if sent <= at <= answered)
-                self._most_passed = max(self._most_passed, sending - pending)
-        if self._requests.limit is not None:  # unlocked: no estimate, no work
+                self._slots.passed(at, sending)
+        sends = self._sends
+        # Unlocked: no estimate (no per-minute 429 yet), no work.
+        if sends.requests.limit is not None or (tokens and sends.tokens.limit is not None):
             with self._lock:
-                self._requests.passed(at)
-        if tokens and self._tokens.limit is not None:
-            with self._lock:
-                self._tokens.passed(at, tokens)
+                sends.passed(at, tokens or 0)
 
     def attribute(
         self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
@@ -708,30 +629,26 @@ class AdaptiveLimit:
         gate = self._gate()
         rate = None if gate is None else gate.rate
         with self._lock:
-            estimate = self._requests.estimate(at)
+            sends = self._sends
+            estimate = sends.requests.estimate(at)
             if estimate is None and rate is not None:
                 estimate = rate.requests_per_minute
             token_estimate = None
             if tokens:
-                token_estimate = self._tokens.estimate(at)
+                token_estimate = sends.tokens.estimate(at)
                 if token_estimate is None and rate is not None:
                     token_estimate = rate.tokens_per_minute
-            log, slope = self._requests.log, self._slope
-            # Learned, the slope rule holds every send to its allowance: a new high then
-            # is the slots' (taken for the slope's, the peak's herd limit grown past 32
-            # slots taught a 5 s window and growth 1.5 from their 429s: 1.045x).
-            window = slope.window_s
-            steep = not slope.known and log.count(at - window, at) > log.count(
-                at - 2 * window, at - window
-            )
             return attribute(
                 sending=sending,
-                most_passed=self._most_passed,
-                requests=log.count(at - WINDOW_S, at),
+                most_passed=self._slots.most_passed,
+                requests=sends.requests_in_minute(at),
                 requests_estimate=estimate,
-                tokens=self._tokens.held(at) if tokens else 0.0,
+                tokens=sends.tokens.held(at) if tokens else 0.0,
                 tokens_estimate=token_estimate,
-                steep=steep,
+                # Learned, the slope rule holds every send to its allowance: a new high
+                # then is the slots' (taken for the slope's, the peak's herd limit grown
+                # past 32 slots taught a 5 s window and growth 1.5 from their 429s: 1.045x).
+                steep=sends.steep(at),
                 per_minute=per_minute,
             )
 
@@ -765,25 +682,19 @@ class AdaptiveLimit:
             change = self._on_latency(sent_at, in_flight)
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
-        if not self._enabled or self._limit >= self._ceiling or not saturated:
+        slots = self._slots
+        if not self._enabled or slots.limit >= slots.maximum or not saturated:
             return change
         with self._lock:
             self._adopt_external_resize()
-            if not self._active() or self._limit >= self._ceiling:
-                return change
-            if self._clock() < self._held_until:
+            if not slots.active or slots.limit >= slots.maximum:
                 return change
             old = self._applied
-            limit = raised_limit(self._limit, ceiling=self._ceiling)
-            if self._herd and self._slope.known:
-                # The herd's limit is no lesson about the slots, and the slope rule holds
-                # the rate: grow a tenth above the most in service that got through.
-                limit = min(self._ceiling, max(limit, HERD_GROWTH * self._most_passed))
-            self._limit = limit
+            slots.grow(self._clock(), slope_known=self._sends.slope.known)
             self._apply()
             if self._applied == old:
                 return change
-            return LimitChange(old, self._applied, self._ceiling, "recovered", 0.0)
+            return LimitChange(old, self._applied, slots.maximum, "recovered", 0.0)
 
     def _on_latency(self, sent_at: float, in_flight: int) -> LimitChange | None:
         """Feed the latency estimate (:class:`LatencyLimit`) and apply it. It is a second
@@ -794,20 +705,21 @@ class AdaptiveLimit:
         attempts sent before must still count."""
         with self._lock:
             self._adopt_external_resize()
-            if self._ceiling < 1:
+            slots = self._slots
+            if slots.maximum < 1:
                 return None
             latency = self._latency
-            latency.bound(ceiling=self._ceiling, floor=self._floor_now())
+            latency.bound(ceiling=slots.maximum, floor=slots.floor_now)
             latency.observe(self._clock() - sent_at, in_flight)
             old = self._applied
             self._apply()
             if self._applied == old:
                 return None
-            return LimitChange(old, self._applied, self._ceiling, "latency", 0.0)
+            return LimitChange(old, self._applied, slots.maximum, "latency", 0.0)
 
     def _paced(self) -> bool:
         # Something bounds the send rate: the pause's probe need not be waited for.
-        return self._slope.known
+        return self._sends.slope.known
 
     def _learn_edge(self) -> None:
         """A pause just ended: a confirmed one's probe's send time is the spent window's
@@ -815,25 +727,17 @@ class AdaptiveLimit:
         holds the sends)."""
         pause = self._pause
         edge = pause.take_edge()
+        sends = self._sends
         if edge is not None and self._turned < edge:
-            self._slope.edge(self._requests.log, self._turned, edge)
+            sends.edge(self._turned, edge)
         release = pause.take_release()
         # A herd: most of those it holds were turned away. A few 429s among many held (a
         # shared pool's noise) let everyone go, as before: paced by doubling waves after
         # each of its checks, the storm benchmark's shared-pool cell went 1.004 -> 1.014.
-        if release is not None and not self._slope.known:
+        if release is not None and not sends.slope.known:
             now, round_trip, turned = release
             if 2 * turned >= len(self._held):
-                self._release = Release(now, round_trip)
-
-    def _releasing(self, at: float) -> float:
-        """The release's answer for an attempt sent at ``at`` (see reserve_send)."""
-        release = self._release
-        assert release is not None
-        if release.over(at, len(self._held)):
-            self._release = None
-            return 0.0
-        return release.wait(at)
+                sends.release = Release(now, round_trip)
 
     def _pace_gate(self) -> Gate | None:
         """The gate, if pacing may set its rate: on, and the gate on our clock (its
@@ -863,9 +767,7 @@ class AdaptiveLimit:
         maximum = check_capacity(maximum)
         with self._lock:
             self._adopt_external_resize()
-            reduced = self._limit < self._ceiling
-            self._ceiling = maximum
-            self._limit = min(self._limit, maximum) if reduced else maximum
+            self._slots.resize(maximum)
             self._apply(force=True)
 
     @ki_protected
@@ -894,9 +796,9 @@ class AdaptiveLimit:
         with self._lock:
             self._adopt_external_resize()
             if min_concurrent_calls is not None:
-                self._floor = min_concurrent_calls
+                self._slots.floor = min_concurrent_calls
             if decrease_factor is not None:
-                self._factor = decrease_factor
+                self._slots.factor = decrease_factor
             if pause_s is not None:
                 self._pause_s = pause_s
             if enabled is not None:
@@ -907,15 +809,11 @@ class AdaptiveLimit:
                 self._latency_on = latency
                 self._latency = LatencyLimit()  # what it learned before is stale
             if not self._enabled:
-                self._limit = self._ceiling
+                self._slots.reset(self._slots.maximum)
                 self._pause.end(self._clock())
             self._apply(force=True)
 
     # ------------------------------------------------------------------ internals (locked)
-
-    def _active(self) -> bool:
-        # Capped, or uncapped with a limit learned from concurrency throttles.
-        return self._enabled and self._ceiling >= 1 and self._limit < math.inf
 
     def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
         """Whether a throttle comes from an attempt admitted before the latest change (one
@@ -925,10 +823,6 @@ class AdaptiveLimit:
             self._stale += 1
         return stale
 
-    def _floor_now(self) -> int:
-        # A maximum below the configured floor wins: the floor never raises the cap.
-        return int(min(self._floor, self._ceiling))
-
     def _adopt_external_resize(self) -> None:
         gate = self._gate()
         if gate is None:
@@ -936,21 +830,19 @@ class AdaptiveLimit:
         capacity = gate.capacity
         if capacity != self._applied:
             # Someone resized the gate directly; their number is the new maximum.
-            self._ceiling = self._limit = self._applied = capacity
+            self._slots.reset(capacity)
+            self._applied = capacity
 
     def _apply(self, *, force: bool = False) -> None:
         gate = self._gate()
         if gate is None:
             return
-        if self._active():
-            self._limit = max(min(self._limit, self._ceiling), self._floor_now())
-            capacity = capacity_for(self._limit, floor=self._floor_now())
-        else:
-            capacity = self._ceiling
+        slots = self._slots
+        capacity = slots.capacity() if self._enabled else slots.maximum
         latency = self._latency.limit if self._latency_on and self._enabled else None
-        if latency is not None and self._ceiling >= 1:
+        if latency is not None and slots.maximum >= 1:
             # The latency estimate (issue 30 item 5), a second ceiling (_on_latency).
-            capacity = min(capacity, capacity_for(latency, floor=self._floor_now()))
+            capacity = min(capacity, capacity_for(latency, floor=slots.floor_now))
         if force or capacity != self._applied:
             gate.capacity = capacity
             self._applied = capacity

@@ -1,0 +1,209 @@
+"""The provider's concurrency limit (its slots), from concurrency 429s and what got through.
+
+Why. A concurrency 429 says the provider's slots were all taken by this client's other
+calls: the calls at the provider then, less the rejected one, bound the slots from above.
+A success bounds them from below: that many were in service at once and the provider took
+them all. Between the two the limit must probe upward now and then (a raised limit is
+found again) and hold in between (each probe costs a 429): AIMD with a hold, as TCP's
+congestion window grows once per round trip and not once per acknowledged segment.
+
+What. One :class:`ConcurrencyLimit` per adaptive limit: the limit (a float between the
+floor and the configured maximum), the last lesson and its hold, and the most calls in
+service that got through (:attr:`most_passed`, what a plain 429 at a new high is told
+apart by, :mod:`.attribute`).
+
+* :meth:`cut`: a concurrency 429 makes the limit the calls in flight less one; an overload
+  answer (529, 503 with Retry-After) multiplies it by ``decrease_factor``. Then the limit
+  holds ``DEFAULT_HOLD_S`` (30 s) before it may grow, doubling each time a probe finds the
+  same limit again, up to ``DEFAULT_MAX_HOLD_S`` (10 min).
+* :meth:`burst_cut` (with the slope not learned, ``pace_burst_rate`` off): a burst 429
+  multiplies it by ``decrease_factor``; :meth:`take_herd`: an uncapped gate takes its
+  calls in flight at a first slope throttle as its limit (the *herd's*).
+* :meth:`grow`: a saturated success raises the limit by ``1 / limit`` (about a slot per
+  limit's worth of successes); a herd limit, once the slope is learned, straight to
+  ``HERD_GROWTH`` (1.1) times :attr:`most_passed`.
+* :meth:`over`: whether the others at the provider already fill the limit (a slot got
+  just before a cut waits for one of them to leave instead of being the next 429).
+
+The arithmetic is :mod:`anygate._config.limit_values`' (pure, with its evidence). Not
+thread-safe, no clock of its own, no gate: the owner (:class:`anygate.AdaptiveLimit`)
+passes times, holds a lock and writes :meth:`capacity` to the gate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import final
+
+from .._config.limit_values import (
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_S,
+    HERD_GROWTH,
+    capacity_for,
+    lowered_limit,
+    raised_limit,
+)
+
+__all__ = ["ConcurrencyLimit"]
+
+#: How long a 429's (send, answer) times are kept to correct :attr:`most_passed`: a
+#: minute, far longer than any answer takes.
+_REJECTIONS_S = 60.0
+
+
+@final
+class ConcurrencyLimit:
+    """The slots' estimate; see the module docstring.
+
+    Args:
+        maximum: the configured maximum (``inf``: no cap); the limit starts there.
+        floor: the least the limit goes to (>= 1; a maximum below it wins).
+        factor: the multiplier on an overload answer or a burst cut (0 < factor < 1).
+    """
+
+    __slots__ = (
+        "_hold_s",
+        "_learned",
+        "_rejections",
+        "factor",
+        "floor",
+        "held_until",
+        "herd",
+        "limit",
+        "maximum",
+        "most_passed",
+    )
+
+    def __init__(self, maximum: float, *, floor: int, factor: float) -> None:
+        self.maximum = maximum
+        self.limit = maximum  # a float between the floor and the maximum
+        self.floor = floor
+        self.factor = factor
+        # The last limit a concurrency 429 taught, the current hold (no growth until
+        # held_until) and how long the next one lasts.
+        self._learned = math.inf
+        self._hold_s = DEFAULT_HOLD_S
+        self.held_until = -math.inf
+        # The limit is the herd's (in flight at a slope throttle), not a concurrency lesson.
+        self.herd = False
+        # The most calls at the provider at the send of one that got through, and the
+        # recent 429s' (send, answer) times that correct that count.
+        self.most_passed = 0
+        self._rejections: deque[tuple[float, float]] = deque()
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def floor_now(self) -> int:
+        """The floor in force: a maximum below the configured floor wins (the floor never
+        raises the cap)."""
+        return int(min(self.floor, self.maximum))
+
+    @property
+    def active(self) -> bool:
+        """Capped, or uncapped with a limit learned from throttles."""
+        return self.maximum >= 1 and self.limit < math.inf
+
+    def capacity(self) -> float:
+        """The gate capacity the limit means (the limit clamped to the floor and the
+        maximum first); the maximum while nothing is learned."""
+        if not self.active:
+            return self.maximum
+        floor = self.floor_now
+        self.limit = max(min(self.limit, self.maximum), floor)
+        return capacity_for(self.limit, floor=floor)
+
+    def over(self, others: int) -> bool:
+        """Whether ``others`` calls at the provider already fill the limit the throttles
+        taught (an attempt holding a slot got before a cut then waits)."""
+        if math.isinf(self.limit):
+            return False
+        return others >= capacity_for(self.limit, floor=self.floor_now)
+
+    # ------------------------------------------------------------------ lessons
+
+    def cut(self, in_flight: int, now: float, *, exact: bool) -> bool:
+        """A concurrency 429 (``exact``) or an overload answer with ``in_flight`` calls at
+        the provider, the rejected one included; whether the limit went down.
+
+        ``exact``: the others held every slot, the limit becomes ``in_flight - 1``.
+        Otherwise ``min(limit, in_flight) x factor``, and a lone call teaches nothing."""
+        floor = self.floor_now
+        if exact:
+            target = float(max(floor, in_flight - 1))
+        else:
+            if in_flight <= 1:
+                return False
+            target = max(float(floor), min(self.limit, in_flight) * self.factor)
+        if target >= self.limit:
+            return False
+        # A probe that lands where the last lesson did confirms it: hold longer.
+        if target >= self._learned - 1 and now < self.held_until + 4 * self._hold_s:
+            self._hold_s = min(self._hold_s * 2, DEFAULT_MAX_HOLD_S)
+        else:
+            self._hold_s = DEFAULT_HOLD_S
+        self._learned = target
+        self.herd = False
+        self.held_until = now + self._hold_s
+        self.limit = target
+        return True
+
+    def holding(self, now: float) -> bool:
+        """Whether a cut's hold is on (below the maximum): no growth, and a throttle of an
+        unknown generation is taken for one the cut already answered."""
+        return now < self.held_until and self.limit < self.maximum
+
+    def burst_cut(self) -> None:
+        """A burst 429 with nothing else to answer it: ``limit x factor``."""
+        self.limit = lowered_limit(self.limit, factor=self.factor, floor=self.floor_now)
+
+    def take_herd(self, in_flight: int) -> None:
+        """An uncapped gate's first slope throttle with ``in_flight`` calls out: that is
+        its limit (without one the pause's end would release every queued call at once),
+        the herd's, no lesson about the slots."""
+        self.limit = float(max(self.floor_now, in_flight))
+        self.herd = True
+
+    def grow(self, now: float, *, slope_known: bool) -> None:
+        """A success admitted on a full gate: ``+ 1 / limit`` (nothing during a hold); a
+        herd limit with the slope known (it holds the rate) goes to ``HERD_GROWTH`` x
+        :attr:`most_passed` at once."""
+        if now < self.held_until:
+            return
+        limit = raised_limit(self.limit, ceiling=self.maximum)
+        if self.herd and slope_known:
+            # The herd's limit is no lesson about the slots, and the slope rule holds the
+            # rate: grow a tenth above the most in service that got through.
+            limit = min(self.maximum, max(limit, HERD_GROWTH * self.most_passed))
+        self.limit = limit
+
+    def rejected(self, at: float, now: float) -> None:
+        """An attempt sent at ``at`` got a 429 (any kind) at ``now``: at the provider until
+        then, but not in service (see :meth:`passed`)."""
+        rejections = self._rejections
+        rejections.append((at, now))
+        while rejections and rejections[0][1] < now - _REJECTIONS_S:
+            rejections.popleft()
+
+    def passed(self, at: float, sending: int) -> None:
+        """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
+        included) succeeded. The most in service at once is ``sending`` less the calls
+        sent before it that were turned away after it went (their 429 was still on its
+        way): counted with those, a 24-slot provider read 27 (the morning peak with plain
+        429s)."""
+        pending = sum(1 for sent, answered in self._rejections if sent <= at <= answered)
+        self.most_passed = max(self.most_passed, sending - pending)
+
+    # ------------------------------------------------------------------ configuring
+
+    def resize(self, maximum: float) -> None:
+        """A new maximum: a limit down after a throttle stays down (capped at it), one at
+        the old maximum follows to the new one."""
+        reduced = self.limit < self.maximum
+        self.maximum = maximum
+        self.limit = min(self.limit, maximum) if reduced else maximum
+
+    def reset(self, maximum: float) -> None:
+        """Start over at ``maximum`` (the gate was resized from outside, or turned off)."""
+        self.maximum = self.limit = maximum

@@ -1,0 +1,127 @@
+"""The windows a send is held to, behind one interface (issue 30 item 6).
+
+Why. Four limits hold an attempt back after it got its slot and before it goes to the
+provider: the slope rule (how fast the request rate may grow, :mod:`.slope`), the waves a
+throttled herd is released in (:mod:`.release`), and the per-minute token and request
+estimates (:mod:`.tokens`, :mod:`.requests`). Each answers the same two questions about a
+send at ``at`` costing ``cost`` tokens: how long it must wait, and (once every limit lets
+it go) that it went. As Netflix concurrency-limits keeps Vegas, Gradient2 and AIMD behind
+its ``Limit``, the owner asks them in turn through :class:`SendLimit` and knows none of
+their rules; each keeps its own arithmetic and evidence.
+
+What. :class:`Sends`: the four, with the request log the slope reads, and the answers the
+policy feeds them (a pass, a send turned away, a per-minute 429 of either unit, a full
+window's edge). :meth:`Sends.wait` asks every limit and counts nothing;
+:meth:`Sends.sent` records the send in every one once none holds it.
+
+Not thread-safe, no clock of its own: the caller passes times and holds a lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, final
+
+from .requests import WINDOW_S, RequestLimit
+from .slope import SlopeLimit
+from .tokens import TokenLimit
+
+if TYPE_CHECKING:
+    from .release import Release
+
+__all__ = ["SendLimit", "Sends"]
+
+
+class SendLimit(Protocol):
+    """A limit a send is held to: how long one more must wait, and that one went."""
+
+    def wait(self, at: float, cost: float, caller: object | None) -> float:
+        """Seconds until a send at ``at`` costing ``cost`` tokens (``caller``'s attempt)
+        fits this limit; ``0.0``: it fits now. Counts nothing."""
+        ...
+
+    def sent(self, at: float, cost: float, caller: object | None) -> None:
+        """The send every limit let go went out."""
+        ...
+
+
+@final
+class Sends:
+    """The slope, a release, the token and the request limit; see the module docstring."""
+
+    __slots__ = ("release", "requests", "slope", "tokens")
+
+    def __init__(self) -> None:
+        self.requests = RequestLimit()
+        self.tokens = TokenLimit()
+        self.slope = SlopeLimit(self.requests.log)
+        # The release after a pause that turned a herd away (issue 26), while it lasts.
+        self.release: Release | None = None
+
+    def wait(self, at: float, cost: float, caller: object | None, held: int) -> float:
+        """Seconds until a send at ``at`` costing ``cost`` fits every limit, asked in
+        order (the first that holds it answers); ``held``: attempts held back now, a
+        release's end (:meth:`.Release.over`)."""
+        wait = self.slope.wait(at, cost, caller)
+        if wait > 0:
+            return wait
+        release = self.release
+        if release is not None:
+            if release.over(at, held):
+                self.release = None
+            elif (wait := release.wait(at, cost, caller)) > 0:
+                return wait
+        for limit in (self.tokens, self.requests):
+            wait = limit.wait(at, cost, caller)
+            if wait > 0:
+                return wait
+        return 0.0
+
+    def sent(self, at: float, cost: float, caller: object | None) -> None:
+        """The send :meth:`wait` let go went out."""
+        if self.release is not None:
+            self.release.sent(at, cost, caller)
+        self.tokens.sent(at, cost, caller)
+        self.requests.sent(at, cost, caller)
+
+    def passed(self, at: float, cost: float) -> None:
+        """The attempt sent at ``at`` costing ``cost`` succeeded: a lower bound for the
+        per-minute estimates (no work before their first rejection)."""
+        if self.requests.limit is not None:
+            self.requests.passed(at)
+        if cost and self.tokens.limit is not None:
+            self.tokens.passed(at, cost)
+
+    def turned_away(self, at: float, cost: float) -> None:
+        """The attempt sent at ``at`` was throttled (not by a per-minute limit): the
+        provider counted it in no window."""
+        self.requests.turned_away(at)
+        if cost:
+            self.tokens.turned_away(at, cost)
+
+    def rejected(self, unit: str, at: float, cost: float, now: float, caller: object) -> None:
+        """A per-minute 429 that counted ``unit`` (``"requests"`` or ``"tokens"``) for
+        ``caller``'s attempt sent at ``at`` costing ``cost``: that estimate learns from
+        its window; the other only hears that the send filled no window."""
+        if unit == "tokens" and cost:
+            self.tokens.rejected(at, cost, now, caller)
+            self.requests.turned_away(at)
+        else:
+            self.requests.rejected(at, now, caller)
+            if cost:
+                self.tokens.turned_away(at, cost)
+
+    def edge(self, after: float, at: float) -> None:
+        """A full slope window ended in ``(after, at]`` (:meth:`.SlopeLimit.edge`)."""
+        self.slope.edge(after, at)
+
+    def requests_in_minute(self, at: float) -> int:
+        """Requests the provider accepted in the minute before ``at``."""
+        return self.requests.log.count(at - WINDOW_S, at)
+
+    def steep(self, at: float) -> bool:
+        """Whether a slope rule, not yet learned, could have turned a send at ``at`` away:
+        the trailing slope window held more than the one before it."""
+        if self.slope.known:
+            return False
+        log, window = self.requests.log, self.slope.window_s
+        return log.count(at - window, at) > log.count(at - 2 * window, at - window)
