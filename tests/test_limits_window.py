@@ -142,5 +142,3 @@ def test_the_request_limit_lets_the_rejected_call_check_its_own_rejection() -> N
     assert _reserve(requests, 10.5, caller) == 0.0  # the check goes
     assert _reserve(requests, 10.6, caller) > 0  # once
     assert requests.wait(10.6, 1.0, other) > 0  # asking counts nothing: still held
-
-

@@ -27,7 +27,7 @@ from anygate import (
 from anygate._classify.classify import classify
 from anygate._classify.throttle import throttle_kind
 from anygate._config.limit_values import DEFAULT_HOLD_S
-from anygate._policy.adaptive import AdaptiveLimit
+from anygate._limits.adaptive import AdaptiveLimit
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst, transient
 

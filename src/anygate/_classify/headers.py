@@ -29,7 +29,7 @@ Nothing here raises on what a server sends: absent, garbage, NaN, negative, ``-1
 beyond a day: each value that cannot be trusted is dropped, and a dimension whose
 remaining contradicts its limit is dropped whole (we cannot tell which one lies).
 
-This is parsing only: what to do with a report is :mod:`anygate._policy.learn`'s business.
+This is parsing only: what to do with a report is :mod:`anygate._limits.learn`'s business.
 One concern (limit headers into one report), just over ~500 lines: the three families
 share the value parsers (counts, durations, dates) and the final consistency checks.
 """

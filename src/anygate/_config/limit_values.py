@@ -2,7 +2,7 @@
 
 Pure and lock-free, so the rules are testable without a gate: :func:`lowered_limit` (a
 throttle's cut), :func:`raised_limit` (a success's growth), :func:`capacity_for` (the gate
-capacity a fractional limit means). :mod:`anygate._policy.adaptive` holds the state machine that
+capacity a fractional limit means). :mod:`anygate._limits.adaptive` holds the state machine that
 applies them.
 """
 

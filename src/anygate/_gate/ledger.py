@@ -49,7 +49,7 @@ I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudg
     ``TrioWaiter.parked``; asyncio: one future resolved at most once; threads: a lock
     released at most once), and the waiter's look at its state absorbs the early return.
 
-Header learning (``_policy.learn``) enters through one step, ``_hold_until``: a provider that
+Header learning (``_limits.learn``) enters through one step, ``_hold_until``: a provider that
 reports its budget drained has ours spent until its reset, so I2 and the hot paths are
 unchanged (a hold is a debt like any other).
 """
@@ -630,7 +630,7 @@ class Ledger:
     def _hold_until(self, at: float) -> bool:
         """Admit nobody before ``at`` (on the gate's clock) by spending the rate budgets.
 
-        The one gate-core hook of header learning (``_policy.learn``): a provider that says its
+        The one gate-core hook of header learning (``_limits.learn``): a provider that says its
         budget is drained until ``at`` gets no calls from us before then. It lives in
         the budgets (``Budgets.hold_until``), so the hot path pays nothing and waiters
         wait for it exactly as for any budget (I2); holding only delays, so nobody
@@ -682,7 +682,7 @@ class Ledger:
     ) -> bool:
         """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
 
-        The second gate-core hook of header learning (``_policy.learn``), beside
+        The second gate-core hook of header learning (``_limits.learn``), beside
         :meth:`_hold_until`: ``requests`` / ``tokens`` units were left at ``mark`` by the
         provider's count; this gate's own charges since ``mark`` are subtracted. The
         request and total-token budgets are only ever lowered, so, as with a hold, nobody

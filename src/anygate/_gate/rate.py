@@ -721,7 +721,7 @@ class Budgets:
     ) -> bool:
         """Lower each budget to what a provider said was left at ``mark``, less our spending since.
 
-        For a provider's ``remaining`` header (``_policy.learn``): ``requests`` / ``tokens``
+        For a provider's ``remaining`` header (``_limits.learn``): ``requests`` / ``tokens``
         units were left in its bucket when the reported request was sent (``mark`` taken
         right after that request was charged here). Everything this gate charged since
         (``spent - mark``) is assumed to be counted against that bucket by now, and no

@@ -1,17 +1,34 @@
 """The provider model: what the provider's limits are, inferred from what it says.
 
-A room of its own between the gate (which admits) and the policy (which reacts to each
-answer), as Netflix concurrency-limits keeps its ``Limit`` algorithms apart from the
-limiters that apply them: each class here is pure arithmetic over counts and times, takes
-outcomes and returns an estimate, and knows nothing of locks, clocks, gates or events. The
-policy feeds them (under its adaptive limit's lock) and sets the gate from their estimates.
+A room of its own between the gate (which admits) and the policy (which runs one call's
+attempts), as Netflix concurrency-limits keeps its ``Limit`` algorithms apart from the
+limiters that apply them. The policy feeds it each answer; the gate reads its estimates.
+Two kinds of module:
 
-* :mod:`.window`: a per-window count limit (requests per minute) from the client's own
-  count at rejection time (issue 30).
-* :mod:`.tokens`: its twin for tokens per minute (a send's tokens, not its count).
-* :mod:`.requests`, :mod:`.slope`: the request-rate estimate and the slope rule (growth,
-  floor, window) read off the send log at each rejection and each full window's edge.
+**Estimates**, one small class per limit kind: pure arithmetic over counts and times, an
+outcome in and an estimate out, nothing of locks, clocks, gates or events.
+
+* :mod:`.concurrency`: the provider's slots, from concurrency 429s and what got through.
+* :mod:`.window`: a per-window count limit from the client's own count at rejection time.
+* :mod:`.requests`, :mod:`.tokens`: the per-minute request and token estimates on it.
+* :mod:`.slope`: the slope rule (growth, floor, window) read off the send log at each
+  full window's edge.
 * :mod:`.release`: the doubling waves a throttled herd is released in (issue 26).
-* :mod:`.latency`: a queueing server's slots from latency alone, Vegas-style (issue 30
-  item 5; off by default).
+* :mod:`.sends`: the windows a send is held to (slope, release, tokens, requests) behind
+  one interface, :class:`~.sends.SendLimit`.
+* :mod:`.latency`: a queueing server's slots from latency alone, Vegas-style (off by
+  default).
+* :mod:`.attribute`: which limit a 429 that names none was taken for.
+
+**Owners**, which apply the estimates to a gate under a lock, on an injectable clock:
+
+* :mod:`.adaptive`: :class:`anygate.AdaptiveLimit`, one per gate, in four classes over one
+  set of fields: :mod:`.state` (the fields, writing the gate), :mod:`.sending` (the send
+  path), :mod:`.burst` (the burst answer, with the pause of :mod:`.pause`) and
+  :mod:`.adaptive` (the public reactions and settings).
+* :mod:`.learn`: :class:`anygate.RateLearner`, a gate's ``Rate`` from the provider's
+  rate-limit headers (the provider's own numbers replace the estimates).
+
+May import: configuration, classification, the gate and the foundations; never the policy
+(import-linter checks it).
 """

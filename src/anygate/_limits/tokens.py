@@ -31,7 +31,7 @@ What.
 Not a model of a token *bucket* (OpenAI's refills continuously): read on one with others
 spending, the count at each 429 falls only a few thousand tokens at a time (the gate's
 budget, synced to the reported ``remaining``, is what paces a bucket:
-:mod:`anygate._policy.learn`). Not thread-safe: the caller passes times and holds a lock.
+:mod:`anygate._limits.learn`). Not thread-safe: the caller passes times and holds a lock.
 """
 
 from __future__ import annotations

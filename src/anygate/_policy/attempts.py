@@ -35,8 +35,8 @@ import anyio
 from .._config.config import DEFAULT_BREAKER_MAX_WAIT_S
 from .._errors import Busy, CircuitOpen
 from .._events.events import SlotAdmitted, SlotWaiting, emit
+from .._limits.learn import headers_of, learn_from_headers
 from .attempt import make_attempt
-from .learn import headers_of, learn_from_headers
 from .retrying import NEUTRAL, SUCCESS, Stop
 from .run import hand_on_probe
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .._events.events import Hook
     from .._gate.gate import Gate
     from .._gate.token import Token
-    from .adaptive import AdaptiveLimit
+    from .._limits.adaptive import AdaptiveLimit
     from .attempt import Attempt
     from .breaker import CircuitBreaker
     from .retrying import Retrier, Run

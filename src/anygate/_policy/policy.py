@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from .._gate.gate import Gate
     from .._gate.rate import Rate
     from .._gate.token import Token
-    from .adaptive import AdaptiveLimit
+    from .._limits.adaptive import AdaptiveLimit
     from .attempt import Attempt
     from .backoff import Uniform
     from .blocks import AttemptBlock

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .._config.config import PolicyConfig
     from .._config.limit_values import LimitChange
     from .._gate.gate import Gate
-    from .adaptive import AdaptiveLimit
+    from .._limits.adaptive import AdaptiveLimit
     from .backoff import Uniform
     from .breaker import CircuitBreaker
     from .testing_switch import TestingState

@@ -18,7 +18,7 @@ from .._validation import FLOAT_MAX, check_number
 if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._events.events import BreakerStateChanged
-    from .adaptive import AdaptiveLimit
+    from .._limits.adaptive import AdaptiveLimit
     from .attempts import Attempts
     from .breaker import CircuitBreaker, Permit
 
@@ -162,7 +162,7 @@ def accept(run: Run, number: int, permit: Permit | None, loop: Attempts) -> None
     """The provider accepted ``run``'s attempt ``number`` (``permit`` is the one it was
     admitted with): a success *now* for the breaker (its probe closes it, see
     :meth:`~anygate._policy.breaker.Permit.accepted`) and for a burst pause's probe (the
-    pause ends, see :meth:`~anygate._policy.adaptive.AdaptiveLimit.probe_accepted`).
+    pause ends, see :meth:`~anygate._limits.adaptive.AdaptiveLimit.probe_accepted`).
     The attempt's outcome is still reported when it ends. Idempotent and thread-safe:
     each of the two takes its own lock and counts once."""
     change = None if permit is None else permit.accepted()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from .._errors import ConfigError
 from .._gate.gate import Gate
 from .._gate.registry import Registry, gates
-from .adaptive import AdaptiveLimit
+from .._limits.adaptive import AdaptiveLimit
 from .breaker import CircuitBreaker, check_recovery, check_threshold
 
 if TYPE_CHECKING:

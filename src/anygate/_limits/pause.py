@@ -25,7 +25,7 @@ was noise (``BurstPause._noisy``): until a throttle is confirmed again, a check 
 its probe turned away twice, which took the shared pool's 1.16x to 1.02x and left the
 storm benchmark's tuning set as it was.
 
-What. One :class:`BurstPause` per :class:`~anygate._policy.adaptive.AdaptiveLimit`: the
+What. One :class:`BurstPause` per :class:`~anygate._limits.adaptive.AdaptiveLimit`: the
 pause's state and its transitions. Every method except :attr:`pausing` (a flag read
 without the lock on the hot path) and :meth:`wait` runs under the adaptive limit's lock,
 which also guards the limit and the generation a throttle changes at the same moment.

@@ -1,0 +1,340 @@
+"""Adaptive concurrency: a gate's admission limit follows what the provider says.
+
+Why. A concurrency cap bounds how many calls run at once, not how fast new ones start, and
+a cap above the provider's real slots turns into concurrency 429s. Backing off only the
+throttled call does not slow the fleet down: its slot goes straight to the next queued
+call, which is throttled too, because a 429 comes back in milliseconds.
+
+What. One :class:`AdaptiveLimit` per gate answers throttles for everyone using the gate.
+It is the provider model's owner, not its arithmetic: each limit is a small class in
+:mod:`anygate._limits` (the slots in :mod:`~anygate._limits.concurrency`, the windows a send
+is held to behind one interface in :mod:`~anygate._limits.sends`, a queueing server's
+latency in :mod:`~anygate._limits.latency`); this class feeds them each outcome under one
+lock, keeps the pause, the generations and the checks, and writes the result to the gate.
+
+1. **concurrency 429** (:meth:`~AdaptiveLimit.on_concurrency`, ``exact``): the limit
+   becomes the calls in flight minus one; an **overload answer** (529, 503 with
+   Retry-After) multiplies it by ``decrease_factor``. Then the limit *holds* (30 s,
+   doubling when a probe upward finds the same limit, up to 10 min) before it may grow.
+2. **burst-rate 429** (:meth:`~AdaptiveLimit.on_throttle`): a **pause** of ``pause_s`` (or
+   Retry-After) during which admitted attempts wait holding their slots, ended by **one
+   probe** (:meth:`~AdaptiveLimit.pass_pause`) whose success lets everyone go; the first
+   throttle of an episode also cuts the limit by ``decrease_factor`` (an uncapped gate
+   takes its calls in flight as its limit instead). With ``pace_burst_rate`` (the
+   default) nothing is cut: the slope rule is learned from this gate's own counts at the
+   end of each full window (:mod:`anygate._limits.slope`: growth, floor, window) and sends
+   are held to it (:meth:`~AdaptiveLimit.reserve_send`); the pause lasts a tenth of a
+   window (the next probe) or until the predicted edge. A per-minute 429 holds sends to
+   the count the window held instead (:meth:`~AdaptiveLimit.on_rate`). With pacing, a
+   first burst throttle is only *checked* before any of that: one probe goes at once, and only
+   its own 429 confirms the throttle (one 429 could be a shared pool's).
+3. **additive increase**: each success admitted on a full gate raises the limit by
+   ``1 / limit``, back up to the configured maximum (none without a cap). An uncapped
+   gate's herd limit (its calls in flight at a slope throttle) is no lesson about the
+   slots: once the slope rule is learned, a success raises it to ``HERD_GROWTH`` (1.1)
+   times the most calls in service that got through, until a concurrency 429 teaches
+   the slots.
+4. **latency** (``latency=True``, off by default): each success's latency and calls in
+   flight feed :mod:`anygate._limits.latency`, whose estimate of a queueing server's
+   slots is a second ceiling on the gate (:meth:`~AdaptiveLimit.on_success`).
+
+Only the first throttle of an episode counts. An attempt admitted before the latest
+change was sent under the old limit, so its 429 is old news: every attempt records the
+*generation* it was admitted in, and a throttle from an older generation is ignored (TCP
+likewise halves its window once per round trip, not once per lost packet).
+
+One lock: the rules share the limit, the generation and the pause, so one lock guards
+them, and a throttle changes them in one step. The pause and its probe are their own state
+machine (:mod:`anygate._limits.pause`), run under this lock; each estimate is pure
+arithmetic in :mod:`anygate._limits`. The values and arithmetic live in
+:mod:`anygate._config.limit_values`; the per-gate lookup in :mod:`anygate._policy.sharing`.
+It never delays a call while the provider is happy.
+
+Thread-safe: one ``threading.Lock`` per instance, held for a few assignments and the
+gate's capacity setter (the gate's lock nests inside ours, never the reverse). The clock
+is injectable, so the simulator and tests run it on virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import final
+
+from .._config.limit_values import (
+    AdaptiveStatistics,
+    LimitChange,
+)
+from .._gate.gate_args import check_capacity
+from .._gate.waiters import ki_protected
+from .._validation import check_flag
+from .burst import BurstAnswer
+from .latency import LatencyLimit
+from .state import check_settings
+
+__all__ = ["AdaptiveLimit"]
+
+
+@final
+class AdaptiveLimit(BurstAnswer):
+    """A gate's adaptive concurrency limit; see the module docstring for the rules.
+
+    Created by the first :class:`anygate.Policy` that uses a gate and shared by every policy
+    on that gate (read it from :attr:`anygate.Policy.adaptive_limit`). It owns the gate's
+    capacity while it is active: resize through ``policy.max_concurrent_calls`` (a direct
+    ``gate.capacity = n`` is noticed at the next throttle or success and adopted as the new
+    maximum).
+
+    Args:
+        gate: the gate whose capacity it adapts (held weakly).
+        enabled: ``False`` makes every method a no-op apart from resizing.
+        min_concurrent_calls: the floor (>= 1).
+        decrease_factor: the multiplier on a throttle (0 < factor < 1).
+        pause_s: how long attempts wait after a throttle without a ``Retry-After``.
+        pace_burst_rate: answer a burst throttle by learning the provider's slope rule
+            and holding sends to it (:mod:`anygate._limits.slope`) instead of cutting the
+            concurrency limit; the pause and its probe stay. Also holds sends to the
+            per-minute estimates a per-minute 429 teaches (:meth:`on_rate`).
+        latency: follow the concurrency a queueing server's latencies show
+            (:mod:`anygate._limits.latency`; see :meth:`on_success`). Default off.
+        clock: a monotonic clock in seconds (``anyio.current_time`` for virtual time).
+    """
+
+    __slots__ = ()
+
+    @property
+    def max_concurrent_calls(self) -> float:
+        """The configured maximum (``inf`` = no cap)."""
+        with self._lock:
+            self._adopt_external_resize()
+            return self._slots.maximum
+
+    @property
+    def latency(self) -> bool:
+        """Whether successes' latencies set the limit (:mod:`anygate._limits.latency`)."""
+        return self._latency_on
+
+    @property
+    def pace_burst_rate(self) -> bool:
+        """Whether a burst throttle teaches the slope rule sends are held to (instead of
+        cutting the limit)."""
+        return self._pace
+
+    def settings(self) -> tuple[bool, int, float, float]:
+        """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
+        slots = self._slots
+        return self._enabled, slots.floor, slots.factor, self._pause_s
+
+    def statistics(self) -> AdaptiveStatistics:
+        """A consistent snapshot."""
+        with self._lock:
+            now = self._clock()
+            left = self._pause.left(now)
+            sends, slots, slope = self._sends, self._slots, self._sends.slope
+            return AdaptiveStatistics(
+                gate=self._name,
+                enabled=self._enabled,
+                limit=self._applied,
+                max_concurrent_calls=slots.maximum,
+                min_concurrent_calls=slots.floor,
+                decrease_factor=slots.factor,
+                pause_s=self._pause_s,
+                paused_for=left,
+                throttles=self._throttles,
+                stale_throttles=self._stale,
+                pace_burst_rate=self._pace,
+                checked_throttles=self._checks,
+                requests_per_minute_estimate=sends.requests.estimate(now),
+                tokens_per_minute_estimate=sends.tokens.estimate(now),
+                slope_growth=slope.growth,
+                slope_window_s=slope.window_s,
+                slope_floor=slope.floor,
+                latency=self._latency_on,
+                latency_limit=self._latency.limit,
+                no_load_latency_s=self._latency.no_load_latency,
+                most_in_service=slots.most_passed,
+            )
+
+    def __repr__(self) -> str:
+        if not self._enabled:
+            return f"<anygate.AdaptiveLimit gate {self._name!r} off>"
+        slots = self._slots
+        if math.isinf(slots.maximum) and math.isinf(slots.limit):
+            return f"<anygate.AdaptiveLimit gate {self._name!r} idle (no cap)>"
+        text = f"<anygate.AdaptiveLimit gate {self._name!r} {self._applied:g}/{slots.maximum:g}"
+        left = self.pause_left()
+        if left > 0:
+            text += f", paused {left:.3g}s"
+        return text + ">"
+
+    # ------------------------------------------------------------------ reacting
+
+    @ki_protected
+    def on_concurrency(
+        self, generation: int | None, in_flight: int, *, exact: bool
+    ) -> LimitChange | None:
+        """The provider turned an attempt away for load: learn its concurrency.
+
+        Args:
+            generation: :attr:`generation` when the attempt was admitted (``None``: unknown,
+                then the throttle counts unless a hold is on).
+            in_flight: this gate's calls in flight when the attempt was admitted, itself
+                included (the caller may lower it with what is still in flight now).
+            exact: ``True`` for a concurrency 429 (the provider's slots were all taken by
+                the others: the limit becomes ``in_flight - 1``); ``False`` for an overload
+                answer (529, 503 with Retry-After: the limit becomes
+                ``min(limit, in_flight) * decrease_factor``, and a lone call teaches
+                nothing).
+
+        One cut per generation, as for burst-rate throttles. After a cut the limit holds
+        for a while before it grows again (each probe upward costs a throttle): 30 s,
+        doubling each time a probe finds the same limit again, up to 10 minutes. Works
+        without a configured cap: the learned limit becomes the gate's capacity.
+
+        Returns:
+            the change, or ``None`` when the throttle was ignored.
+        """
+        if not self._enabled:
+            return None
+        with self._lock:
+            self._adopt_external_resize()
+            slots = self._slots
+            if slots.maximum < 1:
+                return None
+            now = self._clock()
+            if self._old_news(generation, slots.holding(now)):
+                return None
+            old = self._applied
+            if not slots.cut(in_flight, now, exact=exact):
+                return None
+            self._generation += 1
+            self._throttles += 1
+            self._apply()
+            return LimitChange(old, self._applied, slots.maximum, "concurrency", 0.0)
+
+    def on_success(
+        self,
+        *,
+        saturated: bool = True,
+        probe: bool = False,
+        sent_at: float | None = None,
+        in_flight: int = 0,
+    ) -> LimitChange | None:
+        """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
+        a whole slot.
+
+        Args:
+            saturated: whether the gate was full when the call was admitted. A success
+                while slots stood free says nothing about a higher limit, so it does not
+                grow it; neither does any success during a hold after a concurrency cut.
+            probe: the call was a burst-rate pause's probe: its success ends the pause.
+            sent_at: when the call's successful attempt was sent, on :attr:`clock`.
+            in_flight: the gate's calls at the provider when it was sent, itself
+                included. With :attr:`latency` on, these two feed the latency
+                estimate, a second ceiling on the gate (:meth:`_on_latency`).
+        """
+        if probe:
+            with self._lock:
+                self._pause.probe_succeeded(self._clock())
+                self._learn_edge()
+        change = None
+        if self._latency_on and self._enabled and sent_at is not None:
+            change = self._on_latency(sent_at, in_flight)
+        # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
+        # stale read only delays one increment.
+        slots = self._slots
+        if not self._enabled or slots.limit >= slots.maximum or not saturated:
+            return change
+        with self._lock:
+            self._adopt_external_resize()
+            if not slots.active or slots.limit >= slots.maximum:
+                return change
+            old = self._applied
+            slots.grow(self._clock(), slope_known=self._sends.slope.known)
+            self._apply()
+            if self._applied == old:
+                return change
+            return LimitChange(old, self._applied, slots.maximum, "recovered", 0.0)
+
+    def _on_latency(self, sent_at: float, in_flight: int) -> LimitChange | None:
+        """Feed the latency estimate (:class:`LatencyLimit`) and apply it. It is a second
+        ceiling, under the maximum and over the floor: the gate's capacity is the lesser of
+        it and the limit the throttle rules keep (:meth:`_apply`), so latencies never
+        raise the gate past what throttles taught, and throttles keep their answers. Not
+        a new generation: latencies move the limit at every answer, and throttles of
+        attempts sent before must still count."""
+        with self._lock:
+            self._adopt_external_resize()
+            slots = self._slots
+            if slots.maximum < 1:
+                return None
+            latency = self._latency
+            latency.bound(ceiling=slots.maximum, floor=slots.floor_now)
+            latency.observe(self._clock() - sent_at, in_flight)
+            old = self._applied
+            self._apply()
+            if self._applied == old:
+                return None
+            return LimitChange(old, self._applied, slots.maximum, "latency", 0.0)
+
+    # ------------------------------------------------------------------ configuring
+
+    @ki_protected
+    def resize(self, maximum: float) -> None:
+        """Set the configured maximum (``inf`` = no cap) and apply it to the gate.
+
+        A limit that is down after a throttle stays down (capped at the new maximum) and
+        grows back to the new maximum; a limit at the old maximum follows to the new one.
+
+        Raises:
+            TypeError, ValueError: ``maximum`` is not an int >= 0 (at most 2**53) or inf;
+                nothing changes.
+        """
+
+        maximum = check_capacity(maximum)
+        with self._lock:
+            self._adopt_external_resize()
+            self._slots.resize(maximum)
+            self._apply(force=True)
+
+    @ki_protected
+    def configure(
+        self,
+        *,
+        enabled: bool | None = None,
+        min_concurrent_calls: int | None = None,
+        decrease_factor: float | None = None,
+        pause_s: float | None = None,
+        pace_burst_rate: bool | None = None,
+        latency: bool | None = None,
+    ) -> None:
+        """Change settings live; ``None`` keeps a setting. Turning it off restores the
+        maximum at once, ends any pause and gives the gate its own rate back (as does
+        turning pacing off).
+
+        Raises:
+            TypeError, ValueError: a bad setting; every one is checked before any applies.
+        """
+        checked = check_settings(min_concurrent_calls, decrease_factor, pause_s, none=True)
+        min_concurrent_calls, decrease_factor, pause_s = checked
+        check_flag("enabled", enabled, none=True)
+        check_flag("pace_burst_rate", pace_burst_rate, none=True)
+        check_flag("latency", latency, none=True)
+        with self._lock:
+            self._adopt_external_resize()
+            if min_concurrent_calls is not None:
+                self._slots.floor = min_concurrent_calls
+            if decrease_factor is not None:
+                self._slots.factor = decrease_factor
+            if pause_s is not None:
+                self._pause_s = pause_s
+            if enabled is not None:
+                self._enabled = enabled
+            if pace_burst_rate is not None:
+                self._pace = pace_burst_rate
+            if latency is not None and latency != self._latency_on:
+                self._latency_on = latency
+                self._latency = LatencyLimit()  # what it learned before is stale
+            if not self._enabled:
+                self._slots.reset(self._slots.maximum)
+                self._pause.end(self._clock())
+            self._apply(force=True)

@@ -1,0 +1,176 @@
+"""The adaptive limit's send path: what every attempt asks before it goes, and tells after.
+
+Why. Between getting its slot and reaching the provider an attempt may have to wait: a
+window the provider counts is full (:mod:`.sends`), or it got its slot just before a cut
+and the others already fill the new limit. And every answer feeds the estimates back:
+a pass bounds them from below, a 429 of any kind says a send filled no window, one that
+names a per-minute limit teaches its estimate, and one that names none is attributed
+(:mod:`.attribute`).
+
+What. :class:`SendPath`, the methods of :class:`~anygate._limits.adaptive.AdaptiveLimit`
+for that path: :meth:`~SendPath.reserve_send` (with the held set, :meth:`~SendPath.unhold`
+and :meth:`~SendPath.sending`), :meth:`~SendPath.passed`, :meth:`~SendPath.rejected`,
+:meth:`~SendPath.turned_away`, :meth:`~SendPath.on_rate` and :meth:`~SendPath.attribute`.
+Each takes the limit's lock for a few assignments, or none when there is nothing to do.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .._config.limit_values import (
+    OVER_LIMIT_POLL_S,
+)
+from .._gate.waiters import ki_protected
+from .attribute import Attributed, attribute
+from .state import AdaptiveState
+
+__all__ = ["SendPath"]
+
+
+class SendPath(AdaptiveState):
+    """The send path of :class:`~anygate._limits.adaptive.AdaptiveLimit` (see the module
+    docstring). Not for use on its own."""
+
+    __slots__ = ()
+
+    @ki_protected
+    def reserve_send(
+        self, at: float, caller: object | None = None, tokens: int | None = None
+    ) -> float:
+        """An attempt on the gate (charged ``tokens``) would be sent at ``at`` (this
+        limit's clock): ``0.0`` and it is counted, or the seconds to wait, holding the
+        slot, until the per-minute estimates' windows have room
+        (:meth:`anygate._limits.sends.Sends.wait`), or until a call leaves when it got its
+        slot just before a cut (:meth:`_over_limit`)."""
+        if not (self._enabled and self._pace):
+            if self._held:  # unlocked: a stale read is checked again under the lock
+                self.unhold(caller)
+            return 0.0
+        with self._lock:
+            cost = tokens or 0
+            held = self._held
+            wait = self._sends.wait(at, cost, caller, len(held))
+            if wait <= 0 and caller is not None and self._over_limit(caller):
+                wait = OVER_LIMIT_POLL_S
+            if wait <= 0:
+                self._sends.sent(at, cost, caller)
+            if caller is not None:
+                if wait > 0:
+                    held.add(caller)
+                else:
+                    held.discard(caller)
+            return wait
+
+    def _over_limit(self, caller: object) -> bool:
+        """Whether ``caller`` waits, holding its slot, because the others at the provider
+        fill the limit the throttles taught (the latency ceiling has its own pace): it got
+        its slot before a cut lowered it (a concurrency 429 while it was being admitted).
+        Sent, it was the next 429: one more per probe upward (33 in flight against 32
+        slots, twice per probe in the morning peak)."""
+        gate = self._gate()
+        if gate is None:
+            return False
+        held = self._held
+        return self._slots.over(gate.in_flight - len(held) - (0 if caller in held else 1))
+
+    def unhold(self, caller: object | None) -> None:
+        """``caller``'s attempt left a hold without sending (cancelled, refused)."""
+        if caller is not None and caller in self._held:
+            with self._lock:
+                self._held.discard(caller)
+
+    def sending(self, in_flight: int) -> int:
+        """Of the gate's ``in_flight`` slot holders, those not held back: at the provider
+        (or about to be). A concurrency 429 is counted against these: counted with the
+        held ones, an uncapped fleet of 2,400 behind 320 slots cut 423, 422, 421 ... one
+        rejection each (the morning peak x10, with the herd limit lifted once the slope is
+        known: an experiment, not the default)."""
+        return max(0, in_flight - len(self._held))
+
+    def turned_away(self, at: float, tokens: int | None = None) -> None:
+        """The attempt sent at ``at`` (charged ``tokens``) was throttled: the provider did
+        not count it."""
+        if self._enabled and self._pace:
+            with self._lock:
+                self._sends.turned_away(at, tokens or 0)
+
+    def rejected(self, at: float) -> None:
+        """An attempt sent at ``at`` got a 429 now (any kind): it was at the provider
+        until now, but not in service (see :meth:`passed`)."""
+        if self._enabled:
+            with self._lock:
+                self._slots.rejected(at, self._clock())
+
+    def passed(self, at: float, sending: int = 0, tokens: int | None = None) -> None:
+        """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
+        included), charged ``tokens``, succeeded: a lower bound for the estimates
+        (:meth:`anygate._limits.concurrency.ConcurrencyLimit.passed`,
+        :meth:`anygate._limits.sends.Sends.passed`)."""
+        if sending > self._slots.most_passed:  # unlocked: a stale read locks once more
+            with self._lock:
+                self._slots.passed(at, sending)
+        sends = self._sends
+        # Unlocked: no estimate (no per-minute 429 yet), no work.
+        if sends.requests.limit is not None or (tokens and sends.tokens.limit is not None):
+            with self._lock:
+                sends.passed(at, tokens or 0)
+
+    def attribute(
+        self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
+    ) -> Attributed:
+        """The limit a 429 that does not say which (no wording, no headers) for the attempt
+        sent at ``at`` with ``sending`` calls at the provider, charged ``tokens``, is taken
+        for (:mod:`anygate._limits.attribute`); ``per_minute``: its code names a
+        per-minute limit (requests or tokens only)."""
+        gate = self._gate()
+        rate = None if gate is None else gate.rate
+        with self._lock:
+            sends = self._sends
+            estimate = sends.requests.estimate(at)
+            if estimate is None and rate is not None:
+                estimate = rate.requests_per_minute
+            token_estimate = None
+            if tokens:
+                token_estimate = sends.tokens.estimate(at)
+                if token_estimate is None and rate is not None:
+                    token_estimate = rate.tokens_per_minute
+            return attribute(
+                sending=sending,
+                most_passed=self._slots.most_passed,
+                requests=sends.requests_in_minute(at),
+                requests_estimate=estimate,
+                tokens=sends.tokens.held(at) if tokens else 0.0,
+                tokens_estimate=token_estimate,
+                # Learned, the slope rule holds every send to its allowance: a new high
+                # then is the slots' (taken for the slope's, the peak's herd limit grown
+                # past 32 slots taught a 5 s window and growth 1.5 from their 429s: 1.045x).
+                steep=sends.steep(at),
+                per_minute=per_minute,
+            )
+
+    @ki_protected
+    def on_rate(
+        self,
+        unit: Literal["requests", "tokens"],
+        admitted_at: float,
+        *,
+        caller: object | None = None,
+        tokens: int | None = None,
+    ) -> None:
+        """An RPM/TPM 429 for ``caller``'s attempt sent at ``admitted_at`` (charged
+        ``tokens``): the provider's own per-minute budget is spent, and a gate paced to
+        its published rate overshoots it by the budget's burst after a lull.
+
+        ``unit="requests"`` holds the gate's sends to the limit's estimate: the count of
+        this gate's requests the provider accepted in the minute before the rejected one
+        was sent (:mod:`anygate._limits.requests`). ``unit="tokens"`` (with the attempt's
+        charged ``tokens``; without them it counts as requests) holds sends to the tokens
+        the provider accepted in that minute (:mod:`anygate._limits.tokens`). No check,
+        no pause, no cut: the estimates tell noise apart by themselves. A 429 that does
+        not say what it counted is attributed first (:meth:`attribute`).
+        """
+        if not self._enabled or self._pace_gate() is None:
+            return
+        with self._lock:
+            self._sends.rejected(unit, admitted_at, tokens or 0, self._clock(), caller)

@@ -1,0 +1,205 @@
+"""The adaptive limit's state, and the steps that write it to the gate.
+
+Why. :class:`~anygate._limits.adaptive.AdaptiveLimit` is one object under one lock (a
+throttle changes the limit, the generation and the pause in one step), but its concerns are
+several: the state and its settings (here), the send path every attempt takes
+(:mod:`.sending`), the burst answer with its pause and checks (:mod:`.burst`) and the public
+reactions (:mod:`.adaptive`). Each is a class in that chain, adding methods over the one
+set of slots declared here, as the gate's ledger is split (:mod:`anygate._gate.ledger`).
+
+What. :class:`AdaptiveState`: every field, the constructor (its arguments are
+:class:`~anygate._limits.adaptive.AdaptiveLimit`'s), and the locked internals: whether a
+throttle is old news (its generation), adopting a resize made on the gate directly, and
+writing the capacity the limits mean to the gate. Not for use on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .._config.limit_values import (
+    DEFAULT_DECREASE_FACTOR,
+    DEFAULT_ENABLED,
+    DEFAULT_LATENCY,
+    DEFAULT_MIN_CONCURRENT_CALLS,
+    DEFAULT_PACE_BURST_RATE,
+    DEFAULT_PAUSE_MS,
+    capacity_for,
+)
+from .._validation import check_flag, check_int, check_number, show
+from .concurrency import ConcurrencyLimit
+from .latency import LatencyLimit
+from .pause import BurstPause
+from .sends import Sends
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._gate.gate import Gate
+
+
+__all__ = ["AdaptiveState", "check_settings"]
+
+
+class AdaptiveState:
+    """The fields and locked internals of :class:`~anygate._limits.adaptive.AdaptiveLimit`
+    (see the module docstring); its arguments are documented there."""
+
+    __slots__ = (
+        "__weakref__",
+        "_applied",
+        "_checks",
+        "_clock",
+        "_enabled",
+        "_gate",
+        "_generation",
+        "_held",
+        "_latency",
+        "_latency_on",
+        "_lock",
+        "_name",
+        "_noise_at",
+        "_pace",
+        "_pause",
+        "_pause_s",
+        "_sends",
+        "_slots",
+        "_stale",
+        "_throttles",
+        "_turned",
+    )
+
+    def __init__(
+        self,
+        gate: Gate,
+        *,
+        enabled: bool = DEFAULT_ENABLED,
+        min_concurrent_calls: int = DEFAULT_MIN_CONCURRENT_CALLS,
+        decrease_factor: float = DEFAULT_DECREASE_FACTOR,
+        pause_s: float = DEFAULT_PAUSE_MS / 1000.0,
+        pace_burst_rate: bool = DEFAULT_PACE_BURST_RATE,
+        latency: bool = DEFAULT_LATENCY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        check_flag("pace_burst_rate", pace_burst_rate)
+        check_flag("latency", latency)
+        min_concurrent_calls, decrease_factor, pause_s = check_settings(
+            min_concurrent_calls, decrease_factor, pause_s
+        )
+        self._gate = weakref.ref(gate)
+        self._name = gate.name
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._enabled = enabled
+        self._pause_s = pause_s
+        capacity = gate.capacity
+        # The slots: the limit between the floor and the configured maximum, its holds.
+        self._slots = ConcurrencyLimit(capacity, floor=min_concurrent_calls, factor=decrease_factor)
+        self._applied = capacity  # what we last wrote to (or read from) the gate
+        self._generation = 0
+        self._throttles = 0
+        self._checks = 0  # first throttles checked (see on_throttle)
+        self._stale = 0
+        # A burst-rate pause, ended by one probe (its own module).
+        self._pause = BurstPause(f"adaptive {gate.name}")
+        self._pace = pace_burst_rate
+        # The windows a send is held to: slope, release, tokens and requests (issue 30).
+        self._sends = Sends()
+        self._turned = -math.inf  # the latest send a burst 429 turned away
+        # Attempts holding a slot while held back (a pause, a window's hold): not at the
+        # provider, so not in flight for its concurrency limit (see sending()).
+        self._held: set[object] = set()
+        self._noise_at = -math.inf  # the last burst 429 taken for noise (well inside)
+        # The limit a queueing server's latencies show (issue 30 item 5), when on.
+        self._latency_on = latency
+        self._latency = LatencyLimit()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock pauses are measured with."""
+        return self._clock
+
+    @property
+    def enabled(self) -> bool:
+        """Whether it reacts to throttles."""
+        return self._enabled
+
+    @property
+    def limit(self) -> float:
+        """The capacity it currently applies to the gate."""
+        return self._applied
+
+    @property
+    def generation(self) -> int:
+        """Bumped at every decrease; attempts record it when admitted."""
+        return self._generation
+
+    # ------------------------------------------------------------------ internals (locked)
+
+    def _pace_gate(self) -> Gate | None:
+        """The gate, if pacing may set its rate: on, and the gate on our clock (its
+        budgets refill on its own clock; paced from another, a virtual clock in a test
+        next to a gate on real time, the rate would never refill)."""
+        if not self._pace:
+            return None
+        gate = self._gate()
+        if gate is None or gate._clock is not self._clock:
+            return None
+        return gate
+
+    def _paced(self) -> bool:
+        # Something bounds the send rate: the pause's probe need not be waited for.
+        return self._sends.slope.known
+
+    def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
+        """Whether a throttle comes from an attempt admitted before the latest change (one
+        cut per episode); counted. ``unknown_is_stale``: the answer without a generation."""
+        stale = unknown_is_stale if generation is None else generation != self._generation
+        if stale:
+            self._stale += 1
+        return stale
+
+    def _adopt_external_resize(self) -> None:
+        gate = self._gate()
+        if gate is None:
+            return
+        capacity = gate.capacity
+        if capacity != self._applied:
+            # Someone resized the gate directly; their number is the new maximum.
+            self._slots.reset(capacity)
+            self._applied = capacity
+
+    def _apply(self, *, force: bool = False) -> None:
+        gate = self._gate()
+        if gate is None:
+            return
+        slots = self._slots
+        capacity = slots.capacity() if self._enabled else slots.maximum
+        latency = self._latency.limit if self._latency_on and self._enabled else None
+        if latency is not None and slots.maximum >= 1:
+            # The latency estimate (issue 30 item 5), a second ceiling (_on_latency).
+            capacity = min(capacity, capacity_for(latency, floor=slots.floor_now))
+        if force or capacity != self._applied:
+            gate.capacity = capacity
+            self._applied = capacity
+
+
+def check_settings(
+    floor: object, factor: object, pause_s: object, *, none: bool = False
+) -> tuple[Any, Any, Any]:
+    """Validate the adaptive settings through the shared number checks."""
+    floor = check_int("min_concurrent_calls", floor, minimum=1, none=none)
+    pause_s = check_number("pause_s", pause_s, none=none)
+    if factor is not None or not none:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            msg = f"decrease_factor must be a number > 0 and < 1 (got {show(factor)})"
+            raise TypeError(msg)
+        if not 0 < factor < 1:  # exact for ints of any size; False for NaN
+            msg = f"decrease_factor must be a number > 0 and < 1 (got {show(factor)})"
+            raise ValueError(msg)
+        factor = float(factor)
+    return floor, factor, pause_s
