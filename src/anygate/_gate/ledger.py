@@ -4,7 +4,7 @@ Every state change of a gate happens here, under one ``threading.Lock``, in a sh
 synchronous step that returns the waiters to wake; waking happens after the lock is released
 (a wake may call into another event loop, and nothing foreign runs under our lock). Nothing
 here knows which runtime is running (``waiters`` does) or what the public API looks like
-(``gate`` does); the rate arithmetic lives in ``rate``.
+(``gate`` does); the rate arithmetic lives in ``budgets``.
 
 One concern, over the usual ~500 lines on purpose: these steps share the queue, the
 counters and the budgets under one lock, and the hot ones (``_admit``, ``_release``) spell
@@ -63,7 +63,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .rate import EPSILON, BudgetMark, Budgets
+from .budgets import Budgets
+from .rate_math import EPSILON
 from .waiters import (
     DEAD,
     GONE,
@@ -78,7 +79,7 @@ from .waiters import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .rate import Rate
+    from .rate import BudgetMark, Rate
     from .token import Token
 
 __all__ = ["OVERTAKES", "UNLIMITED", "Ledger"]
