@@ -2,7 +2,8 @@
 
 This module is the API and the runtime glue: validating arguments, the three ways to
 acquire (awaiting on asyncio or trio, non-blocking, blocking a plain thread), statistics and
-repr. Every state change is one of the ledger's locked steps, where the invariants live.
+repr. Every state change is one of the ledger's locked steps (``slot_steps``,
+``budget_steps``, over the state in ``ledger``, where the invariants are listed).
 
 One concern (the public class), a little over the usual ~500 lines because every public
 method carries its full contract in its docstring; the async acquisition and its untimed
@@ -24,6 +25,7 @@ import anyio
 from .._errors import Busy
 from .._validation import check_name
 from . import waiters as _waiters
+from .budget_steps import BudgetSteps
 from .gate_args import (
     MAX_TOKENS,
     check_capacity,
@@ -35,7 +37,8 @@ from .gate_args import (
     check_tokens,
 )
 from .inspect import QueuedCaller, SlotHolder, holders_of, waiters_of
-from .ledger import UNLIMITED, Ledger, token_out
+from .ledger import UNLIMITED, token_out
+from .slot_steps import SlotSteps
 from .token import PENDING, Token, code_site, pending_token
 from .waiters import GONE, GRANTED, ki_protected
 
@@ -89,7 +92,7 @@ class GateStatistics:
 
 
 @final
-class Gate(Ledger):
+class Gate(SlotSteps, BudgetSteps):
     """A process-wide admission gate: at most ``capacity`` slots held at once, FIFO beyond.
 
     One gate serves every runtime in the process at the same time: asyncio (and uvloop)
