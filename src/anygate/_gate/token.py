@@ -12,9 +12,9 @@ builds one object, not an acquisition object and then a token (benchmark a). Its
 
 Awaiting or entering a held token again gives it back as is. The uncontended admission
 and release are the ledger's common cases spelled out here (``SlotSteps._admit`` and
-``SlotSteps._release``; the invariants I2 and I5 live there), and so is the contended path's
-common case, one park ended by a grant (``Gate._park`` and ``Gate._wait`` do the rest): a
-call or a coroutine fewer on each path the benchmarks measure (a and b).
+``SlotSteps._release``; the invariants I2 and I5 live there), and so is the contended
+path's common case, one park ended by a grant (``Parking._park`` and ``Parking._wait`` do
+the rest): a call or a coroutine fewer on each path the benchmarks measure (a and b).
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ class Token:
             return self
         # Queue and park with no timeout: the contended path (benchmark b), inline down to
         # the common case, one park ended by a grant; anything else (a rate budget's timer,
-        # a nudge) continues in Gate._park.
+        # a nudge) continues in Parking._park.
         # On asyncio the loop is known from the cancel point: the waiter is built for it
         # (and parks on its future) without asking again.
         waiter = _waiters.async_waiter() if loop is None else _waiters.asyncio_waiter(loop)
