@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from anygate import Gate, LimitReport, Rate, RateLearner, ReportedLimit
-from anygate._gate.rate import SPLIT_BURST_S, Budgets
+from anygate._gate.budgets import SPLIT_BURST_S, Budgets
 from anygate._gate.split import Bucket
 
 # Full budgets after a minute of refill: 600 input tokens (10/s) and 60 output (1/s).

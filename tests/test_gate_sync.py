@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from anygate import Busy, Gate, Rate
-from anygate._gate.rate import BudgetMark, Budgets
+from anygate._gate.budgets import Budgets
+from anygate._gate.rate import BudgetMark
 
 from .conftest import mock_clock
 

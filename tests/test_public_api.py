@@ -114,10 +114,15 @@ def test_gate_surface_matches_the_contract() -> None:
 
 def test_the_gates_ledger_adds_no_public_name() -> None:
     """``Gate`` inherits its state machine for speed (docs/design.md): none of the
-    ledger's names may become gate API, by a public name or by overriding one."""
+    ledger's names (its state and its steps) may become gate API, by a public name or by
+    overriding one."""
+    from anygate._gate.budget_steps import BudgetSteps
     from anygate._gate.ledger import Ledger
+    from anygate._gate.slot_steps import SlotSteps
 
-    inherited = {n for n in dir(Ledger) if not n.startswith("__")}
+    inherited = {
+        n for cls in (Ledger, SlotSteps, BudgetSteps) for n in dir(cls) if not n.startswith("__")
+    }
     assert inherited, "the ledger has state"
     assert all(n.startswith("_") for n in inherited), sorted(inherited)
     public = {n for n in dir(anygate.Gate) if not n.startswith("_")}

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import anygate
-from anygate._gate.rate import TICKS
+from anygate._gate.rate_math import TICKS
 from anygate.fleet import FleetGate, FleetUnavailable
 from anygate.fleet._scripts import KEY_NAMES, keys_for, prefix_for
 

@@ -1,7 +1,8 @@
 """The gate room: admission of one call at a time, and nothing about why a call is made.
 
 The :class:`anygate.Gate` and what it is built from: argument checks (``gate_args``), the
-slot ledger under one lock (``ledger``), the rate budgets it charges (``rate``), how a parked
+slot ledger under one lock (``ledger``), what a rate is (``rate``), the rate budgets the
+ledger charges (``budgets``, over the pure arithmetic of ``rate_math``), how a parked
 caller is woken on asyncio, trio or a thread (``waiters``, the only module that knows which
 runtime runs, with ``cancel_state`` for the uncontended cancel point), the token a slot is
 proved by (``token``, ``acquisition``), the debugging view (``inspect``), the latch built on

@@ -133,7 +133,7 @@ def _judge(token: Token) -> None:
         return
     # This thread holds the lock (the collection started inside a locked step): nothing
     # else flips the token or drains meanwhile. The owner's release made during the
-    # collection is then still queued (Ledger._release, I7), applied as the step unlocks.
+    # collection is then still queued (SlotSteps._release, I7), applied as the step unlocks.
     if _queued(gate, token):
         return
     token._gate = None

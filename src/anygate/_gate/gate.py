@@ -2,12 +2,13 @@
 
 This module is the API and the runtime glue: validating arguments, the three ways to
 acquire (awaiting on asyncio or trio, non-blocking, blocking a plain thread), statistics and
-repr. Every state change is one of the ledger's locked steps, where the invariants live.
+repr. Every state change is one of the ledger's locked steps (``slot_steps``,
+``budget_steps``, over the state in ``ledger``, where the invariants are listed).
 
-One concern (the public class), a little over the usual ~500 lines because every public
-method carries its full contract in its docstring; the async acquisition and its untimed
-park live in ``token`` (the token is its own acquisition), argument checks in
-``gate_args``, introspection in ``inspect``.
+One concern (the public class), about the usual ~500 lines because every public method
+carries its full contract in its docstring; the async acquisition and its untimed park
+live in ``token`` (the token is its own acquisition), the contended path's park loops and
+refusals in ``parking``, argument checks in ``gate_args``, introspection in ``inspect``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-import anyio
-
-from .._errors import Busy
 from .._validation import check_name
 from . import waiters as _waiters
 from .gate_args import (
@@ -35,9 +33,10 @@ from .gate_args import (
     check_tokens,
 )
 from .inspect import QueuedCaller, SlotHolder, holders_of, waiters_of
-from .ledger import UNLIMITED, Ledger, token_out
+from .ledger import UNLIMITED
+from .parking import Parking
 from .token import PENDING, Token, code_site, pending_token
-from .waiters import GONE, GRANTED, ki_protected
+from .waiters import GONE, ki_protected
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,7 +88,7 @@ class GateStatistics:
 
 
 @final
-class Gate(Ledger):
+class Gate(Parking):
     """A process-wide admission gate: at most ``capacity`` slots held at once, FIFO beyond.
 
     One gate serves every runtime in the process at the same time: asyncio (and uvloop)
@@ -487,141 +486,6 @@ class Gate(Ledger):
                 self._abandon(waiter)
             raise
 
-    def _block(self, waiter: _waiters.ThreadWaiter, timeout: float | None) -> bool:
-        """Block this thread until ``waiter`` (queued) is granted (``True``) or its
-        timeout passes (``False``; it has left the queue). Raises ``Busy`` at once when
-        the rate budget cannot admit it within the timeout. ``acquire_sync`` settles the
-        waiter if this raises."""
-        timeout_s = timeout or 0.0
-        if waiter.state == GONE:  # its admission time lies beyond the timeout
-            raise self._busy(timeout_s, timed_out=True, due=waiter.due)
-        end = None if timeout is None else time.monotonic() + timeout
-        limit_at = None if timeout is None else self._clock() + timeout
-        while True:
-            due = waiter.due
-            wait = None if due == math.inf else max(0.0, due - self._clock())
-            if end is not None:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return self._last_look(waiter) == GRANTED
-                wait = left if wait is None else min(wait, left)
-            waiter.block(wait)
-            if waiter.state == GRANTED:
-                return True
-            # A budget timer, a nudge or a stale wake-up: look again under the lock.
-            state = self._poll(waiter, limit_at)
-            if state == GRANTED:
-                return True
-            if state == GONE:
-                raise self._busy(timeout_s, timed_out=True, due=waiter.due)
-
-    @ki_protected
-    async def _wait(self, token: Token) -> None:
-        """Queue ``token`` (an acquisition with a timeout, see ``token``) and park until
-        it is admitted or the timeout passes. Untimed waits park in ``Token.__aenter__``."""
-        # One argument, not five: every coroutine frame slot is paid per queued waiter.
-        wait_s, tokens = token._timeout, token._cost
-        assert wait_s is not None
-        if wait_s == 0:
-            raise self._refusal(tokens, token._priority)
-        waiter = _waiters.async_waiter()
-        waiter.tokens, waiter.priority = tokens, token._priority
-        if tokens:
-            out = token_out(token)
-            if out:
-                waiter.out = out
-        if self._enqueue(waiter, wait_s):  # a slot freed up since the fast path looked
-            await self._admitted_at_once(token)
-            return
-        if waiter.state == GONE:  # its admission time lies beyond the timeout
-            raise self._busy(wait_s, timed_out=True, due=waiter.due)
-        granted = False
-        try:
-            with anyio.move_on_after(wait_s) as scope:
-                await self._park(
-                    waiter, woken=False, limit_at=self._clock() + wait_s, waited=wait_s
-                )
-                granted = True
-            # The timeout fired; a grant can still have won the race. Then the slot is
-            # ours and the timeout's own cancellation was absorbed by the scope.
-            if scope.cancelled_caught:
-                state = self._last_look(waiter)
-                if state == GONE:
-                    raise self._busy(wait_s, timed_out=True, due=waiter.due)
-                granted = state == GRANTED
-        except BaseException:
-            if waiter.state != GONE:
-                self._abandon(waiter)
-            raise
-        if not granted:
-            raise self._busy(wait_s, timed_out=True)
-        token._gate = self
-        token._seen = self._in_flight
-        token._since = _monotonic()
-
-    async def _admitted_at_once(self, token: Token) -> None:
-        """``token`` was admitted by the queueing step itself (a slot freed up since the
-        fast path looked): it is held now, and under the default the acquire is still a
-        schedule point, since it has not yielded."""
-        token._gate = self
-        token._seen = self._in_flight
-        token._since = _monotonic()
-        if not self._fast_acquire:
-            try:
-                await _waiters.schedule_point()
-            except BaseException:
-                token._give_back()
-                raise
-
-    async def _park(
-        self,
-        waiter: _waiters.AsyncioWaiter | _waiters.TrioWaiter,
-        *,
-        woken: bool,
-        limit_at: float | None = None,
-        waited: float = 0.0,
-    ) -> None:
-        """Park a queued waiter until it is granted; raise ``Busy`` if it is turned away.
-
-        The one park loop, for a waiter that was woken without a grant (``woken``: a budget
-        timer, a nudge, a fleet outage that withdrew it), is next on a rate budget (``due``
-        finite) or waits with a timeout (``_wait``, whose cancel scope ends it; ``limit_at``
-        is then that deadline on the gate's clock, and ``waited`` the timeout that ``Busy``
-        reports). The common case, one plain park ended by
-        a grant, stays inline in ``Token.__aenter__``. Only the next waiter has a finite
-        ``due`` (a timed park for its budget); the others park untimed until a grant or a
-        nudge, so nobody polls. No bound method is held across an await. The caller
-        withdraws the waiter if this raises.
-        """
-        while True:
-            if woken:
-                if waiter.state == GRANTED:
-                    return
-                waiter.prepare()  # look again under the lock
-                state = self._poll(waiter, limit_at)
-                if state == GRANTED:
-                    return
-                if state == GONE:
-                    raise self._busy(waited, timed_out=True, due=waiter.due)
-            woken = True
-            due = waiter.due
-            if due == _INF:
-                await waiter.park(self._interrupt)
-            elif due > self._clock():
-                with anyio.move_on_after(due - self._clock()):
-                    await waiter.park(self._interrupt)
-
-    def _last_look(self, waiter: _waiters.Waiter) -> int:
-        """The wait timed out: admit the waiter if it can go right now, else withdraw it.
-
-        A grant may have won the race with the timeout, and a budget that refills exactly
-        at the deadline (the estimate said it would) must not lose to the timer.
-        """
-        state = self._poll(waiter, None)
-        if state == _waiters.WAITING and not self._withdraw(waiter):
-            state = GRANTED  # granted between the two locked steps
-        return state
-
     # ------------------------------------------------------------------ reporting
 
     def _reclaim_leaked(self, code: CodeType, lasti: int) -> None:
@@ -632,36 +496,4 @@ class Gate(Ledger):
             "was garbage-collected without release(); its slot has been reclaimed",
             ResourceWarning,
             stacklevel=2,
-        )
-
-    @ki_protected
-    def _refusal(self, tokens: int, priority: int) -> Busy:
-        """The Busy for a caller that would not wait, with the budget's estimate if any."""
-        due = None
-        if self._budgets is not None:
-            with self._lock:
-                budgets = self._budgets
-                if budgets is not None:
-                    now = self._clock()
-                    estimate = self._estimate_locked(now, tokens, priority)
-                    if estimate > now:
-                        due = estimate
-        return self._busy(0.0, rejected=True, due=due)
-
-    def _busy(
-        self,
-        waited: float,
-        *,
-        rejected: bool = False,
-        timed_out: bool = False,
-        due: float | None = None,
-    ) -> Busy:
-        in_flight = self._count_refusal(rejected=rejected, timed_out=timed_out)
-        retry_after = None if due is None else max(0.0, due - self._clock())
-        return Busy(
-            gate=self._name,
-            capacity=self._capacity,
-            in_flight=in_flight,
-            waited=waited,
-            retry_after_s=retry_after,
         )

@@ -1,36 +1,44 @@
-"""The slot ledger: capacity, in-flight count, the queues, the rate budgets and the handoff.
+"""The slot ledger: one gate's state under one lock, its wait queue and the handoff.
 
-Every state change of a gate happens here, under one ``threading.Lock``, in a short
-synchronous step that returns the waiters to wake; waking happens after the lock is released
-(a wake may call into another event loop, and nothing foreign runs under our lock). Nothing
-here knows which runtime is running (``waiters`` does) or what the public API looks like
-(``gate`` does); the rate arithmetic lives in ``rate``.
+Every state change of a gate happens under one ``threading.Lock``, in a short synchronous
+step that returns the waiters to wake; waking happens after the lock is released (a wake may
+call into another event loop, and nothing foreign runs under our lock). This module holds
+what those steps share: the state (capacity, in-flight count, the queues, the counters, the
+rate budgets), the ``*_locked`` primitives every step is made of (queueing, withdrawing,
+picking the next waiter, granting, giving a slot back), the wake-ups after unlocking
+(``_fire``) and the work deferred to them (``_drain``). The steps themselves live in two
+subclasses that :class:`anygate.Gate` inherits: ``slot_steps`` (a caller's acquire, wait and
+release; a capacity change) and ``budget_steps`` (what changes the rate budgets outside an
+admission: a rate change, a settle, header learning). Nothing here knows which runtime is
+running (``waiters`` does) or what the public API looks like (``gate`` does); the rate
+arithmetic lives in ``budgets``.
 
-One concern, over the usual ~500 lines on purpose: these steps share the queue, the
-counters and the budgets under one lock, and the hot ones (``_admit``, ``_release``) spell
-their bookkeeping out inline rather than calling helpers (benchmarks a and b). Splitting
-the queue into its own object would put a call on those paths.
+Split by class, not by object: the steps are methods of this same object, so the hot ones
+(``_admit``, ``_release``) still spell their bookkeeping out inline on ``self`` rather than
+calling helpers (benchmarks a and b). A queue object of its own would put a call on those
+paths. Not for use on its own: only a :class:`anygate.Gate` is a complete ledger.
 
-The invariants, each kept by the step named:
+The invariants, each kept by the step named (in this module unless another is named):
 
 I1  ``in_flight`` counts tokens that exist and are unreleased, including slots reserved for a
     woken waiter that has not resumed yet; it never goes below 0.  (``_advance_locked``)
 I2  Admission only when the caller would be *next* (nobody queued ahead of it), a slot is
     free and every rate budget allows it now. Whenever a slot frees up, capacity rises, the
     budget refills (a waiter's timer), a settle refunds or the rate changes, the next
-    waiters are admitted in the same locked step while all three hold. (``_admit``,
-    ``_enqueue``, ``_advance_locked``)
+    waiters are admitted in the same locked step while all three hold. (``_admit`` and
+    ``_enqueue`` in ``slot_steps``, ``_advance_locked``)
 I3  Lowering capacity revokes nothing; nobody is admitted until ``in_flight`` drops below
     the new capacity; lower-then-raise never admits more than the final capacity.
     (``_advance_locked`` admits only while ``in_flight < capacity``)
 I4  A waiter that leaves after a grant passes the slot on or frees it, and its rate cost is
     refunded, once; one that leaves before a grant unregisters in O(1) amortised (lazy
     deletion, ``_withdraw_locked``). (``_abandon`` via ``_drain``, ``_fire``)
-I5  Releasing is synchronous, idempotent and never awaits. (``_release``)
+I5  Releasing is synchronous, idempotent and never awaits. (``_release`` in ``slot_steps``)
 I6  No event loop is bound: waiters carry their own wake-up route (``waiters``).
 I7  Work found where the lock cannot be waited for (a finalizer running on a thread that
     already holds it) is deferred, never dropped: every locked step drains ``_deferred``
-    right after unlocking. (``_drain``; a user finalizer's ``release()``: ``_release``)
+    right after unlocking. (``_drain``; a user finalizer's ``release()``: ``_release`` in
+    ``slot_steps``)
 I8  Order: strictly FIFO within a priority class, for slots and budget together (the next
     waiter blocks everyone behind it, however cheap). Higher classes go first, but the
     longest-waiting caller is overtaken at most ``OVERTAKES`` times in a row: then it goes
@@ -49,9 +57,9 @@ I9  Each waiter is woken at most once per arming (``armed``): a grant or a *nudg
     ``TrioWaiter.parked``; asyncio: one future resolved at most once; threads: a lock
     released at most once), and the waiter's look at its state absorbs the early return.
 
-Header learning (``_limits.learn``) enters through one step, ``_hold_until``: a provider that
-reports its budget drained has ours spent until its reset, so I2 and the hot paths are
-unchanged (a hold is a debt like any other).
+Header learning (``_limits.learn``) changes the budgets through ``budget_steps``, where
+its invariant note lives (a hold is a debt like any other: I2 and the hot paths are
+unchanged).
 """
 
 from __future__ import annotations
@@ -63,14 +71,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .rate import EPSILON, BudgetMark, Budgets
+from .budgets import Budgets
+from .rate_math import EPSILON
 from .waiters import (
     DEAD,
     GONE,
     GRANTED,
     WAITING,
     Waiter,
-    inside_locked_step,
     ki_protected,
     waiter_out,
 )
@@ -81,7 +89,7 @@ if TYPE_CHECKING:
     from .rate import Rate
     from .token import Token
 
-__all__ = ["OVERTAKES", "UNLIMITED", "Ledger"]
+__all__ = ["OVERTAKES", "UNLIMITED", "Ledger", "token_out"]
 
 UNLIMITED = sys.maxsize
 # Rebuild a class queue once dead entries outnumber live ones (plus slack), so withdrawal
@@ -164,110 +172,11 @@ class Ledger:
         """Every queued entry, live or withdrawn, class by class (tests check compaction)."""
         return [waiter for queue in self._queues.values() for waiter in queue]
 
-    # ------------------------------------------------------------------ admission
-
-    @ki_protected
-    def _admit(
-        self,
-        tokens: int = 0,
-        priority: int = 0,
-        token: Token | None = None,
-        asker: Token | None = None,
-    ) -> bool:
-        """Take a slot now if the caller would be next and slot and budget allow (I2).
-
-        The uncontended path. An explicit acquire/release pair rather than ``with``: half
-        the cost on CPython 3.11, and this is the budget the benchmark measures. A
-        ``token`` (being acquired) is marked held in the same locked step, so that an
-        exception between this step and the caller finds the slot on it (I1). ``asker``
-        is the token being entered when it is not marked here (``Token.__aenter__``):
-        with split token budgets, ``token`` or ``asker`` holds the cost's output part.
-        """
-        lock = self._lock
-        lock.acquire()
-        try:
-            admitted = self._in_flight < self._limit
-            if admitted:
-                if self._live:
-                    admitted = self._overtakes_locked(priority)
-                budgets = self._budgets
-                if budgets is not None and admitted:
-                    if budgets.split:
-                        admitted = budgets.try_take_split(
-                            self._clock(), tokens, token_out(token or asker)
-                        )
-                    else:
-                        admitted = budgets.try_take(self._clock(), tokens)
-                if admitted:
-                    if self._live:
-                        self._passed += 1
-                    self._in_flight += 1
-                    self._admitted += 1
-                    if token is not None:
-                        token._gate = self  # type: ignore[assignment]  # self is the Gate
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        return admitted
+    # ------------------------------------------------------------------ the queue
 
     def _overtakes_locked(self, priority: int) -> bool:
         """Would a newcomer of ``priority`` be next although others are queued? (I8)"""
         return priority > max(self._counts) and self._passed < OVERTAKES
-
-    @ki_protected
-    def _enqueue(self, waiter: Waiter, limit_s: float | None = None) -> bool:
-        """Queue ``waiter``, or admit it at once (``True``) if it is next and can go.
-
-        With a rate and a wait limit, a waiter whose earliest possible admission lies
-        beyond ``limit_s`` seconds is refused instead: it is not queued, its state is
-        ``GONE`` and ``waiter.due`` holds the estimate (the caller raises ``Busy``).
-        """
-        wakes: list[Waiter] | None = None  # no list on the contended path without a rate
-        lock = self._lock
-        lock.acquire()
-        try:
-            tokens, priority = waiter.tokens, waiter.priority
-            budgets = self._budgets
-            if budgets is None:
-                admitted = not self._live and self._in_flight < self._limit
-                if admitted:
-                    # Recorded on the waiter, under the lock: an exception before the
-                    # caller sees our answer still finds the slot (acquire_sync, I4).
-                    waiter.state = GRANTED
-                    self._in_flight += 1
-                    self._admitted += 1
-                else:
-                    queue = self._queues.get(priority)
-                    if queue is not None and len(self._queues) == 1 and not tokens:
-                        # Joining the only class: _push_locked's common case inline.
-                        queue.append(waiter)
-                        self._counts[priority] += 1
-                        self._live += 1
-                        waiter.state = WAITING  # a ThreadWaiter is GONE until queued
-                    else:
-                        self._push_locked(waiter)
-            else:
-                now = self._clock()
-                if limit_s is not None:
-                    due = self._estimate_waiter_locked(now, waiter)
-                    if due > now + limit_s + EPSILON:
-                        waiter.state = GONE
-                        waiter.due = due
-                        return False
-                self._push_locked(waiter)
-                waiter.armed = False  # we are not parked: never wake ourselves
-                wakes = []
-                self._advance_locked(now, wakes)
-                admitted = waiter.state == GRANTED
-                waiter.armed = True
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-        return admitted
 
     def _push_locked(self, waiter: Waiter) -> None:
         priority = waiter.priority
@@ -292,104 +201,6 @@ class Ledger:
         # Last: a ThreadWaiter is GONE until queued, and an exception that reaches
         # acquire_sync before we return must find it either not queued or fully queued.
         waiter.state = WAITING
-
-    def _estimate_locked(self, now: float, tokens: int, priority: int) -> float:
-        """A lower bound of a newcomer's admission time: the budgets those ahead must pay."""
-        budgets = self._budgets
-        assert budgets is not None
-        ahead = ahead_tokens = 0
-        for p, count in self._counts.items():
-            if p >= priority:
-                ahead += count
-                ahead_tokens += self._costs[p]
-        return budgets.when(now, tokens, ahead, ahead_tokens)
-
-    def _estimate_waiter_locked(self, now: float, waiter: Waiter) -> float:
-        """:meth:`_estimate_locked` for a queued-to-be ``waiter``, its output part included."""
-        budgets = self._budgets
-        assert budgets is not None
-        if not budgets.split:
-            return self._estimate_locked(now, waiter.tokens, waiter.priority)
-        ahead = ahead_tokens = 0
-        for p, count in self._counts.items():
-            if p >= waiter.priority:
-                ahead += count
-                ahead_tokens += self._costs[p]
-        return budgets.when(now, waiter.tokens, ahead, ahead_tokens, waiter_out(waiter))
-
-    @ki_protected
-    def _poll(self, waiter: Waiter, limit_at: float | None) -> int:
-        """A rate waiter woke up (timer, nudge or spurious): admit it or re-arm it.
-
-        Returns ``GRANTED``, ``WAITING`` (``waiter.due`` is when to look again; ``inf``
-        until nudged) or ``GONE`` when its admission time lies beyond ``limit_at`` (on
-        the gate's clock): it has been withdrawn and ``waiter.due`` holds the estimate.
-        """
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            state = waiter.state
-            if state == WAITING:
-                waiter.armed = False
-                waiter.due = _INF  # set again below if it is the next one
-                now = self._clock()
-                self._advance_locked(now, wakes)
-                state = waiter.state
-                if state == WAITING:
-                    # A finite due is a budget time; inf (waiting for a slot or its turn)
-                    # is not an estimate and never refuses.
-                    due = waiter.due
-                    if limit_at is not None and limit_at + EPSILON < due < _INF:
-                        self._withdraw_locked(waiter)
-                        self._advance_locked(now, wakes)
-                        waiter.due = due
-                        state = GONE
-                    else:
-                        waiter.armed = True
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-        return state
-
-    @ki_protected
-    def _interrupt(self, waiter: Waiter) -> bool:
-        """A parked waiter is being interrupted (trio's abort); ``False``: a wake is coming.
-
-        It stays queued: the caller's own exception handler or timeout path withdraws it,
-        and a budget timer just polls again.
-        """
-        lock = self._lock
-        lock.acquire()
-        try:
-            armed = waiter.armed
-            waiter.armed = False
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        return armed
-
-    @ki_protected
-    def _withdraw(self, waiter: Waiter) -> bool:
-        """Take ``waiter`` out of the queue unless granted; ``True`` if it holds no slot."""
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            granted = self._withdraw_locked(waiter)
-            if self._budgets is not None and self._live:
-                self._advance_locked(self._clock(), wakes)  # the next one may set its timer
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-        return not granted
 
     def _withdraw_locked(self, waiter: Waiter) -> bool:
         state = waiter.state
@@ -520,239 +331,6 @@ class Ledger:
             return None
 
     @ki_protected
-    def _release(self, token: Token) -> None:
-        """Give ``token``'s slot back (I5): hand it to the next waiter or free it."""
-        successor: Waiter | None = None
-        wakes: list[Waiter] | None = None  # no list on the uncontended path
-        lock = self._lock
-        # Look first: a user's __del__ calling release() can run from a collection inside
-        # one of our own locked sections on this thread (any allocation there, or on 3.12+
-        # any call), and blocking on our own lock would hang the thread for good. The
-        # stack check runs only when the lock is taken. locked() and a blocking acquire()
-        # rather than acquire(False), whose argument costs a tuple and a parse: between
-        # the two only another thread can take the lock, and then we just wait for it.
-        if lock.locked() and inside_locked_step():
-            # Deferred (I7): the section we interrupted drains right after unlocking.
-            # A false positive (another thread holds the lock while we are merely in
-            # some protected frame) is harmless: that thread drains after unlocking,
-            # and if it already has, our own _drain() below takes the lock and does it.
-            self._deferred.append(token)
-            self._drain()
-            return
-        lock.acquire()
-        try:
-            if token._gate is not None:  # else another releaser won the race: no-op
-                token._gate = None
-                self._in_flight -= 1
-                if self._live:
-                    if self._budgets is None:
-                        # Without a rate one freed slot admits at most one waiter: the
-                        # contended path's handoff, without _advance_locked's loop.
-                        if self._in_flight < self._limit:
-                            queues = self._queues
-                            if len(queues) == 1:
-                                # One class: _pick_locked and _grant_locked spelled out.
-                                (queue,) = queues.values()
-                                successor = queue.popleft()
-                                while successor.state != WAITING:  # withdrawn earlier
-                                    successor = queue.popleft()
-                                priority = successor.priority
-                                left = self._counts[priority] - 1
-                                if left:
-                                    self._counts[priority] = left
-                                    if successor.tokens:
-                                        self._costs[priority] -= successor.tokens
-                                else:
-                                    del self._counts[priority], self._costs[priority]
-                                    del queues[priority]
-                                self._passed = 0
-                                self._live -= 1
-                                successor.state = GRANTED
-                                self._in_flight += 1
-                                self._admitted += 1
-                            else:
-                                successor = self._pick_locked()
-                                self._grant_locked(successor)
-                            if successor.armed:
-                                successor.armed = False
-                            else:
-                                successor = None
-                    else:
-                        wakes = []
-                        self._advance_locked(self._clock(), wakes)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if successor is not None and not successor.wake():
-            wakes = []
-            self._fire_failed(successor, wakes)
-        if wakes:
-            self._fire(wakes)
-
-    @ki_protected
-    def _set_limit(self, cap: float) -> None:
-        """Apply a validated capacity; raising it admits from the head (I2), lowering drains (I3)."""
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._capacity = cap
-            self._limit = UNLIMITED if cap == math.inf else int(cap)
-            budgets = self._budgets
-            self._advance_locked(0.0 if budgets is None else self._clock(), wakes)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-
-    @ki_protected
-    def _set_rate(self, rate: Rate | None) -> None:
-        """Apply a validated rate live: budgets keep their level, the next ones go if they can."""
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            now = 0.0 if rate is None else self._read_clock()
-            self._budgets = None if rate is None else Budgets(rate, now, self._budgets)
-            if now is not None:
-                self._advance_locked(now, wakes)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-
-    @ki_protected
-    def _hold_until(self, at: float) -> bool:
-        """Admit nobody before ``at`` (on the gate's clock) by spending the rate budgets.
-
-        The one gate-core hook of header learning (``_limits.learn``): a provider that says its
-        budget is drained until ``at`` gets no calls from us before then. It lives in
-        the budgets (``Budgets.hold_until``), so the hot path pays nothing and waiters
-        wait for it exactly as for any budget (I2); holding only delays, so nobody
-        needs waking: the next waiter's timer finds the later time when it fires.
-        Returns ``False`` (and holds nothing) when the gate has no rate budget to spend
-        or its clock cannot be read now.
-        """
-        lock = self._lock
-        lock.acquire()
-        try:
-            budgets = self._budgets
-            now = None if budgets is None else self._read_clock()
-            held = budgets is not None and now is not None
-            if budgets is not None and now is not None:
-                if not budgets.started:
-                    budgets._start(now)
-                budgets.hold_until(at)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        return held
-
-    @ki_protected
-    def _budget_mark(self) -> BudgetMark | None:
-        """``Gate.budget_mark``: the budgets' charges so far, stamped with the clock now;
-        the reference a later :meth:`_lower_budgets` counts this gate's own admissions
-        from. ``None`` without a rate budget or a readable clock."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            budgets = self._budgets
-            now = None if budgets is None else self._read_clock()
-            mark = None if budgets is None or now is None else budgets.mark(now)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        return mark
-
-    @ki_protected
-    def _lower_budgets(
-        self,
-        mark: BudgetMark,
-        requests: float | None,
-        tokens: float | None,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-    ) -> bool:
-        """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
-
-        The second gate-core hook of header learning (``_limits.learn``), beside
-        :meth:`_hold_until`: ``requests`` / ``tokens`` units were left at ``mark`` by the
-        provider's count; this gate's own charges since ``mark`` are subtracted. The
-        request and total-token budgets are only ever lowered, so, as with a hold, nobody
-        needs waking for them (I2); the input- and output-token budgets (``input_tokens``
-        / ``output_tokens``) are set to the provider's count, and a raise admits whoever
-        it lets go, from the head of the queue (I9). Returns ``False`` when nothing
-        changed, the gate has no rate budget, or its clock cannot be read now.
-        """
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            budgets = self._budgets
-            now = None if budgets is None else self._read_clock()
-            lowered = False
-            if budgets is not None and now is not None:
-                if not budgets.started:
-                    budgets._start(now)
-                if budgets.split:
-                    lowered = budgets.lower_since(
-                        now, mark, requests, tokens, input_tokens, output_tokens
-                    )
-                else:
-                    lowered = budgets.lower_since(now, mark, requests, tokens)
-                if lowered and budgets.split and self._live:
-                    self._advance_locked(now, wakes)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-        return lowered
-
-    @ki_protected
-    def _settle(self, token: Token, tokens: int, out: int | None = None) -> None:
-        """Make ``token``'s token charge ``tokens`` (``out`` of them output; ``None``:
-        the output part stays, at most ``tokens``): charge or refund the difference once."""
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            delta = tokens - token._cost
-            was_out = token_out(token)
-            if out is None:
-                out = min(was_out, tokens)
-            token._cost = tokens  # the next settle charges relative to this one
-            if out or was_out:
-                token._out = out
-            out_delta = out - was_out
-            in_delta = delta - out_delta
-            budgets = self._budgets
-            if budgets is not None and (delta or (out_delta and budgets.split)):
-                # A charge is paid now, like one at admission (see Budgets.settle).
-                more = delta > 0 or in_delta > 0 or out_delta > 0
-                at = self._read_clock() if more else None
-                if budgets.split:
-                    budgets.settle(delta, at, in_delta, out_delta)
-                else:
-                    budgets.settle(delta, at)
-                if (delta < 0 or in_delta < 0 or out_delta < 0) and self._live:
-                    self._advance_locked(self._clock(), wakes)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
-
-    @ki_protected
     def _fire(self, wakes: list[Waiter]) -> None:
         """Wake waiters outside the lock; one that can never run again gives its turn up."""
         i = 0
@@ -846,20 +424,3 @@ class Ledger:
                 lock.release()
             if wakes:
                 self._fire(wakes)
-
-    @ki_protected
-    def _count_refusal(self, *, rejected: bool = False, timed_out: bool = False) -> int:
-        """Count a refused or timed-out acquire; returns ``in_flight`` for the message."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            if rejected:
-                self._rejected += 1
-            if timed_out:
-                self._timed_out += 1
-            in_flight = self._in_flight
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        return in_flight

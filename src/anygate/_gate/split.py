@@ -21,8 +21,8 @@ __all__ = ["Bucket"]
 class Bucket:
     """A GCRA budget of ``per_minute`` units, holding at most ``tau`` seconds of refill.
 
-    Same arithmetic as the gate's other budgets (``rate.admission_time`` and
-    ``rate.charge``, spelled out here: ``rate`` imports this module):
+    Same arithmetic as the gate's other budgets (``rate_math.admission_time`` and
+    ``rate_math.charge``, spelled out here):
     the level at ``t`` is ``(tau - max(0, tat - t)) / interval`` units, negative in debt.
     ``spent`` counts every unit charged (never refunds), ``back`` every unit refunded by a
     settle: what a provider's ``remaining`` header is synced against (``lower``).

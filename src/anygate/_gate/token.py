@@ -11,10 +11,10 @@ builds one object, not an acquisition object and then a token (benchmark a). Its
 * **released** (``_gate`` None, ``_since >= 0``): given back, once.
 
 Awaiting or entering a held token again gives it back as is. The uncontended admission
-and release are the ledger's common cases spelled out here (``Ledger._admit`` and
-``Ledger._release``; the invariants I2 and I5 live there), and so is the contended path's
-common case, one park ended by a grant (``Gate._park`` and ``Gate._wait`` do the rest): a
-call or a coroutine fewer on each path the benchmarks measure (a and b).
+and release are the ledger's common cases spelled out here (``SlotSteps._admit`` and
+``SlotSteps._release``; the invariants I2 and I5 live there), and so is the contended
+path's common case, one park ended by a grant (``Parking._park`` and ``Parking._wait`` do
+the rest): a call or a coroutine fewer on each path the benchmarks measure (a and b).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ class Token:
         # skips the fast path's lock round trip, and its park is the schedule point.
         free = not gate._live and gate._in_flight < gate._limit
         if free:
-            # Ledger._admit's common case (nobody queued, a slot free, no rate), inline.
+            # SlotSteps._admit's common case (nobody queued, a slot free, no rate), inline.
             lock = gate._lock
             lock.acquire()
             try:
@@ -322,7 +322,7 @@ class Token:
             return self
         # Queue and park with no timeout: the contended path (benchmark b), inline down to
         # the common case, one park ended by a grant; anything else (a rate budget's timer,
-        # a nudge) continues in Gate._park.
+        # a nudge) continues in Parking._park.
         # On asyncio the loop is known from the cancel point: the waiter is built for it
         # (and parks on its future) without asking again.
         waiter = _waiters.async_waiter() if loop is None else _waiters.asyncio_waiter(loop)
@@ -382,7 +382,7 @@ class Token:
         gate = self._gate
         if gate is None:
             return _DONE
-        # Ledger._release's common case (nobody queued: the slot is only freed), inline.
+        # SlotSteps._release's common case (nobody queued: the slot is only freed), inline.
         # A waiter to hand it to (seen before locking, or under the lock), or the lock
         # taken (maybe by a finalizer running on this very thread), takes the full path.
         lock = gate._lock
@@ -477,7 +477,7 @@ def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
 
 def pending_token(gate: Gate, code: CodeType, lasti: int, cost: int) -> Token:
     """A token being acquired (``ACQUIRING``), not admitted yet; the locked step that
-    admits it marks it held (``Ledger._admit(token=)``), so that no step between
+    admits it marks it held (``SlotSteps._admit(token=)``), so that no step between
     admission and the caller leaves a slot held by nobody (``Gate.acquire_sync``)."""
     token: Token = _new_token(Token)
     token._gate = None

@@ -329,7 +329,7 @@ class TrioWaiter(Waiter):
     A wake-up that finds the task not parked is *kept* (``pending``), never dropped: the
     next :meth:`park` then returns at once instead of parking (issue 26, item 6). Dropping
     it lost grants: a release run on this very thread between queueing and parking (a
-    user ``__del__`` in a collection, or the deferred work ``Ledger._enqueue`` drains as
+    user ``__del__`` in a collection, or the deferred work ``SlotSteps._enqueue`` drains as
     it unlocks, I7) grants the waiter and wakes it before it parks; the grant disarmed it,
     so nothing else would ever wake it and its abort refused to cancel (a task parked for
     ever on a granted slot). A kept wake-up that turns out stale costs one look at the
@@ -510,7 +510,7 @@ _locked_count = 0
 def inside_locked_step() -> bool:
     """Whether this thread is running inside a ``@ki_protected`` function (stack walk).
 
-    Only called when a gate's lock is taken, from ``Ledger._release``: a user finalizer's
+    Only called when a gate's lock is taken, from ``SlotSteps._release``: a user finalizer's
     release that finds its own thread inside a locked step must defer, not block.
     """
     global _locked_codes, _locked_count
@@ -518,7 +518,7 @@ def inside_locked_step() -> bool:
         _locked_codes = frozenset(getattr(fn, "__code__", None) for fn in _protected)
         _locked_count = len(_protected)
     codes = _locked_codes
-    frame: FrameType | None = sys._getframe(2)  # skip ourselves and Ledger._release
+    frame: FrameType | None = sys._getframe(2)  # skip ourselves and SlotSteps._release
     while frame is not None:
         if frame.f_code in codes:
             return True

@@ -12,7 +12,7 @@ objects into the gate's ``rate``:
   the same. A changed limit (a tier upgrade, a lowered quota) needs its own streak.
 * **Holding.** A drained bucket (``remaining == 0``) tells a lot: its limit is adopted at
   once, and the gate admits nobody until the reported reset (at most ``max_hold_s``,
-  default 60 s), through the gate's one hold hook (``Ledger._hold_until``).
+  default 60 s), through the gate's one hold hook (``BudgetSteps._hold_until``).
 * **Syncing.** A report of what is ``remaining`` in a bucket the gate paces (requests,
   tokens) brings the gate's own budget down to it, less what this gate admitted after the
   reported request was sent (``sent``, a mark the caller took at admission; see

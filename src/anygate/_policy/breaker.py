@@ -86,7 +86,7 @@ __all__ = [
 #: woken by a timer set for that end may read it 1 ulp early; without slack it was turned
 #: away, waited a zero-length timeout and asked again, spinning for ever on a virtual clock
 #: that only advances when everyone sleeps (seen in the max-wait test under trio's
-#: MockClock). The gate's rate budgets need the same slack (``_gate.rate.EPSILON``).
+#: MockClock). The gate's rate budgets need the same slack (``_gate.rate_math.EPSILON``).
 _SLACK_S = 1e-9
 
 # State changes of a breaker used directly are logged here; a policy's permits are quiet,

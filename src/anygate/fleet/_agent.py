@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._gate.rate import Budgets
+from .._gate.budgets import Budgets
 from ._redis import RATELESS, Link, LinkDown
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ With a fleet :class:`anygate.Rate`, the budget that decides whether the local ga
 admit is not a local GCRA but a pool of *permits* the agent obtained from Redis: each
 permit is one admission the fleet's GCRA (in the Lua script, on Redis ``TIME``) already
 charged, with the tokens it covers. The local gate's ledger calls this object exactly as it
-calls :class:`anygate._gate.rate.Budgets` (``try_take``, ``when``, ``take``, ``refund``,
+calls :class:`anygate._gate.budgets.Budgets` (``try_take``, ``when``, ``take``, ``refund``,
 ``statistics``), under the gate's lock; the agent refills it under the same lock.
 
 Why a pool and not a share of the rate per process: a per-process share must be re-divided
@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from .._gate.rate import RateStatistics
 
 if TYPE_CHECKING:
-    from .._gate.rate import Budgets, Rate
+    from .._gate.budgets import Budgets
+    from .._gate.rate import Rate
 
 __all__ = ["FleetBudgets"]
 

@@ -7,13 +7,13 @@ acquire gets its lease and its permit in the same call). It sees the lease part'
 State, beside the leases (times in ms of Redis ``TIME``):
 
 ``meta``  fields ``rtat`` / ``ttat``: the theoretical arrival times of the fleet's request
-          and token budgets (GCRA, virtual scheduling, as ``anygate._gate.rate``: allow a cost
+          and token budgets (GCRA, virtual scheduling, as ``anygate._gate.rate_math``: allow a cost
           ``c`` at ``now >= tat - tau + min(c * T, tau)``, then ``tat = max(tat, now) +
           c * T``). Missing (first use, or Redis lost its data): the budget starts empty,
           ``tat = now + tau``, as the local gate's does, so a restart never grants a burst.
 ``sl``    hash tick index -> admissions granted in that tick (``window / 10`` ms on Redis
           time): the slope bound ``count(window) <= ramp x count(previous) + floor`` for
-          every window of whole ticks containing the current one (``_rate.slope_allowance``).
+          every window of whole ticks containing the current one (``rate_math.slope_allowance``).
 
 A permit is granted per queued caller, in queue order, while its request *and* its tokens
 conform and the slope allows; the first that does not stops the loop (FIFO: nobody behind

@@ -1,0 +1,490 @@
+"""The per-gate rate state: :class:`Budgets`, the GCRA budgets and the slope tick ring.
+
+One gate's mutable rate state, charged by the ledger under the gate's lock: the request and
+total-token budgets spelled out inline (the uncontended path, :meth:`Budgets.try_take`, is
+the benchmark's), the split input/output budgets as ``split.Bucket`` objects, the slope
+bound's ring of per-tick counts, and the header sync surface that policy learning reaches
+through the ledger (``hold_until``, ``mark``, ``lower_since``). The formulas are the pure
+functions of ``rate_math``; what a rate *is* (the validated :class:`anygate.Rate`) lives in
+``rate``.
+
+Not thread-safe on its own, not public and not a limiter by itself: the ledger owns one
+per gate and runs every method under its lock (the fleet's ``FleetBudgets`` stands in for
+it on a fleet gate).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .rate import BudgetMark, RateStatistics
+from .rate_math import EPSILON, TICKS, admission_time, charge, slope_allowance
+from .split import Bucket
+
+if TYPE_CHECKING:
+    from .rate import Rate
+
+__all__ = ["SPLIT_BURST_S", "Budgets"]
+
+#: Seconds of refill the input- and output-token budgets hold: a minute. Anthropic's
+#: buckets hold the whole per-minute limit ("continuously replenished up to your maximum
+#: limit", its rate-limit documentation), and an output charge is ``max_tokens`` until
+#: the answer settles it: held to ``burst_s`` (1 s), each call's reservation became a debt
+#: refunded only when the call ended, pacing at OTPM / max_tokens (measured on the
+#: Anthropic-like TOKEN_TUNING cell, issue 30: 1.152x the oracle with a 1 s input budget
+#: and this one, 1.235x at 10 s, 1.607x at 1 s; 1.124x with both at 60 s). The budgets
+#: still start empty, so this never exceeds the provider's own bucket.
+SPLIT_BURST_S = 60.0
+
+
+class Budgets:
+    """The mutable rate state of one gate; every method runs under the gate's lock.
+
+    Not thread-safe on its own and not public: :class:`anygate.Gate` owns one per rate.
+    """
+
+    __slots__ = (
+        "_allow",
+        "_counts",
+        "_current",
+        "_epoch",
+        "_floor",
+        "_ramp",
+        "_req_step",
+        "_tick",
+        "_tick_end",
+        "_tick_index",
+        "inp",
+        "max_tokens",
+        "outp",
+        "rate",
+        "req_interval",
+        "req_ready",
+        "req_spent",
+        "req_tat",
+        "req_tau",
+        "split",
+        "started",
+        "tok_back",
+        "tok_interval",
+        "tok_spent",
+        "tok_tat",
+        "tok_tau",
+    )
+
+    _allow: int
+    _counts: list[int]
+    _current: int
+    _epoch: float
+    _floor: int
+    _ramp: float
+    _tick: float
+    _tick_end: float
+    _tick_index: int
+    req_spent: float
+    tok_spent: float
+    inp: Bucket | None
+    outp: Bucket | None
+    split: bool
+    tok_back: float
+
+    def __init__(self, rate: Rate, now: float | None, old: Budgets | None = None) -> None:
+        """Budgets that start empty at ``now``; ``old``'s levels and history carry over.
+
+        ``now=None`` (the clock cannot be read yet: a virtual clock outside its run) makes
+        them start, empty, at the first slow-path step; the fast path refuses until then.
+        """
+        self.rate = rate
+        self.started = now is not None
+        # Units charged so far (admissions and settle charges, never refunds), carried over
+        # a rate change: what ``lower_since`` subtracts for admissions after a mark.
+        self.req_spent = 0.0 if old is None else old.req_spent
+        self.tok_spent = 0.0 if old is None else old.tok_spent
+        self.tok_back = 0.0 if old is None else old.tok_back
+        if now is None:
+            now = 0.0
+        elif old is not None and not old.started:
+            old = None
+        burst = rate.burst_s
+        self.req_interval = self.req_tau = self.req_tat = self._req_step = 0.0
+        self.req_ready = -math.inf
+        self.tok_interval = self.tok_tau = self.tok_tat = 0.0
+        rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
+        # The largest cost one admission may state: a whole minute of the token budget.
+        self.max_tokens = math.inf if tpm is None else tpm
+        # The split budgets (ITPM / OTPM): objects, off the inline fast path; see split.py.
+        itpm, otpm = rate.input_tokens_per_minute, rate.output_tokens_per_minute
+        split_tau = max(burst, SPLIT_BURST_S)
+        old_in = None if old is None else old.inp
+        old_out = None if old is None else old.outp
+        self.inp = None if itpm is None else Bucket(itpm, split_tau, now, old_in)
+        self.outp = None if otpm is None else Bucket(otpm, split_tau, now, old_out)
+        self.split = self.inp is not None or self.outp is not None
+        if itpm is not None:
+            # A cost stating no output part is all input: at most a minute of ITPM.
+            self.max_tokens = min(self.max_tokens, itpm)
+        if rpm is not None:
+            self.req_interval = 60.0 / rpm
+            self.req_tau = burst
+            level = old.requests_left(now) if old is not None else None
+            self.req_tat = self._tat_for(level, now, self.req_interval, self.req_tau)
+            self._update_ready()
+        if tpm is not None:
+            self.tok_interval = 60.0 / tpm
+            self.tok_tau = burst
+            level = old.tokens_left(now) if old is not None else None
+            self.tok_tat = self._tat_for(level, now, self.tok_interval, self.tok_tau)
+        self._ramp = rate.ramp or 0.0
+        self._floor = rate.floor
+        self._tick = rate.window_s / TICKS
+        self._current = 0
+        if old is not None and old._tick == self._tick:
+            # Keep the window history: a live change must not forget recent admissions.
+            old._flush()
+            self._epoch, self._counts = old._epoch, old._counts
+            self._tick_index, self._tick_end = old._tick_index, old._tick_end
+        else:
+            # A new (or re-sized) window starts with an idle history: the floor applies.
+            self._epoch = now
+            self._counts = [0] * (2 * TICKS)
+            self._tick_index = 0
+            self._tick_end = now + self._tick
+        self._allow = slope_allowance(self._counts, self._ramp, self._floor) if self._ramp else 0
+        self._roll(now)
+        if not self.started:
+            self.req_ready = math.inf  # the fast path defers to when(), which starts us
+
+    def _start(self, now: float) -> None:
+        self.__init__(self.rate, now)  # type: ignore[misc]  # re-run in place, once
+
+    @staticmethod
+    def _tat_for(level: float | None, now: float, interval: float, tau: float) -> float:
+        # A new budget starts empty (level 0); a changed one keeps its level in units.
+        units = 0.0 if level is None else min(level, tau / interval)
+        return now + tau - units * interval
+
+    def _update_ready(self) -> None:
+        # The earliest time the next request conforms (admission_time with cost 1).
+        if self.req_interval:
+            self._req_step = min(self.req_interval, self.req_tau) - self.req_tau
+            self.req_ready = self.req_tat + self._req_step
+        else:
+            self.req_ready = -math.inf
+
+    # ------------------------------------------------------------------ views
+
+    def requests_left(self, now: float) -> float | None:
+        """Request units in the budget now (negative in debt), or ``None`` if unlimited."""
+        if not self.req_interval:
+            return None
+        return (self.req_tau - max(0.0, self.req_tat - now)) / self.req_interval
+
+    def tokens_left(self, now: float) -> float | None:
+        """Token units in the budget now (negative in debt), or ``None`` if unlimited."""
+        if not self.tok_interval:
+            return None
+        return (self.tok_tau - max(0.0, self.tok_tat - now)) / self.tok_interval
+
+    def window_counts(self, now: float) -> tuple[int, int]:
+        """Admissions in the current and the previous ``window_s`` (whole ticks)."""
+        self._roll(now)  # flushes the current tick's count
+        counts = self._counts
+        return sum(counts[TICKS:]), sum(counts[:TICKS])
+
+    # ------------------------------------------------------------------ admission
+
+    def try_take(self, now: float, tokens: int) -> bool:
+        """Pay for one admission now if every budget allows it: the uncontended path.
+
+        :func:`admission_time`, :func:`charge` and :meth:`take` spelled out inline: this
+        runs on every uncontended acquire, whose budget is a few hundred nanoseconds.
+        Budgets with a split part go through :meth:`try_take_split` instead.
+        """
+        late = now + 1e-9  # EPSILON, as a constant
+        if late < self.req_ready:
+            return False
+        tok_interval = self.tok_interval
+        if tok_interval:
+            tau = self.tok_tau
+            cost = tokens * tok_interval
+            if late < self.tok_tat - tau + (cost if cost < tau else tau):
+                return False
+        if late >= self._tick_end:
+            self._roll(now)
+        if self._allow < 1 and self._ramp:
+            return False
+        interval = self.req_interval
+        if interval:
+            tat = self.req_tat
+            if tat < now:
+                tat = now
+            tat += interval
+            self.req_tat = tat
+            self.req_ready = tat + self._req_step
+            self.req_spent += 1
+        if tokens and tok_interval:
+            tat = self.tok_tat
+            if tat < now:
+                tat = now
+            self.tok_tat = tat + tokens * tok_interval
+            self.tok_spent += tokens
+        self._current += 1
+        self._allow -= 1
+        return True
+
+    def try_take_split(self, now: float, tokens: int, out: int) -> bool:
+        """:meth:`try_take` for budgets with input/output parts (``out`` of ``tokens`` is
+        output): the general :meth:`when` and :meth:`take`, off the inline fast path."""
+        if not self.started:
+            return False  # the slow path starts them (when())
+        if self.when(now, tokens, out=out) > now + EPSILON:
+            return False
+        self.take(now, tokens, out)
+        return True
+
+    def _split_due(self, now: float, tokens: int, out: int, ahead_in: float = 0.0) -> float:
+        """When the split budgets admit ``tokens`` (``out`` of them output) at the earliest."""
+        at = now
+        if self.inp is not None:
+            at = max(at, self.inp.at(now, tokens - out, ahead_in))
+        if self.outp is not None:
+            at = max(at, self.outp.at(now, out))
+        return at
+
+    def _split_pay(self, at: float, tokens: int, out: int) -> None:
+        if self.inp is not None:
+            self.inp.pay(at, tokens - out)
+        if self.outp is not None:
+            self.outp.pay(at, out)
+
+    def statistics(self, now: float) -> RateStatistics:
+        """The rate view at ``now``."""
+        if not self.started:
+            self._start(now)
+        current, previous = self.window_counts(now)
+        return RateStatistics(
+            rate=self.rate,
+            requests_available=self.requests_left(now),
+            tokens_available=self.tokens_left(now),
+            next_admission_s=self.next_admission(now),
+            admitted_this_window=current,
+            admitted_previous_window=previous,
+            input_tokens_available=None if self.inp is None else self.inp.left(now),
+            output_tokens_available=None if self.outp is None else self.outp.left(now),
+        )
+
+    def when(
+        self, now: float, tokens: int, ahead: int = 0, ahead_tokens: int = 0, out: int = 0
+    ) -> float:
+        """Earliest admission time of a request behind ``ahead`` others (a lower bound).
+
+        Exact for the head (``ahead == 0``): the latest of every budget's GCRA time and
+        the slope bound's next allowance. Behind others, only the budgets they must pay
+        first are counted, so the estimate never exceeds the true time (the split budgets
+        count none of the costs ahead: the queue keeps only their total).
+        """
+        if not self.started:
+            self._start(now)
+        at = now
+        if self.req_interval:
+            tat = max(self.req_tat, now) + ahead * self.req_interval
+            at = max(at, admission_time(tat, now, 1, self.req_interval, self.req_tau))
+        if self.tok_interval:
+            tat = max(self.tok_tat, now) + ahead_tokens * self.tok_interval
+            at = max(at, admission_time(tat, now, tokens, self.tok_interval, self.tok_tau))
+        if self.split:
+            at = max(at, self._split_due(now, tokens, out))
+        if self._ramp and not ahead:
+            at = max(at, self._slope_time(at))
+        return at
+
+    def take(self, at: float, tokens: int, out: int = 0) -> None:
+        """Charge one admission at time ``at`` (``<= now``) to every budget."""
+        if self.req_interval:
+            self.req_tat = charge(self.req_tat, at, 1, self.req_interval)
+            self._update_ready()
+            self.req_spent += 1
+        if self.tok_interval and tokens:
+            self.tok_tat = charge(self.tok_tat, at, tokens, self.tok_interval)
+            self.tok_spent += tokens
+        if self.split:
+            self._split_pay(at, tokens, out)
+        # Counted with or without a ramp: statistics report admissions per window.
+        if at + EPSILON >= self._tick_end:
+            self._roll(at)
+        self._current += 1
+        self._allow -= 1
+
+    def next_admission(self, now: float) -> float:
+        """Seconds until a request stating no tokens could be admitted (slots aside)."""
+        return max(0.0, self.when(now, 0) - now)
+
+    def settle(self, delta: int, now: float | None, in_delta: int = 0, out_delta: int = 0) -> None:
+        """A token settle: charge ``delta`` more tokens (refund when negative).
+
+        A charge is paid at ``now``, like one at admission (:func:`charge`): a tat in the
+        past only means "full", and adding to it would lose the charge in the burst cap.
+        Refunds stay relative (the level is capped anyway). ``in_delta`` / ``out_delta``
+        are the input and output parts' changes, for the split budgets (``now`` may be
+        ``None`` only when no part is charged more).
+        """
+        if self.inp is not None and in_delta:
+            self.inp.settle(in_delta, now)
+        if self.outp is not None and out_delta:
+            self.outp.settle(out_delta, now)
+        if delta > 0 and self.tok_interval:
+            self.tok_spent += delta
+            if now is not None and self.tok_tat < now:
+                self.tok_tat = now
+        elif delta < 0 and self.tok_interval:
+            self.tok_back -= delta
+        if self.tok_interval and delta:
+            self.tok_tat += delta * self.tok_interval
+
+    def refund(self, requests: int, tokens: int, out: int = 0) -> None:
+        """Give budget back (negative values charge more); the slope counts stay.
+
+        ``out`` is the output part of ``tokens``, for the split budgets (:meth:`settle`
+        moves those itself: this is for an admission given back whole).
+        """
+        if self.split:
+            if self.inp is not None:
+                self.inp.refund(tokens - out)
+            if self.outp is not None:
+                self.outp.refund(out)
+        if self.req_interval and requests:
+            self.req_tat -= requests * self.req_interval
+            self._update_ready()
+        if self.tok_interval and tokens:
+            self.tok_tat -= tokens * self.tok_interval
+
+    def hold_until(self, at: float) -> None:
+        """Spend every budget until ``at``: no admission before it, then refill as usual.
+
+        For a provider that said its own budget is drained until ``at``. The request
+        budget is left with one unit at ``at`` and the token budget with none (a call
+        stating tokens then waits for their refill), exactly as if admissions had
+        drained them; a budget already owing past ``at`` keeps its debt. Deferred to
+        the first slow-path step if the budgets have not started.
+        """
+        if self.req_interval:
+            tat = at + self.req_tau - min(self.req_interval, self.req_tau)
+            if tat > self.req_tat:
+                self.req_tat = tat
+                self._update_ready()
+        if self.tok_interval:
+            tat = at + self.tok_tau
+            if tat > self.tok_tat:
+                self.tok_tat = tat
+        for bucket in (self.inp, self.outp):
+            if bucket is not None:
+                bucket.hold(at)
+
+    def mark(self, now: float) -> BudgetMark:
+        """What has been charged so far, stamped ``now``: the reference of :meth:`lower_since`."""
+        if not self.split:
+            return BudgetMark(now, self.req_spent, self.tok_spent, self.tok_back)
+        return BudgetMark(
+            now,
+            self.req_spent,
+            self.tok_spent,
+            self.tok_back,
+            0.0 if self.inp is None else self.inp.spent - self.inp.back,
+            0.0 if self.outp is None else self.outp.spent - self.outp.back,
+        )
+
+    def lower_since(
+        self,
+        now: float,
+        mark: BudgetMark,
+        requests: float | None,
+        tokens: float | None,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
+    ) -> bool:
+        """Lower each budget to what a provider said was left at ``mark``, less our spending since.
+
+        For a provider's ``remaining`` header (``_limits.learn``): ``requests`` / ``tokens``
+        units were left in its bucket when the reported request was sent (``mark`` taken
+        right after that request was charged here). Everything this gate charged since
+        (``spent - mark``) is assumed to be counted against that bucket by now, and no
+        refill since is credited, so ``left - spent_since`` is a lower bound on the
+        provider's level: a budget above it is brought down to it, possibly into debt
+        (the provider refills slower than we pace, e.g. another client spends from it).
+        The crediting of no refill is the conservative choice: a report ``d`` seconds old
+        understates the level by ``d`` seconds of the provider's net refill (callers drop
+        reports older than one already applied, see ``RateLearner``). Never raises a
+        level of the request or total-token budget (the input- and output-token budgets
+        are set to the provider's count either way: ``split.Bucket.sync``); ``None`` (or a
+        budget the gate does not have) changes nothing. Returns ``True`` if a budget
+        changed.
+        """
+        changed = False
+        if requests is not None and self.req_interval:
+            level = requests - (self.req_spent - mark.requests)
+            tat = now + self.req_tau - level * self.req_interval
+            if tat > self.req_tat:
+                self.req_tat = tat
+                self._update_ready()
+                changed = True
+        if tokens is not None and self.tok_interval:
+            level = tokens - (self.tok_spent - mark.tokens)
+            tat = now + self.tok_tau - level * self.tok_interval
+            if tat > self.tok_tat:
+                self.tok_tat = tat
+                changed = True
+        # The split budgets count net charges (settle refunds subtracted): their marks
+        # hold ``spent - back`` (see ``mark``). They are set, not only lowered (see
+        # ``split.Bucket.sync``).
+        if input_tokens is not None and self.inp is not None:
+            since = self.inp.spent - self.inp.back - mark.input_tokens
+            changed |= self.inp.sync(now, input_tokens, since)
+        if output_tokens is not None and self.outp is not None:
+            since = self.outp.spent - self.outp.back - mark.output_tokens
+            changed |= self.outp.sync(now, output_tokens, since)
+        return changed
+
+    # ------------------------------------------------------------------ slope ticks
+
+    def _index(self, t: float) -> int:
+        return math.floor((t - self._epoch + EPSILON) / self._tick)
+
+    def _flush(self) -> None:
+        # The current tick's count lives in a plain int on the hot path (a list item
+        # update costs more); it joins the ring whenever the ring is read.
+        if self._current:
+            self._counts[-1] += self._current
+            self._current = 0
+
+    def _roll(self, now: float) -> None:
+        """Move the tick ring forward to the tick containing ``now``."""
+        self._flush()
+        index = self._index(now)
+        steps = index - self._tick_index
+        if steps > 0:
+            counts = self._counts
+            if steps >= len(counts):
+                counts[:] = [0] * len(counts)
+            else:
+                del counts[:steps]
+                counts.extend([0] * steps)
+            self._tick_index = index
+            if self._ramp:
+                self._allow = slope_allowance(counts, self._ramp, self._floor)
+        self._tick_end = self._epoch + (self._tick_index + 1) * self._tick
+
+    def _slope_time(self, at: float) -> float:
+        """Earliest time ``>= at`` with slope allowance for one more admission."""
+        steps = self._index(at) - self._tick_index if at + EPSILON >= self._tick_end else 0
+        if steps <= 0 and self._allow >= 1:
+            return at
+        self._flush()
+        counts = self._counts
+        size = len(counts)
+        for extra in range(max(steps, 1), size + 1):
+            # The ring as it will look ``extra`` ticks on, with no admissions meanwhile.
+            view = counts[extra:] + [0] * extra
+            if slope_allowance(view, self._ramp, self._floor) >= 1:
+                return max(at, self._epoch + (self._tick_index + extra) * self._tick)
+        return at  # not reached: an idle ring allows the floor (>= 1)
