@@ -324,13 +324,6 @@ def test_a_bad_settle_changes_nothing() -> None:
     token.release()
 
 
-def test_fleet_gate_refuses_split_budgets() -> None:
-    """The fleet's Redis budgets have no split parts: a FleetGate says so at construction."""
-    fleet = pytest.importorskip("anygate.fleet")
-    with pytest.raises(ValueError, match="input_tokens_per_minute"):
-        fleet.FleetGate("llm", capacity=4, url="redis://127.0.0.1:1/0", rate=SPLIT)
-
-
 # ---------------------------------------------------------------------- headers
 
 

@@ -42,3 +42,13 @@ async def fleet_api() -> None:
     assert_type(rated.acquire_sync(tokens=5), anygate.Token)
     assert_type(rated.acquire_nowait(tokens=5, priority=2), anygate.Token)
     FleetGate("llm", capacity=16, rate="60/min")  # type: ignore[arg-type]
+    split = FleetGate(
+        "llm",
+        capacity=16,
+        rate=anygate.Rate(input_tokens_per_minute=30_000, output_tokens_per_minute=8_000),
+    )
+    token = await split.acquire(timeout=1.0, tokens=1_100, output_tokens=1_000)
+    token.settle(tokens=400, output_tokens=300)
+    assert_type(split.acquire_sync(tokens=5, output_tokens=1), anygate.Token)
+    assert_type(split.acquire_nowait(output_tokens=5), anygate.Token)
+    split.acquire(output_tokens="5")  # type: ignore[arg-type]

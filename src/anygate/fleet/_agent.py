@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._gate.budgets import Budgets
-from ._redis import RATELESS, Link, LinkDown
+from ._permits import Returned, rate_share
+from ._ratescript import rate_argv
+from ._redis import RATELESS, SPLITLESS, Link, LinkDown
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -288,7 +290,7 @@ class Agent:
         gate = self.gate
         moving = gate.waiting or self.limit is not None or self._hinted or self._cap_requests
         budgets = self.budgets
-        if budgets is not None and (budgets.adjust or budgets.permits):
+        if budgets is not None and (budgets.settled() or budgets.permits):
             moving = True
         return self.s.poll_interval if moving else self.s.idle_poll_interval
 
@@ -348,9 +350,9 @@ class Agent:
             due = True  # withdraw the ticket: nobody here waits any more
         budgets = self.budgets
         if budgets is not None:
-            if budgets.wanted and gate.waiting and now >= self._permit_at:
+            if budgets.wanted and gate.waiting and (now >= self._permit_at or budgets.retry):
                 due = True  # callers wait for fleet rate permits
-            if budgets.adjust or (budgets.permits and not gate.waiting):
+            if budgets.settled() or (budgets.permits and not gate.waiting):
                 due = True  # settled tokens, or unused permits, go back to the fleet
         if now >= self._heartbeat_at and (held > 0 or self._ticket):
             due = True
@@ -376,7 +378,7 @@ class Agent:
             wantmax = keep
         if want is None:
             want = wantmax
-        rate = self._rate_args(op)
+        rate, split = self._rate_args(op)
         started = time.monotonic()
         self.calls += 1
         logger.debug(
@@ -402,6 +404,7 @@ class Agent:
             epoch=self.epoch,
             op=op,
             rate=rate,
+            split=split,
         )
         logger.debug(
             "fleet %r %s: -> held=%s limit=%s used=%s",
@@ -447,35 +450,21 @@ class Agent:
                 budgets.down = False
                 budgets.fallback = None
             next_at = -math.inf if wait is None else time.monotonic() + wait
-            self.gate._refill(budgets, reply.permits, reply.permit_tokens, next_at)
+            inputs, outputs = reply.permit_inputs, reply.permit_outputs
+            self.gate._refill(budgets, reply.permits, reply.permit_tokens, next_at, inputs, outputs)
         return reply
 
-    def _rate_args(self, op: str) -> tuple[object, ...]:
-        """The script's rate arguments; a sync (or leave) gives the unused permits back."""
+    def _rate_args(self, op: str) -> tuple[tuple[object, ...], tuple[object, ...]]:
+        """The script's rate and split-budget arguments (ARGV 14-24, 26-33); a sync (or
+        leave) gives the unused permits back."""
         budgets, rate = self.budgets, self.s.rate
         if budgets is None or rate is None:
-            return RATELESS
-        costs: list[int] = []
-        returned = (0, 0, 0)
-        in_flight = self.gate.in_flight
-        if op in ("sync", "leave"):
-            most = self.PERMIT_BATCH if op == "sync" else 0
-            in_flight, costs, returned = self.gate._rate_demand(budgets, most)
-        rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
-        ramp = rate.ramp
-        return (
-            "" if rpm is None else repr(float(rpm)),
-            "" if tpm is None else repr(float(tpm)),
-            repr(rate.burst_s * 1000.0),
-            in_flight,
-            ",".join(map(str, costs)),
-            returned[0],
-            returned[1],
-            returned[2],
-            "" if not ramp else repr(float(ramp)),
-            repr(rate.window_s * 1000.0),
-            rate.floor,
-        )
+            return RATELESS, SPLITLESS
+        if op not in ("sync", "leave"):
+            return rate_argv(rate, self.gate.in_flight, [], [], Returned(), split=budgets.split)
+        most = self.PERMIT_BATCH if op == "sync" else 0
+        in_flight, costs, outs, returned = self.gate._rate_demand(budgets, most)
+        return rate_argv(rate, in_flight, costs, outs, returned, split=budgets.split)
 
     async def _leave(self, session: Session) -> None:
         """Closing: stop admitting, give back every lease that is not in use."""
@@ -517,7 +506,7 @@ class Agent:
                     budgets.down = True
                 elif budgets.fallback is None:
                     # Open: pace to this process's share of the fleet rate, locally.
-                    budgets.fallback = Budgets(self._rate_share(rate), self.gate._clock())
+                    budgets.fallback = Budgets(rate_share(rate, self.active), self.gate._clock())
         if self.s.on_unavailable == "open":
             if self.gate._lease_until != math.inf:
                 # Failing open admits without leases: their lapse no longer gates (A2).
@@ -527,18 +516,6 @@ class Agent:
         elif time.monotonic() >= self._valid_until:
             # Closed: our leases may have lapsed on Redis and been granted elsewhere.
             self._set_local(0)
-
-    def _rate_share(self, rate: Rate) -> Rate:
-        """The fleet rate divided by the processes active at the last contact."""
-        import dataclasses
-
-        n = max(self.active, 1)
-        rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
-        return dataclasses.replace(
-            rate,
-            requests_per_minute=None if rpm is None else rpm / n,
-            tokens_per_minute=None if tpm is None else tpm / n,
-        )
 
     def fallback(self) -> int:
         """The local cap while Redis is unreachable in ``open`` mode."""

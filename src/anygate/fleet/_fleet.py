@@ -174,9 +174,10 @@ class FleetGate:
             callers may use any runtime either way.
         cluster: connect with ``coredis.RedisCluster``.
         rate: a :class:`anygate.Rate` the whole fleet shares: its request and token
-            budgets and its slope bound are kept by the script on Redis time, and callers
-            admit on permits it grants (see ``docs/fleet.md``). Every process should pass
-            the same rate. ``None`` (the default): no fleet rate.
+            budgets (split input/output budgets included) and its slope bound are kept by
+            the script on Redis time, and callers admit on permits it grants (see
+            ``docs/fleet.md``). Every process should pass the same rate. ``None`` (the
+            default): no fleet rate.
 
     Raises:
         TypeError, ValueError: a parameter has the wrong type or is out of range; the
@@ -235,14 +236,6 @@ class FleetGate:
             cluster=bool(cluster),
             rate=check_rate(rate),
         )
-        if settings.rate is not None and settings.rate.split:
-            # The fleet's Redis script keeps one request and one token GCRA; split
-            # input/output budgets are a local gate's only (issue 30).
-            msg = (
-                "FleetGate does not support input_tokens_per_minute / "
-                f"output_tokens_per_minute yet (got {settings.rate!r}); use tokens_per_minute"
-            )
-            raise ValueError(msg)
         if settings.ticket_ttl >= ttl:
             msg = f"ticket_ttl must be shorter than lease_ttl (got {ticket_ttl!r} >= {lease_ttl!r})"
             raise ValueError(msg)
@@ -340,14 +333,21 @@ class FleetGate:
     # ------------------------------------------------------------------ acquiring
 
     def acquire(
-        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+        self,
+        *,
+        timeout: float | None = None,
+        tokens: int | None = None,
+        priority: int = 0,
+        output_tokens: int | None = None,
     ) -> Acquisition:
         """Wait for a fleet slot: ``await fleet.acquire()`` or ``async with fleet.acquire()``.
 
         Args:
-            timeout, tokens, priority: as for :meth:`anygate.Gate.acquire`; ``tokens`` is
-                charged to the fleet's token budget (correct it with
-                :meth:`anygate.Token.settle`, which reaches the fleet's budget too).
+            timeout, tokens, priority, output_tokens: as for :meth:`anygate.Gate.acquire`;
+                ``tokens`` is charged to the fleet's token budget, and with split budgets
+                ``output_tokens`` to its output budget and ``tokens - output_tokens`` to
+                its input budget (correct them with :meth:`anygate.Token.settle`, which
+                reaches the fleet's budgets too).
 
         Returns:
             An :class:`anygate.Acquisition`: awaited, an :class:`anygate.Token` of
@@ -358,14 +358,21 @@ class FleetGate:
             Busy: no slot (or fleet rate permit) within ``timeout``.
             FleetUnavailable: ``closed`` mode and Redis is unreachable (at once, not after
                 ``timeout``, for a caller that would have to wait).
+            TypeError, ValueError: as for :meth:`anygate.Gate.acquire` (raised here).
         """
         self._ensure_agent()
-        return _FleetAcquire(
-            self, self._gate.acquire(timeout=timeout, tokens=tokens, priority=priority)
+        inner = self._gate.acquire(
+            timeout=timeout, tokens=tokens, priority=priority, output_tokens=output_tokens
         )
+        return _FleetAcquire(self, inner)
 
     def acquire_sync(
-        self, *, timeout: float | None = None, tokens: int | None = None, priority: int = 0
+        self,
+        *,
+        timeout: float | None = None,
+        tokens: int | None = None,
+        priority: int = 0,
+        output_tokens: int | None = None,
     ) -> Token:
         """Block this thread for a fleet slot; for plain (non-async) threads.
 
@@ -375,9 +382,13 @@ class FleetGate:
             RuntimeError: called on a thread running an event loop.
         """
         self._ensure_agent()
-        return self._gate.acquire_sync(timeout=timeout, tokens=tokens, priority=priority)
+        return self._gate.acquire_sync(
+            timeout=timeout, tokens=tokens, priority=priority, output_tokens=output_tokens
+        )
 
-    def acquire_nowait(self, *, tokens: int | None = None, priority: int = 0) -> Token:
+    def acquire_nowait(
+        self, *, tokens: int | None = None, priority: int = 0, output_tokens: int | None = None
+    ) -> Token:
         """Take a slot only if this process holds an idle lease; never waits or calls Redis.
 
         Raises:
@@ -385,7 +396,9 @@ class FleetGate:
                 :class:`FleetUnavailable` while Redis is unreachable in ``closed`` mode.
         """
         self._ensure_agent()
-        return self._gate.acquire_nowait(tokens=tokens, priority=priority)
+        return self._gate.acquire_nowait(
+            tokens=tokens, priority=priority, output_tokens=output_tokens
+        )
 
     # What the local gate asks of its fleet (``_local.Owner``).
 

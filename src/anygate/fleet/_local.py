@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._gate.gate import Gate
 from .._gate.ledger import Ledger
-from .._gate.waiters import GONE, WAITING
+from .._gate.waiters import GONE, WAITING, waiter_out
 
 if TYPE_CHECKING:
     from .._errors import Busy
     from .._gate.rate import Rate
     from .._gate.waiters import Waiter
-    from ._permits import FleetBudgets
+    from ._permits import FleetBudgets, Returned
 
 __all__ = ["FleetLocalGate", "Owner"]
 
@@ -155,15 +155,17 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
 
     def _rate_demand(
         self, budgets: FleetBudgets, most: int
-    ) -> tuple[int, list[int], tuple[int, int, int]]:
-        """For a permit request: ``(in_flight, costs, returned)``, in one locked step.
+    ) -> tuple[int, list[int], list[int], Returned]:
+        """For a permit request: ``(in_flight, costs, outs, returned)``, in one locked step.
 
         ``costs``: the tokens stated by the first ``most`` queued callers, higher classes
         first, in queue order within a class (the order they will be admitted in, but for
-        the overtaking bound). ``returned``: the pool, emptied, to give back to Redis (the
-        request asks again for what the queue needs, so no permit ages here).
+        the overtaking bound); ``outs``: their output parts (all 0 without split budgets).
+        ``returned``: the pool, emptied, to give back to Redis (the request asks again for
+        what the queue needs, so no permit ages here).
         """
         costs: list[int] = []
+        outs: list[int] = []
         lock = self._lock
         lock.acquire()
         try:
@@ -174,19 +176,28 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
                         break
                     if waiter.state == WAITING:
                         costs.append(waiter.tokens)
-            returned = budgets.withdraw()
+                        outs.append(waiter_out(waiter))
+            returned = budgets.withdraw(list(zip(costs, outs, strict=True)))
         finally:
             lock.release()
             if self._deferred:
                 self._drain()
-        return in_flight, costs, returned
+        return in_flight, costs, outs, returned
 
-    def _refill(self, budgets: FleetBudgets, permits: int, tokens: int, next_at: float) -> None:
+    def _refill(
+        self,
+        budgets: FleetBudgets,
+        permits: int,
+        tokens: int,
+        next_at: float,
+        inputs: int = 0,
+        outputs: int = 0,
+    ) -> None:
         """Permits arrived from Redis: add them under the lock, then admit who can go."""
         lock = self._lock
         lock.acquire()
         try:
-            budgets.deposit(permits, tokens, next_at)
+            budgets.deposit(permits, tokens, next_at, inputs, outputs)
         finally:
             lock.release()
             if self._deferred:

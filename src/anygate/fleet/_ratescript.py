@@ -11,6 +11,12 @@ State, beside the leases (times in ms of Redis ``TIME``):
           ``c`` at ``now >= tat - tau + min(c * T, tau)``, then ``tat = max(tat, now) +
           c * T``). Missing (first use, or Redis lost its data): the budget starts empty,
           ``tat = now + tau``, as the local gate's does, so a restart never grants a burst.
+``meta``  fields ``itat`` / ``otat``: the split input- and output-token budgets (a
+          :class:`anygate.Rate` with ``input_tokens_per_minute`` /
+          ``output_tokens_per_minute``), the same GCRA holding ``max(burst_s, 60)`` s of
+          refill (``rate.SPLIT_BURST_S``), charged each permit's input part (``tokens -
+          out``) and output part (``out``). Written only by a gate that has them: a fleet
+          without split budgets leaves ``meta`` exactly as before (older agents share it).
 ``sl``    hash tick index -> admissions granted in that tick (``window / 10`` ms on Redis
           time): the slope bound ``count(window) <= ramp x count(previous) + floor`` for
           every window of whole ticks containing the current one (``rate_math.slope_allowance``).
@@ -18,22 +24,87 @@ State, beside the leases (times in ms of Redis ``TIME``):
 A permit is granted per queued caller, in queue order, while its request *and* its tokens
 conform and the slope allows; the first that does not stops the loop (FIFO: nobody behind
 it is served first). Unused permits and settled tokens come back as refunds (``tat -= n *
-T``). The reply adds: permits granted, their tokens, and ms until the first caller left
-waiting conforms (``-1``: none is budget-bound).
+T``). A settle that charges a split budget more is paid at ``now``, as the local gate's
+``split.Bucket.settle`` pays it (a ``tat`` in the past only means "full": adding to it
+would lose the charge in the burst cap); the agent sends each part's net settle since its
+last call. The reply adds: permits granted, their tokens, ms until the first caller left
+waiting conforms (``-1``: none is budget-bound), and the permits' input and output parts.
 """
 
 from __future__ import annotations
 
-__all__ = ["RATE"]
+from typing import TYPE_CHECKING
+
+from .._gate.budgets import SPLIT_BURST_S
+
+if TYPE_CHECKING:
+    from .._gate.rate import Rate
+    from ._permits import Returned
+
+__all__ = ["RATE", "SPLITLESS", "rate_argv"]
+
+#: The script's split-budget arguments (ARGV 26-33) when the rate has none.
+SPLITLESS: tuple[object, ...] = ("", "", 0, "", 0, 0, 0, 0)
+
+
+def rate_argv(
+    rate: Rate,
+    in_flight: int,
+    costs: list[int],
+    outs: list[int],
+    returned: Returned,
+    *,
+    split: bool,
+) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """The script's rate arguments (ARGV 14-24) and split-budget arguments (26-33).
+
+    ``costs`` / ``outs``: the queued callers' tokens and their output parts, in the order
+    they will be admitted; ``returned``: the permit pool given back and the settles since
+    the last call. Without split budgets (``split=False``) ARGV 26-33 say so and the
+    script never reads or writes the split fields.
+    """
+    rpm, tpm, ramp = rate.requests_per_minute, rate.tokens_per_minute, rate.ramp
+    args = (
+        "" if rpm is None else repr(float(rpm)),
+        "" if tpm is None else repr(float(tpm)),
+        repr(rate.burst_s * 1000.0),
+        in_flight,
+        ",".join(map(str, costs)),
+        returned.permits,
+        returned.tokens,
+        returned.adjust,
+        "" if not ramp else repr(float(ramp)),
+        repr(rate.window_s * 1000.0),
+        rate.floor,
+    )
+    if not split:
+        return args, SPLITLESS
+    itpm, otpm = rate.input_tokens_per_minute, rate.output_tokens_per_minute
+    return args, (
+        "" if itpm is None else repr(float(itpm)),
+        "" if otpm is None else repr(float(otpm)),
+        repr(max(rate.burst_s, SPLIT_BURST_S) * 1000.0),  # the local Budgets' split tau
+        ",".join(map(str, outs)),
+        returned.inputs,
+        returned.outputs,
+        returned.input_adjust,
+        returned.output_adjust,
+    )
+
 
 # ARGV: 14 requests/minute ("" none), 15 tokens/minute ("" none), 16 burst ms, 17 the
 # caller's local in-flight count, 18 the queued callers' token costs ("3,0,120"), 19 / 20
 # permits / tokens given back, 21 settled tokens (> 0 refund, < 0 charge), 22 ramp ("" no
 # slope bound), 23 slope window ms, 24 slope floor.
+# 26 input tokens/minute ("" none), 27 output tokens/minute ("" none), 28 the split
+# budgets' burst ms, 29 the queued callers' output parts ("0,0,100", as 18), 30 / 31 input
+# / output tokens of the permits given back, 32 / 33 settled input / output tokens (> 0
+# refund, < 0 charge). A script called with 25 arguments (no split) reads them as absent.
 RATE = r"""
 local rpm, tpm = tonumber(ARGV[14]), tonumber(ARGV[15])
-local r_granted, t_granted, r_wait = 0, 0, -1
-if rpm ~= nil or tpm ~= nil or ARGV[22] ~= '' then
+local ipm, opm = tonumber(ARGV[26] or ''), tonumber(ARGV[27] or '')
+local r_granted, t_granted, r_wait, i_granted, o_granted = 0, 0, -1, 0, 0
+if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ARGV[22] ~= '' then
   local tau = tonumber(ARGV[16])
   local rT = rpm and 60000 / rpm or 0
   local tT = tpm and 60000 / tpm or 0
@@ -43,6 +114,22 @@ if rpm ~= nil or tpm ~= nil or ARGV[22] ~= '' then
   -- Refunds: permits that were not used, and what settles gave back or charged.
   rtat = rtat - tonumber(ARGV[19]) * rT
   ttat = ttat - (tonumber(ARGV[20]) + tonumber(ARGV[21])) * tT
+  -- The split budgets (absent unless configured: their fields stay unwritten).
+  local stau = tonumber(ARGV[28] or '') or 0
+  local iT = ipm and 60000 / ipm or 0
+  local oT = opm and 60000 / opm or 0
+  local itat, otat = 0, 0
+  if ipm or opm then
+    local sp = redis.call('HMGET', meta, 'itat', 'otat')
+    itat = tonumber(sp[1]) or (now + stau)
+    otat = tonumber(sp[2]) or (now + stau)
+    local function settled(tat, n, T)
+      if n < 0 and tat < now then tat = now end  -- a charge is paid now (split.Bucket)
+      return tat - n * T
+    end
+    itat = settled(itat - tonumber(ARGV[30]) * iT, tonumber(ARGV[32]), iT)
+    otat = settled(otat - tonumber(ARGV[31]) * oT, tonumber(ARGV[33]), oT)
+  end
 
   local ramp = tonumber(ARGV[22])
   local allow, tick, idx = math.huge, 0, 0
@@ -68,6 +155,8 @@ if rpm ~= nil or tpm ~= nil or ARGV[22] ~= '' then
 
   local costs = {}
   for v in string.gmatch(ARGV[18], '[^,]+') do table.insert(costs, tonumber(v)) end
+  local outs = {}
+  for v in string.gmatch(ARGV[29] or '', '[^,]+') do table.insert(outs, tonumber(v)) end
   local free = h
   if limit >= 0 and limit < free then free = limit end
   free = free - tonumber(ARGV[17])
@@ -77,10 +166,17 @@ if rpm ~= nil or tpm ~= nil or ARGV[22] ~= '' then
       local at = now
       if rpm then at = math.max(at, rtat - tau + math.min(rT, tau)) end
       if tpm then at = math.max(at, ttat - tau + math.min(cost * tT, tau)) end
+      local out = outs[i] or 0
+      if ipm then at = math.max(at, itat - stau + math.min((cost - out) * iT, stau)) end
+      if opm then at = math.max(at, otat - stau + math.min(out * oT, stau)) end
       if at > now then r_wait = math.ceil(at - now); break end
       if allow < 1 then r_wait = math.ceil((idx + 1) * tick - now); break end
       if rpm then rtat = math.max(rtat, now) + rT end
       if tpm then ttat = math.max(ttat, now) + cost * tT end
+      if ipm then itat = math.max(itat, now) + (cost - out) * iT end
+      if opm then otat = math.max(otat, now) + out * oT end
+      i_granted = i_granted + cost - out
+      o_granted = o_granted + out
       allow = allow - 1
       r_granted = r_granted + 1
       t_granted = t_granted + cost
@@ -89,6 +185,14 @@ if rpm ~= nil or tpm ~= nil or ARGV[22] ~= '' then
   if rpm then rtat = math.max(rtat, now - 2 * tau) end  -- a refund never builds a burst
   if tpm then ttat = math.max(ttat, now - 2 * tau) end
   redis.call('HSET', meta, 'rtat', string.format('%.3f', rtat), 'ttat', string.format('%.3f', ttat))
+  if ipm then
+    itat = math.max(itat, now - 2 * stau)  -- as above: a past tat only means "full"
+    redis.call('HSET', meta, 'itat', string.format('%.3f', itat))
+  end
+  if opm then
+    otat = math.max(otat, now - 2 * stau)
+    redis.call('HSET', meta, 'otat', string.format('%.3f', otat))
+  end
   if ramp ~= nil and r_granted > 0 then
     redis.call('HINCRBY', sl, tostring(idx), r_granted)
     redis.call('HDEL', sl, tostring(idx - 20))

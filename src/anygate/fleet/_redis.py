@@ -25,12 +25,13 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from ._ratescript import SPLITLESS
 from ._scripts import SYNC, keys_for, prefix_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
-__all__ = ["RATELESS", "Link", "LinkDown", "Session", "SyncReply"]
+__all__ = ["RATELESS", "SPLITLESS", "Link", "LinkDown", "Session", "SyncReply"]
 
 #: The script's rate arguments when the fleet has no rate.
 RATELESS: tuple[object, ...] = ("", "", 0, 0, "", 0, 0, 0, "", 0, 0)
@@ -61,6 +62,8 @@ class SyncReply:
         "grace_left",
         "held",
         "limit",
+        "permit_inputs",
+        "permit_outputs",
         "permit_tokens",
         "permit_wait",
         "permits",
@@ -82,6 +85,8 @@ class SyncReply:
         self.permit_tokens = int(raw[9])
         wait = int(raw[10])
         self.permit_wait: float | None = None if wait < 0 else wait / 1000.0
+        self.permit_inputs = int(raw[11])
+        self.permit_outputs = int(raw[12])
 
 
 def _describe(exc: BaseException, op_timeout: float | None = None) -> str:
@@ -277,8 +282,10 @@ class Session:
         op: str = "sync",
         rate: Sequence[object] = RATELESS,
         newcomer_ms: int | None = None,
+        split: Sequence[object] = SPLITLESS,
     ) -> SyncReply:
-        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24.
+        """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24, ``split``:
+        ARGV 26-33 (see ``_ratescript``).
 
         ``newcomer_ms``: how long after a server start a process that knows no earlier
         state waits for the first survivor (default ``grace_ms``).
@@ -287,6 +294,7 @@ class Session:
         args += [self._link.prefix, "1" if hint else "0", op, wantmax, epoch or "", want]
         args += rate
         args.append(grace_ms if newcomer_ms is None else newcomer_ms)
+        args += split
         keys = self._link.keys
         client = self._client
         started = monotonic()

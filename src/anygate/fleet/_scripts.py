@@ -61,9 +61,10 @@ def keys_for(name: str) -> list[str]:
 # short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
 # ticket: grants never exceed it).
 # 14-24: the fleet rate (see ``_ratescript``). 25: the newcomer's window after a server
-# start, ms (see the restart detection).
+# start, ms (see the restart detection). 26-33 (optional): the split token budgets.
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued,
-# permits granted, their tokens, ms until the next permit conforms (-1: none waits on it)}.
+# permits granted, their tokens, ms until the next permit conforms (-1: none waits on it),
+# their input tokens, their output tokens}.
 _LEASES = r"""
 local meta, held, pend, dem, exp, pexp, q, tix, wnt =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -354,7 +355,10 @@ end
 """
 
 _REPLY = r"""
-return {h, limit, epoch, cap, grace_left, used, #procs, #waiting, r_granted, t_granted, r_wait}
+return {
+  h, limit, epoch, cap, grace_left, used, #procs, #waiting, r_granted, t_granted, r_wait,
+  i_granted, o_granted
+}
 """
 
 SYNC = _LEASES + RATE + _REPLY
