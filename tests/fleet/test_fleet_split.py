@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import anygate
-from anygate._gate.rate import Budgets
+from anygate._gate.budgets import Budgets
 from anygate.fleet import FleetUnavailable
 from anygate.fleet._permits import POLL_S, FleetBudgets, Returned, rate_share
 from anygate.fleet._redis import RATELESS, Link
