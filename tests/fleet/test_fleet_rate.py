@@ -241,3 +241,45 @@ def test_the_local_gate_rate_belongs_to_the_fleet(redis_server: RedisProc) -> No
     bad: Any = "60/min"
     with pytest.raises(TypeError, match="rate"):
         FleetGate("t-rate-bad", capacity=1, rate=bad)
+
+
+_DRAINED = {
+    "x-ratelimit-limit-requests": "600",
+    "x-ratelimit-remaining-requests": "0",
+    "x-ratelimit-reset-requests": "20s",
+    "x-ratelimit-limit-tokens": "100000",
+    "x-ratelimit-remaining-tokens": "50000",
+    "x-ratelimit-reset-tokens": "1s",
+}
+
+
+async def test_headers_teach_a_fleet_gate_nothing_and_raise_nothing(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """The fleet's rate is every process's: a drained report neither holds, lowers, marks
+    nor re-rates ``fleet.gate`` (each raised AttributeError before, and so did every
+    request of a transport on it), and a policy's call that gets such a 429 goes on."""
+    rate = anygate.Rate(requests_per_minute=600, tokens_per_minute=100_000)
+    fleet = make(gate_name, redis_server.url, capacity=4, rate=rate)
+    gate = fleet.gate
+    assert gate.budget_mark() is None
+    assert anygate.learn_from_headers(gate, _DRAINED) is False
+    assert anygate.learn_from_headers(gate, _DRAINED, sent=None) is False
+    assert gate.rate == rate
+    assert anygate.RateLearner.of(gate).observe(anygate.parse_limit_headers(_DRAINED)) is False
+    assert gate._hold_until(gate._read_clock() or 0.0) is False  # the hook itself
+
+    policy = anygate.Policy(
+        gate=gate, retry=anygate.RetryConfig(throttle_attempts=3), adaptive_concurrency=False
+    )
+    answers = [anygate.ResponseError(429, headers=_DRAINED), None]
+
+    async def provider() -> str:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+        return "ok"
+
+    with anygate.set_testing(True), anyio.fail_after(20):
+        assert await policy.call(provider) == "ok"
+    assert gate.rate == rate

@@ -65,6 +65,8 @@ class BudgetSteps(Ledger):
         Returns ``False`` (and holds nothing) when the gate has no rate budget to spend
         or its clock cannot be read now.
         """
+        if self._shares_rate:
+            return False
         lock = self._lock
         lock.acquire()
         try:
@@ -85,7 +87,10 @@ class BudgetSteps(Ledger):
     def _budget_mark(self) -> BudgetMark | None:
         """``Gate.budget_mark``: the budgets' charges so far, stamped with the clock now;
         the reference a later :meth:`_lower_budgets` counts this gate's own admissions
-        from. ``None`` without a rate budget or a readable clock."""
+        from. ``None`` without a rate budget of its own (a fleet's local gate) or a
+        readable clock."""
+        if self._shares_rate:
+            return None
         lock = self._lock
         lock.acquire()
         try:
@@ -118,6 +123,8 @@ class BudgetSteps(Ledger):
         it lets go, from the head of the queue (I9). Returns ``False`` when nothing
         changed, the gate has no rate budget, or its clock cannot be read now.
         """
+        if self._shares_rate:
+            return False
         wakes: list[Waiter] = []
         lock = self._lock
         lock.acquire()

@@ -261,7 +261,8 @@ class Gate(Parking):
 
         Returns:
             a :class:`~anygate.BudgetMark`, or ``None`` when the gate has no rate budget
-            or its clock cannot be read now (a virtual clock outside its run).
+            of its own (none, or a :class:`~anygate.fleet.FleetGate`'s, which Redis
+            keeps) or its clock cannot be read now (a virtual clock outside its run).
         """
         return self._budget_mark()
 

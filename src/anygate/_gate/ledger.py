@@ -69,7 +69,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from .budgets import Budgets
 from .rate_math import EPSILON
@@ -116,6 +116,12 @@ def token_out(token: Token | None) -> int:
 
 class Ledger:
     """The locked state of one gate; :class:`anygate.Gate` is its public face."""
+
+    #: The rate and its budgets are someone else's to change: a fleet's local gate shares
+    #: the fleet's through Redis, so header learning neither holds, lowers nor marks them
+    #: here (a hold in one process would pause only that process, and the fleet's
+    #: budgets have no mark to count from: both raised ``AttributeError`` before).
+    _shares_rate: ClassVar[bool] = False
 
     __slots__ = (
         "__weakref__",

@@ -310,12 +310,16 @@ class RateLearner:
                 without it, nothing is synced (the gate cannot tell which of its own
                 admissions the provider had counted).
 
-        Never raises on what the report says (it holds only checked values).
+        Never raises on what the report says (it holds only checked values). On a
+        :class:`~anygate.fleet.FleetGate`'s ``gate`` it changes nothing and returns
+        ``False``: the fleet's rate is set for every process at once (``FleetGate(rate=)``).
         """
         if not report:
             return False
         gate = self._gate()
-        if gate is None:
+        if gate is None or gate._shares_rate:
+            # A fleet's local gate: its rate is the fleet's, set once for every process
+            # (``FleetGate(rate=)``); setting it here raised AttributeError.
             return False
         dims: dict[str, ReportedLimit | None] = {
             "requests": report.requests,

@@ -54,6 +54,8 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
 
     __slots__ = ("_failed_by", "_lease_until", "_owner")
 
+    _shares_rate = True  # the fleet's rate: header learning changes nothing here
+
     def __init__(self, name: str, owner: Owner) -> None:
         # Monotonic time until which the leases behind the capacity surely live on Redis
         # (the agent's last reply plus lease_ttl; inf while failing open): see _limit.
