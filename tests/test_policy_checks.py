@@ -343,3 +343,24 @@ async def test_a_policy_holds_sends_to_the_requests_per_minute_it_counted(thrott
     assert estimate is not None
     assert 100 <= estimate < 110
     assert gate.rate == Rate(requests_per_minute=1200)  # the user's rate is left alone
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"enabled": "yes"}, TypeError, r"enabled must be a bool \(got 'yes' of type str\)"),
+        ({"clock": 5}, TypeError, r"clock must be a callable returning seconds \(got 5"),
+        ({"min_concurrent_calls": 0}, ValueError, "min_concurrent_calls"),
+        ({"decrease_factor": 1.5}, ValueError, r"decrease_factor must be a number > 0 and < 1"),
+        ({"pause_s": -1}, ValueError, "pause_s"),
+    ],
+)
+def test_an_adaptive_limit_names_a_bad_argument(
+    kwargs: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    """Every argument is checked before anything is made: the error names the parameter,
+    the constraint and the value, and the gate is left as it was."""
+    gate = Gate(4, name="bad-arguments")
+    with pytest.raises(error, match=words):
+        AdaptiveLimit(gate, **kwargs)
+    assert gate.capacity == 4

@@ -85,8 +85,12 @@ class AdaptiveState:
         latency: bool = DEFAULT_LATENCY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        check_flag("enabled", enabled)
         check_flag("pace_burst_rate", pace_burst_rate)
         check_flag("latency", latency)
+        if not callable(clock):  # typed callable, but from untyped code anything comes
+            msg = f"clock must be a callable returning seconds (got {show(clock)})"  # type: ignore[unreachable]
+            raise TypeError(msg)
         min_concurrent_calls, decrease_factor, pause_s = check_settings(
             min_concurrent_calls, decrease_factor, pause_s
         )
