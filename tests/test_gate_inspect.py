@@ -11,7 +11,9 @@ import pytest
 
 import anygate
 from anygate import Gate, QueuedCaller, SlotHolder
+from anygate._gate import gate as _gate
 from anygate._gate import inspect as _inspect
+from anygate._gate import parking as _parking
 from anygate._gate import token as _token
 from anygate._gate import waiters as _waiters
 
@@ -19,7 +21,10 @@ pytestmark = pytest.mark.anyio
 
 
 class FakeClock:
-    """Stands in for time.monotonic in the token, waiter and report paths: exact ages."""
+    """Stands in for time.monotonic in every path that stamps a token or a waiter, and in
+    the reports: exact ages. (The parking path was left on the real clock: a first
+    acquire that waited for its rate budget's refill, a fraction of a millisecond,
+    stamped its token on real time and sorted it after the second: a flaky order.)"""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -31,7 +36,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    for module in (_token, _waiters, _inspect):
+    for module in (_gate, _parking, _token, _waiters, _inspect):
         monkeypatch.setattr(module, "_monotonic", fake)
     return fake
 
