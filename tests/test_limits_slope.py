@@ -10,7 +10,14 @@ from typing import Any
 import anyio
 import pytest
 
-from anygate import AdaptiveConfig, AdaptiveLimit, Gate, Policy, RetryConfig
+from anygate import (
+    AdaptiveConfig,
+    AdaptiveLimit,
+    Gate,
+    Policy,
+    ResponseError,
+    RetryConfig,
+)
 from anygate._limits.slope import WINDOW_S, SlopeLimit
 from anygate._limits.window import SentLog
 from tests.conftest import mock_clock
@@ -229,6 +236,54 @@ async def test_a_policy_learns_a_slope_rule_and_keeps_to_it() -> None:
     assert stats.slope_growth == pytest.approx(2.0, rel=0.1)
     late = [t for t in turned if t >= 30.0]
     assert len(late) <= 4, turned
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_sends_an_outage_answered_fill_no_window() -> None:
+    """The slope provider above, down from 30 s to 50 s (every request answered 503,
+    counted nowhere). Counted as sent, the outage's attempts made the window before the
+    recovery look busy: the learned rule then let the waiting herd go at twice that, and
+    the first window after the quiet one (20 allowed) turned most of it away. Not
+    counted, the recovery keeps to the floor: nothing in it is turned away."""
+    start = anyio.current_time()
+    counts: dict[int, int] = {}
+    turned: list[float] = []
+
+    async def provider() -> str:
+        now = anyio.current_time() - start
+        if 30.0 <= now < 50.0:
+            await anyio.sleep(0.05)
+            raise ResponseError(503, body={"error": {"message": "The server is overloaded."}})
+        index = math.floor(now / 10.0)
+        if counts.get(index, 0) >= max(20, math.floor(2 * counts.get(index - 1, 0))):
+            turned.append(now)
+            await anyio.sleep(0.05)
+            raise burst()
+        counts[index] = counts.get(index, 0) + 1
+        await anyio.sleep(1.0)
+        return "ok"
+
+    policy = Policy(
+        name="slope-outage",
+        max_concurrent_calls=16,
+        retry=RetryConfig(max_attempts=100, throttle_attempts=50, cap_delay_ms=2000),
+        circuit_breaker=False,
+        clock=anyio.current_time,
+    )
+    results: list[Any] = []
+
+    async def one() -> None:
+        results.append(await policy.call(provider))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(300):
+            tg.start_soon(one)
+            await anyio.sleep(0.25)
+    assert results == ["ok"] * 300
+    assert policy.adaptive_limit.statistics().slope_growth is not None
+    after = [t for t in turned if t >= 50.0]
+    assert len(after) <= 2, turned
 
 
 def test_slot_holders_held_back_are_not_counted_at_the_provider() -> None:

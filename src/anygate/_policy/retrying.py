@@ -232,8 +232,15 @@ class Retrier:
                 unit = attributed
             else:
                 kind = attributed
-        if kind is not None and kind != "rate" and run.admitted_at is not None:
-            # A throttled send filled no window.
+        status = judgement.verdict.status
+        throttled = kind is not None and kind != "rate"
+        server_error = kind is None and status is not None and status >= 500
+        if (throttled or server_error) and run.admitted_at is not None:
+            # A throttled send filled no window; nor did one a server error answered (an
+            # outage's 503s): counted, the outage's sends made the window before the
+            # recovery look busy, the slope rule let the waiting herd go at twice that,
+            # and the provider's window after a quiet one turned 39 of them away (morning
+            # peak with an outage at 100-130 s, seed 1).
             adaptive.turned_away(run.admitted_at, run.tokens)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
