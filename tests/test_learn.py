@@ -529,3 +529,106 @@ def test_a_sliding_window_keeps_the_headroom_though_synced() -> None:
     assert gate.rate.tokens_per_minute == 180_000
     learner.observe(window(20_000, 59.0), sent=gate.budget_mark())  # low: tells nothing
     assert gate.rate.tokens_per_minute == 180_000
+
+
+# ----------------------------------------------------------------------------- the lift
+
+
+def lift_gate() -> tuple[Gate, RateLearner, list[float]]:
+    """A gate at 1,000 tokens/s holding 1 s (1,000), full, on a hand-moved clock."""
+    now = [1000.0]
+    gate = Gate(name="llm", rate=Rate(tokens_per_minute=60_000), clock=lambda: now[0])
+    learner = RateLearner(gate, ceiling=None)
+    now[0] += 10
+    return gate, learner, now
+
+
+def bucket_report(remaining: float, reset_s: float = 1.0) -> LimitReport:
+    return LimitReport(tokens=ReportedLimit(60_000, remaining, reset_s, 60.0), source="test")
+
+
+def test_a_bucket_refilled_at_its_limit_lifts_the_token_budget_once() -> None:
+    """Issue 30: the provider's bucket starts full, the gate's empty. Two reports 5 s
+    apart show it refilled at its whole limit beyond our charges ((54,000 - 50,000 +
+    1,000) / 5 s = 60,000/min): nobody else spends from it, so the gate may spend it, less
+    the 10 % headroom of the limit (48,000). A call far above the burst goes at once and
+    draws on it; the refill is spent before it; later reports lower it (keeping the
+    largest call beyond the burst spare in the bucket) and never lift it again."""
+    gate, learner, now = lift_gate()
+    calls = [gate.acquire_nowait(tokens=1000)]
+    assert learner.observe(bucket_report(50_000), sent=gate.budget_mark()) is False
+    assert tokens_left(gate) == pytest.approx(0)  # one snapshot: no span yet
+    now[0] += 5
+    calls.append(gate.acquire_nowait(tokens=1000))
+    assert learner.observe(bucket_report(54_000), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(48_000)
+    calls.append(gate.acquire_nowait(tokens=20_000))
+    assert tokens_left(gate) == pytest.approx(28_000)
+    now[0] += 0.5
+    calls.append(gate.acquire_nowait(tokens=500))  # paid from the refill, not the credit
+    assert tokens_left(gate) == pytest.approx(28_000)
+    gate.rate = Rate(tokens_per_minute=120_000)  # a rate change keeps the credit
+    assert tokens_left(gate) == pytest.approx(28_000)
+    gate.rate = Rate(tokens_per_minute=60_000)
+    # 30,000 left at our last send: 30,000 less 19,000 (the 20,000 call beyond the burst).
+    assert learner.observe(bucket_report(30_000), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(11_000)
+    now[0] += 10
+    assert learner.observe(bucket_report(59_000), sent=gate.budget_mark()) is False
+    assert tokens_left(gate) == pytest.approx(12_000)  # the burst refilled, no new lift
+    for call in calls:
+        call.release()
+
+
+@pytest.mark.parametrize(
+    ("second", "reset_s"),
+    [
+        pytest.param(53_000, 1.0, id="others-spend-20-percent"),
+        pytest.param(54_000, 59.0, id="sliding-window"),
+    ],
+)
+def test_no_lift_where_others_spend_or_a_window_shows(second: float, reset_s: float) -> None:
+    """Refilled at 48,000/min for us (80 % of the limit: another client spends the rest),
+    the lift would drain the bucket before the share measure sees it fall, and the gate
+    then paces at the limit into a bucket refilled slower (2-13 % of calls with a 429 on
+    TOKEN_TUNING's background cells). A sliding window (half left, reset most of a
+    window away) gives back in lumps a window later. Neither is lifted, then or later."""
+    gate, learner, now = lift_gate()
+    calls = [gate.acquire_nowait(tokens=1000)]
+    learner.observe(bucket_report(50_000, min(reset_s, 10.0)), sent=gate.budget_mark())
+    now[0] += 5
+    calls.append(gate.acquire_nowait(tokens=1000))
+    learner.observe(bucket_report(second, reset_s), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(0)
+    now[0] += 5
+    learner.observe(bucket_report(59_000), sent=gate.budget_mark())
+    assert tokens_left(gate) <= 1000  # the burst (of the pace), no more
+    for call in calls:
+        call.release()
+
+
+@pytest.mark.parametrize("anyio_backend", VIRTUAL)
+async def test_the_lift_admits_a_waiter_at_once(anyio_backend: Any) -> None:
+    """A call of 10,000 tokens waits 10 s for a spent budget of 1,000/s holding 10 s; the
+    lift (the provider's full first bucket: refilled at the whole limit between reports
+    10 s apart) lets it go the moment the report is read, 1 s in (I9)."""
+    gate = virtual_gate(rate=Rate(tokens_per_minute=60_000, burst_s=10))
+    learner = RateLearner(gate, ceiling=None)
+    async with gate.acquire(tokens=1000):
+        learner.observe(bucket_report(50_000), sent=gate.budget_mark())
+    await anyio.sleep(10)
+    admitted: list[float] = []
+
+    async def big() -> None:
+        start = anyio.current_time()
+        async with gate.acquire(tokens=10_000):
+            admitted.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        async with gate.acquire(tokens=10_000):  # the budget is spent
+            sent = gate.budget_mark()
+        tg.start_soon(big)
+        await anyio.sleep(1)
+        assert not admitted
+        assert learner.observe(bucket_report(50_000), sent=sent)
+    assert admitted == [pytest.approx(1.0)]

@@ -8,7 +8,8 @@ the budgets' own (``budgets.Budgets``).
 
 Header learning enters through ``_hold_until``: a provider that reports its budget drained
 has ours spent until its reset, so I2 and the hot paths are unchanged (a hold is a debt like
-any other); ``_lower_budgets`` only lowers the request and total-token budgets, likewise.
+any other); ``_lower_budgets`` only lowers the request and total-token budgets, likewise
+(but for the token budget's one lift, ``lift=``, which admits whoever it lets go).
 
 A subclass of ``ledger.Ledger`` that :class:`anygate.Gate` inherits, with no state of its
 own; not where callers are admitted, queued or released (``slot_steps``), and none of it
@@ -111,6 +112,9 @@ class BudgetSteps(Ledger):
         tokens: float | None,
         input_tokens: float | None = None,
         output_tokens: float | None = None,
+        *,
+        lift: float | None = None,
+        spare: bool = False,
     ) -> bool:
         """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
 
@@ -118,9 +122,11 @@ class BudgetSteps(Ledger):
         :meth:`_hold_until`: ``requests`` / ``tokens`` units were left at ``mark`` by the
         provider's count; this gate's own charges since ``mark`` are subtracted. The
         request and total-token budgets are only ever lowered, so, as with a hold, nobody
-        needs waking for them (I2); the input- and output-token budgets (``input_tokens``
-        / ``output_tokens``) are set to the provider's count, and a raise admits whoever
-        it lets go, from the head of the queue (I9). Returns ``False`` when nothing
+        needs waking for them (I2), but for the token budget's one lift (``lift``, from
+        ``RateLearner._lift``); the input- and output-token budgets (``input_tokens`` /
+        ``output_tokens``) are set to the provider's count; a raise of either kind admits
+        whoever it lets go, from the head of the queue (I9). ``spare``: keep the largest
+        admission beyond the burst spare in a token bucket (``Budgets.lower_since``). Returns ``False`` when nothing
         changed, the gate has no rate budget, or its clock cannot be read now.
         """
         if self._shares_rate:
@@ -135,13 +141,20 @@ class BudgetSteps(Ledger):
             if budgets is not None and now is not None:
                 if not budgets.started:
                     budgets._start(now)
-                if budgets.split:
+                if budgets.split or lift is not None or spare:
                     lowered = budgets.lower_since(
-                        now, mark, requests, tokens, input_tokens, output_tokens
+                        now,
+                        mark,
+                        requests,
+                        tokens,
+                        input_tokens,
+                        output_tokens,
+                        lift=lift,
+                        spare=spare,
                     )
                 else:
                     lowered = budgets.lower_since(now, mark, requests, tokens)
-                if lowered and budgets.split and self._live:
+                if lowered and (budgets.split or lift is not None) and self._live:
                     self._advance_locked(now, wakes)
         finally:
             lock.release()
