@@ -123,7 +123,7 @@ class BudgetSteps(Ledger):
         provider's count; this gate's own charges since ``mark`` are subtracted. The
         request and total-token budgets are only ever lowered, so, as with a hold, nobody
         needs waking for them (I2), but for the token budget's one lift (``lift``, from
-        ``RateLearner._lift``); the input- and output-token budgets (``input_tokens`` /
+        ``ShareMeter.lift``); the input- and output-token budgets (``input_tokens`` /
         ``output_tokens``) are set to the provider's count; a raise of either kind admits
         whoever it lets go, from the head of the queue (I9). ``spare``: keep the largest
         admission beyond the burst spare in a token bucket (``Budgets.lower_since``). Returns ``False`` when nothing

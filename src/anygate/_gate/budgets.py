@@ -458,7 +458,7 @@ class Budgets:
         ``split.Bucket.sync``); ``None`` (or a budget the gate does not have) changes
         nothing. Returns ``True`` if a budget changed.
 
-        ``lift``: the provider's first bucket, lent once (``RateLearner._lift``): the
+        ``lift``: the provider's first bucket, lent once (``ShareMeter.lift``, ``_limits.share``): the
         token level may rise to ``lift - spent_since``, the part above the burst held as
         a credit (``tok_credit``) that admissions draw on once the burst is spent, never
         refilled, and lowered by every later report as the level is. ``spare``: the

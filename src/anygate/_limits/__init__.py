@@ -19,6 +19,7 @@ outcome in and an estimate out, nothing of locks, clocks, gates or events.
 * :mod:`.latency`: a queueing server's slots from latency alone, Vegas-style (off by
   default).
 * :mod:`.attribute`: which limit a 429 that names none was taken for.
+* :mod:`.share`: what a shared bucket leaves this client, from its reports over time.
 
 **Owners**, which apply the estimates to a gate under a lock, on an injectable clock:
 

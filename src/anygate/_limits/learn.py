@@ -22,14 +22,12 @@ objects into the gate's ``rate``:
 * **Lifting.** The provider's bucket starts full (a minute of its limit), the gate's
   token budget empty. Once, early, the gate's token budget is raised to the reported
   ``remaining`` less ``headroom`` of the limit (less our charges since), so a fleet spends
-  that first bucket: only if two reports at least ``_LIFT_SPAN_S`` apart show the bucket
-  refilling at ``_LIFT_REFILL`` of its limit or more beyond our own charges (nobody else
-  spends from it), only before the gate has charged a whole limit, and never on a kind
-  whose reports show a sliding window.
+  that first bucket: only if nobody else spends from it (:meth:`.ShareMeter.lift`), and
+  never on a kind whose reports show a sliding window.
 * **Sharing.** Two such reports of a bucket below a quarter of its limit, falling under
   our pace, measure the rate it refills beyond our own charges (the limit less what
   others spend); the gate is paced at the lower of that share and ``(1 - headroom)`` of
-  the limit (see ``_measure``).
+  the limit (:meth:`.ShareMeter.measure`).
 * **Ceilings.** Never above a user's rate: each dimension the gate's rate had when the
   learner was made (or :attr:`RateLearner.ceiling` says) caps what is learned. Other
   fields of the gate's rate (``ramp``, ``window_s``, ``burst_s``) are kept.
@@ -45,13 +43,13 @@ import dataclasses
 import math
 import threading
 import weakref
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, final
 
 from .._classify.headers import MAX_RESET_S, LimitReport, ReportedLimit, parse_limit_headers
 from .._gate.rate import BudgetMark, Rate
 from .._validation import check_int, check_number
+from .share import ShareMeter, same
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
@@ -60,26 +58,7 @@ __all__ = ["LearnedLimits", "RateLearner", "headers_of", "learn_from_headers"]
 
 # Learned rates above this are not limits (and would fail Rate's own bound).
 _MAX_PER_MINUTE = 1e12
-# Two limits this close are the same limit (providers round token limits to 1000).
-_SAME = 0.01
 _KINDS = ("requests", "tokens")
-# Measuring the rate a shared bucket leaves us (RateLearner._measure):
-# Snapshots count only below a quarter of the limit: a bucket that went full between two
-# of them lost refill and the measure would understate what is left to us, and from a
-# quarter, refilling at the limit's rate, a bucket needs 45 s without our charges to be
-# full. The pace then holds the bucket about there: a cushion of 15 s of the limit for a
-# big request and the answers' lag, and what the run leaves unspent. At a half (the first
-# choice) the cushion cost 1.02-1.06x the oracle on tier-1 with 20-70 % background load
-# (variations outside the reporting set, seeds 1-5); at a quarter 1.01-1.03x, no 429.
-_LOW = 0.25
-# The shortest span measured: ~10 answers at tier-1 token rates (one every ~1.5 s), so one
-# report's rounding does not set the pace; the longest: one window, the span in which a
-# per-minute bucket can refill entirely.
-_SPAN_S = 10.0
-_AGE_S = 60.0
-# The least pace a measure may set, as a share of the limit: others spending everything
-# still leaves the gate a trickle to notice a change with (the syncs hold it meanwhile).
-_MIN_SHARE = 0.05
 # Kinds paced at the whole limit once the gate's budget is synced to their `remaining`
 # (issue 30). Tokens: the syncs bring the budget down to the provider's level at every
 # answer, so a margin on top only leaves a tenth of the limit unused (TOKEN_TUNING, seeds
@@ -95,19 +74,6 @@ _SYNCED_AT_LIMIT = frozenset({"tokens"})
 # cell (120,000 TPM) went from 1.17 % to 2.83 % of calls with a 429; its lumpy give-back
 # needs the margin.
 _WINDOW_RESET = 0.9
-# Lifting the token budget to the provider's first bucket (RateLearner._lift, issue 30).
-# The refill is measured over at least this span of report send times: ~3 answers at
-# tier-1 rates, and exact to ~1 % there (seeds 1-3: 199,999 / 192,390 / 199,996 a minute
-# with nobody else spending, 160,000 at 20 % background, 90,000 at 55 %); longer, the lift
-# comes later (TOKEN_TUNING seeds 1-3, tier-1 1.011x the oracle at 5 s, 1.019x at 10 s;
-# 3 s gave a worst seed of 1.025x).
-_LIFT_SPAN_S = 5.0
-# ... and lifts only at this share of the limit or more: the bucket is nobody else's.
-# Lifted at the first report whoever else spends, the gate drains the bucket before the
-# share measure can see it fall, then paces at the limit into a bucket refilled slower
-# (TOKEN_TUNING seeds 1-3: background 20 % 0 -> 2.2 % of calls with a 429, 55 % 0 ->
-# 12.5 %). A bucket full part of the span loses refill and reads low: it is not lifted.
-_LIFT_REFILL = 0.9
 
 
 @final
@@ -169,26 +135,22 @@ class RateLearner:
     """
 
     __slots__ = (
-        "_available",
         "_ceiling",
         "_confirm",
-        "_first",
         "_gate",
         "_headroom",
         "_holds",
         "_learned",
-        "_lift_mark",
-        "_lifted",
         "_lock",
         "_max_hold",
         "_rate",
         "_reports",
+        "_share",
         "_source",
         "_streaks",
         "_synced",
         "_synced_kinds",
         "_syncs",
-        "_trails",
         "_windowed",
     )
 
@@ -232,15 +194,8 @@ class RateLearner:
         self._synced_kinds: set[str] = set()
         # Kinds whose reports showed a sliding window (keep the headroom, see _apply).
         self._windowed: set[str] = set()
-        # Snapshots (sent at, remaining, our spent) per kind, and the measured rate left
-        # to us per minute (see _measure).
-        self._trails: dict[str, deque[tuple[float, float, float, float]]] = {}
-        self._available: dict[str, float] = {}
-        self._first: dict[str, float] = {}
-        # The token budget's lift (see _lift): done or given up, and the first snapshot
-        # (sent at, remaining, our tokens charged) its refill is measured from.
-        self._lifted = False
-        self._lift_mark: tuple[float, float, float] | None = None
+        # What the bucket leaves us: the lift, the share measure (_limits.share).
+        self._share = ShareMeter()
         with _registry_lock:
             _registry[gate] = self
 
@@ -303,8 +258,8 @@ class RateLearner:
                 holds=self._holds,
                 rate=self._rate,
                 syncs=self._syncs,
-                requests_share_per_minute=self._available.get("requests"),
-                tokens_share_per_minute=self._available.get("tokens"),
+                requests_share_per_minute=self._share.available.get("requests"),
+                tokens_share_per_minute=self._share.available.get("tokens"),
             )
 
     def __repr__(self) -> str:
@@ -386,7 +341,7 @@ class RateLearner:
                 for kind in _KINDS:
                     dim = dims[kind]
                     if dim is not None:
-                        adopted |= self._measure(kind, dim, sent)
+                        adopted |= self._share.measure(kind, dim, sent, self._headroom)
                         if (
                             kind in _SYNCED_AT_LIMIT
                             and dim.remaining is not None
@@ -410,9 +365,10 @@ class RateLearner:
                 # A bucket, not a sliding window: it is lifted (once) and keeps the spare.
                 bucket = "tokens" not in self._windowed
                 lift = None
-                if tokens is not None and not self._lifted:
-                    lift = self._lift(dims["tokens"], sent) if bucket else None
-                    self._lifted |= not bucket
+                share = self._share
+                if tokens is not None and not share.lifted:
+                    lift = share.lift(dims["tokens"], sent, self._headroom) if bucket else None
+                    share.lifted |= not bucket
                 if any(v is not None for v in (requests, tokens, inputs, outputs)):
                     self._synced = sent.at
                     if gate._lower_budgets(
@@ -436,109 +392,15 @@ class RateLearner:
         if dim.remaining is not None and dim.remaining >= dim.limit:
             return False  # a full bucket tells nothing
         value, count = self._streaks.get(kind, (per_minute, 0))
-        count = count + 1 if _same(value, per_minute) else 1
+        count = count + 1 if same(value, per_minute) else 1
         self._streaks[kind] = (per_minute, count)
         if count < self._confirm and not dim.drained:
             return False
         current = self._learned.get(kind)
-        if current is not None and _same(current, per_minute):
+        if current is not None and same(current, per_minute):
             return False
         self._learned[kind] = per_minute
         return True
-
-    def _measure(self, kind: str, dim: ReportedLimit, sent: BudgetMark) -> bool:
-        """Measure the rate ``kind``'s bucket refills for us; ``True`` if the pace must change.
-
-        Two snapshots ``(at, remaining, spent)`` with the bucket below ``_LOW`` of its
-        limit at both: ``available = (remaining2 - remaining1 + spent2 - spent1) / span``,
-        what refilled beyond our own charges (the limit's rate less what others spent),
-        in the provider's units; times ``kept / spent`` over the span (what stayed
-        charged here after settle refunds) it is in the gate's units. The span is the
-        oldest snapshot of the last ``_AGE_S``, once at least ``_SPAN_S``, and only a
-        bucket that fell by more than ``headroom x`` our charges over it is measured.
-        A bucket at or above ``_LOW`` clears the measure: the pace goes back to the limit
-        (and the bucket, drained again, is measured again).
-        """
-        if dim.remaining is None or dim.limit is None:
-            return False
-        trail = self._trails.setdefault(kind, deque())
-        if dim.remaining >= _LOW * dim.limit:
-            self._first.setdefault(kind, sent.at)
-            trail.clear()
-            return self._available.pop(kind, None) is not None
-        first = self._first.get(kind)
-        if first is None or sent.at - first < _AGE_S:
-            # Never seen near its limit: the remaining counts something else (Azure quotes
-            # a 10 s window of RPM / 6 against the per-minute limit). Seen less than a
-            # window ago: a sliding window gives nothing back until its first entries
-            # expire, and measured sooner it would say "nothing left for us".
-            return False
-        tokens = kind == "tokens"
-        spent = sent.tokens if tokens else sent.requests
-        back = sent.tokens_back if tokens else 0.0
-        trail.append((sent.at, dim.remaining, spent, back))
-        while sent.at - trail[0][0] > _AGE_S:
-            trail.popleft()
-        at, remaining, before, back_before = trail[0]
-        span = sent.at - at
-        charged = spent - before
-        if charged <= 0:
-            # Nothing of ours charged to this budget (callers that state no tokens, or no
-            # budget for the kind yet): a falling bucket could be us as well as others.
-            return False
-        if span < _SPAN_S or remaining - dim.remaining <= self._headroom * charged:
-            # Only a bucket that fell by more than the headroom's share of what we
-            # charged says the pace is too high: one holding level or rising leaves it
-            # be (a sliding window gives back what we charged a window ago, so measured
-            # while it holds level it reads our own past pace, and a gate held back by
-            # the syncs would ratchet itself down: Azure cell 1.26x the oracle).
-            return False
-        per_minute = (dim.remaining - remaining + charged) * 60.0 / span
-        # The gate paces what stays charged after settle refunds; the provider kept the
-        # whole estimate (OpenAI reserves max_tokens): pace in the gate's units.
-        per_minute *= max(0.0, charged - (back - back_before)) / charged
-        floor = _MIN_SHARE * (dim.per_minute or dim.limit)
-        per_minute = max(per_minute, floor)
-        current = self._available.get(kind)
-        if current is not None and _same(current, per_minute):
-            # A request the provider rejected was charged here and not there: rejections
-            # inflate a measure. Measured in the provider's units instead of the gate's
-            # (no kept/spent factor), the pace overdrew, rejections grew and the share
-            # crept up with them (hidden TPM 100k, 40 % background: 60k to 100k/min,
-            # 11 % of calls with a 429); in the gate's units they stay rare.
-            return False
-        self._available[kind] = per_minute
-        return True
-
-    def _lift(self, dim: ReportedLimit | None, sent: BudgetMark) -> float | None:
-        """The provider's level to lift the gate's token budget to (once), or ``None``.
-
-        The first usable report is a snapshot ``(sent at, remaining, our charges)``; the
-        first one at least ``_LIFT_SPAN_S`` later measures the refill beyond our own
-        charges, ``(remaining2 - remaining1 + charged) / span``. At ``_LIFT_REFILL`` of
-        the limit or more, it returns ``remaining`` less ``headroom`` of the limit
-        (``Budgets.lower_since`` takes our charges since ``sent`` off it); below, nothing,
-        for good: others spend from the bucket and the syncs and the share measure pace
-        it as before. Given up too once the gate has charged a whole limit (the first
-        bucket is spent either way).
-        """
-        if dim is None or dim.remaining is None or dim.limit is None or dim.drained:
-            return None
-        if sent.tokens >= dim.limit:
-            self._lifted = True
-            return None
-        if self._lift_mark is None:
-            self._lift_mark = (sent.at, dim.remaining, sent.tokens)
-            return None
-        at, left, spent = self._lift_mark
-        span = sent.at - at
-        if span < _LIFT_SPAN_S:
-            return None
-        self._lifted = True
-        refill = (dim.remaining - left + sent.tokens - spent) * 60.0 / span
-        if refill < _LIFT_REFILL * (dim.per_minute or dim.limit):
-            return None
-        return dim.remaining - self._headroom * dim.limit
 
     def _apply(self, gate: Gate) -> bool:
         """Set the gate's rate from what is learned, under the ceiling; ``True`` if changed."""
@@ -555,7 +417,7 @@ class RateLearner:
             synced = kind in self._synced_kinds and kind not in self._windowed
             room = 0.0 if synced else self._headroom
             paced = min(learned * (1.0 - room), _MAX_PER_MINUTE)
-            available = self._available.get(kind)
+            available = self._share.available.get(kind)
             if available is not None:
                 # No headroom on a measured rate: the syncs keep the level honest, and a
                 # margin here would leave a share of what is left unused for good.
@@ -589,10 +451,6 @@ def _sliding(dim: ReportedLimit) -> bool:
 def _left(dim: ReportedLimit | None) -> float | None:
     """What ``dim`` says is left in the provider's bucket, if it says (and can be synced)."""
     return None if dim is None else dim.remaining
-
-
-def _same(a: float, b: float) -> bool:
-    return abs(a - b) <= _SAME * max(a, b)
 
 
 def learn_from_headers(
