@@ -142,3 +142,30 @@ def test_the_request_limit_lets_the_rejected_call_check_its_own_rejection() -> N
     assert _reserve(requests, 10.5, caller) == 0.0  # the check goes
     assert _reserve(requests, 10.6, caller) > 0  # once
     assert requests.wait(10.6, 1.0, other) > 0  # asking counts nothing: still held
+
+
+def test_a_rejection_within_the_counts_error_of_what_passed_is_the_limit() -> None:
+    """Passes up to 600 in a window, then a rejection counted at 599 (one short: a send
+    in flight, or one of the same instant): the same limit, not noise. It holds at 599
+    and the retry's pass at that count does not undo it. Taken for noise, the pass put
+    the estimate back above the limit and the next send was the next 429 (a loop)."""
+    limit = WindowLimit(60.0)
+    limit.rejected(600, 10.0)
+    limit.rejected(600, 20.0)  # confirmed
+    limit.passed(599)  # 599 of ours, and this one: 600 got through
+    assert limit.low == 600
+    assert limit.estimate(80.0) == pytest.approx(601)  # grown a request in a minute
+    assert limit.rejected(599, 80.0)
+    assert limit.confirmed
+    assert (limit.estimate(80.0), limit.low) == (599, 599)
+    limit.passed(599)  # the rejected call's retry
+    assert limit.estimate(80.0) == 599
+    # Well below what passed (more than 1 %, at least one request): noise until it repeats.
+    other = WindowLimit(60.0)
+    other.rejected(600, 10.0)
+    other.rejected(600, 20.0)
+    other.passed(599)
+    assert other.rejected(500, 80.0)
+    assert not other.confirmed
+    other.passed(500)  # its retry passes at that count: disproved
+    assert other.estimate(80.0) == pytest.approx(601)
