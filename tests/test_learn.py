@@ -632,3 +632,44 @@ async def test_the_lift_admits_a_waiter_at_once(anyio_backend: Any) -> None:
         assert not admitted
         assert learner.observe(bucket_report(50_000), sent=sent)
     assert admitted == [pytest.approx(1.0)]
+
+
+def test_a_refund_on_a_synced_bucket_waits_for_the_next_report() -> None:
+    """Issue 30: OpenAI keeps a request's estimate (prompt + ``max_tokens``) in its bucket;
+    the gate's settle refunds it to the usage. On a budget synced to the provider's
+    reports a refund is held until the next report, which says whether the provider gave
+    it back too: counted up to what that report leaves, discarded below it. (Refunded at
+    once, the budget stood above the provider's bucket until the next report: with the
+    headers learned as they arrive, 0.17-1.0 % of calls got a 429 on the token cells.)"""
+    gate, learner, _ = lift_gate()  # 1,000 tokens/s, a 1 s burst, full
+    call = gate.acquire_nowait(tokens=800)
+    learner.observe(bucket_report(40_000), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(200)
+    call.settle(tokens=300)  # 500 back: held
+    assert tokens_left(gate) == pytest.approx(200)
+    learner.observe(bucket_report(39_000), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(700)  # the provider has room: counted
+    call.settle(tokens=100)  # 200 more back: held
+    learner.observe(bucket_report(500), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(500)  # the provider kept it: discarded
+    call.release()
+
+
+def test_a_call_larger_than_any_before_waits_for_its_spare() -> None:
+    """A budget synced to a provider's bucket is kept the largest call's tokens beyond the
+    burst below the provider's level, as a full budget admits any cost into debt. A call
+    larger than every one before waits until the budget has been full for its excess over
+    the old largest (the provider's bucket went on filling meanwhile): sent at once, into
+    a drained bucket, such calls were the token cells' remaining 429s."""
+    gate, learner, now = lift_gate()  # 1,000 tokens/s, a 1 s burst
+    first = gate.acquire_nowait(tokens=1000)  # the burst: the largest so far
+    learner.observe(bucket_report(30_000), sent=gate.budget_mark())
+    now[0] += 1.0  # full again
+    with pytest.raises(anygate.Busy):
+        gate.acquire_nowait(tokens=1500)  # 500 beyond the largest
+    now[0] += 0.5
+    second = gate.acquire_nowait(tokens=1500)
+    now[0] += 1.5  # full again (500 of debt paid, then the burst)
+    third = gate.acquire_nowait(tokens=1500)  # not larger than the largest: at once
+    for call in (first, second, third):
+        call.release()

@@ -70,6 +70,8 @@ class Budgets:
         "tok_credit",
         "tok_interval",
         "tok_largest",
+        "tok_pending",
+        "tok_spare",
         "tok_spent",
         "tok_tat",
         "tok_tau",
@@ -92,6 +94,8 @@ class Budgets:
     tok_back: float
     tok_credit: float
     tok_largest: int
+    tok_spare: bool
+    tok_pending: float
 
     def __init__(self, rate: Rate, now: float | None, old: Budgets | None = None) -> None:
         """Budgets that start empty at ``now``; ``old``'s levels and history carry over.
@@ -114,6 +118,12 @@ class Budgets:
         # with ``lift``); in tokens, so a rate change keeps them.
         self.tok_credit = 0.0 if old is None else old.tok_credit
         self.tok_largest = 0 if old is None else old.tok_largest
+        # Synced to a provider's token bucket, keeping the largest cost spare (see
+        # ``lower_since``): a cost above every one before widens the spare before it goes.
+        self.tok_spare = False if old is None else old.tok_spare
+        # Settle refunds held until a provider's report says whether it gave them back
+        # too (``settle``), on a budget synced to reports: in tokens, kept over a change.
+        self.tok_pending = 0.0 if old is None else old.tok_pending
         burst = rate.burst_s
         self.req_interval = self.req_tau = self.req_tat = self._req_step = 0.0
         self.req_ready = -math.inf
@@ -228,8 +238,9 @@ class Budgets:
             return False
         tok_interval = self.tok_interval
         if tok_interval:
-            if self.tok_credit:
-                return self.try_take_split(now, tokens, 0)  # the general path draws it
+            if self.tok_credit or (self.tok_spare and tokens > self.tok_largest):
+                # The general path draws the credit, and widens the spare for a new largest.
+                return self.try_take_split(now, tokens, 0)
             tau = self.tok_tau
             cost = tokens * tok_interval
             if late < self.tok_tat - tau + (cost if cost < tau else tau):
@@ -318,6 +329,11 @@ class Budgets:
             at = max(at, admission_time(tat, now, 1, self.req_interval, self.req_tau))
         if self.tok_interval:
             tat = max(self.tok_tat, now) + ahead_tokens * self.tok_interval
+            widen = self._widen(tokens)
+            if widen:
+                # Full for ``widen`` more units of refill: the provider's bucket, kept the
+                # old spare above ours, went on filling while ours was capped at ``tau``.
+                at = max(at, self.tok_tat + (ahead_tokens + widen) * self.tok_interval)
             # The credit widens the budget: the level may reach ``tau`` plus the credit.
             tau = self.tok_tau + self.tok_credit * self.tok_interval
             at = max(at, admission_time(tat, now, tokens, self.tok_interval, tau))
@@ -348,6 +364,26 @@ class Budgets:
         self._current += 1
         self._allow -= 1
 
+    def _widen(self, tokens: int) -> float:
+        """Token units a cost of ``tokens`` adds to the spare (0 but for a new largest).
+
+        A budget synced to a provider's bucket is kept the largest cost beyond the burst
+        below the provider's level (``lower_since``): a full budget admits any cost, into
+        debt, so the provider must hold the rest. A cost above every one before would go
+        on a spare sized for the old largest, into a bucket that may not hold it (after
+        the answers' headers were learned when they arrive, as the transports do, the
+        budget rode the drained bucket closer: tier-1 0 -> 0.33 % of calls with a 429,
+        80 agents 1.5 %, each 429 a new largest). So it waits until the budget has been
+        full for that many more units (``when``): the provider's bucket, kept the old
+        spare above ours, went on filling meanwhile and holds it. Its admission leaves
+        the budget its cost below the burst, the new spare, as the next sync would.
+        """
+        if not self.tok_spare:
+            return 0.0
+        # What the budget holds at most: the burst and the first bucket's credit.
+        held = self.tok_tau / self.tok_interval + self.tok_credit
+        return max(0.0, tokens - max(self.tok_largest, held))
+
     def next_admission(self, now: float) -> float:
         """Seconds until a request stating no tokens could be admitted (slots aside)."""
         return max(0.0, self.when(now, 0) - now)
@@ -371,6 +407,11 @@ class Budgets:
                 self.tok_tat = now
         elif delta < 0 and self.tok_interval:
             self.tok_back -= delta
+            if self.tok_spare:
+                # Synced to a provider's reports: the refund waits for the next one
+                # (``lower_since``), which says whether the provider gave it back too.
+                self.tok_pending -= delta
+                return
         if self.tok_interval and delta:
             self.tok_tat += delta * self.tok_interval
             if delta > 0 and now is not None and self.tok_credit:
@@ -476,6 +517,12 @@ class Budgets:
         if tokens is not None and self.tok_interval:
             since = self.tok_spent - mark.tokens
             level = tokens - since
+            self.tok_spare = spare
+            if self.tok_pending:
+                # Refunds held since the last report count now, up to what this one says.
+                self.tok_tat -= self.tok_pending * self.tok_interval
+                self.tok_pending = 0.0
+                changed = True
             if spare:
                 # A cost above the burst goes through on a full budget, into debt
                 # (``admission_time`` caps it at ``tau``): the provider's bucket must hold
