@@ -374,3 +374,41 @@ async def test_anygate_accepts_a_probe_when_its_answer_starts(anyio_backend: Any
         tg.start_soon(client.call, sim.Request(answer))
     recovery = breaker.recovery_timeout
     assert sent == [recovery, recovery + 0.25]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_anygate_learns_an_answers_headers_when_they_arrive(anyio_backend: Any) -> None:
+    """The gated transports learn from a response's headers when they arrive, before its
+    body; so does the built-in anygate strategy. Here the answer's start (0.25 s) reports
+    the provider's token bucket: it is learned from then, while the generation runs on to
+    2 s, and not again at the end. (Learned at the end instead, every sync came a whole
+    generation late: the token cells paced further from the provider's bucket.)"""
+    from anygate.sim._engine import build_client
+    from anygate.sim._policy_strategy import PolicyClient
+
+    scenario = sim.load_scenario(SMALL)
+    (spec,) = sim.resolve_strategies(scenario, only=["anygate"])
+    context = sim.StrategyContext(name="x", published=sim.Published(tpm=60_000), seed=1)
+    provider = ProviderModel(scenario.provider, __import__("random").Random(0))
+    client = build_client(spec, context, provider)
+    assert isinstance(client, PolicyClient)
+    learner = anygate.RateLearner.of(client.policy.gate)
+    headers = {
+        "x-ratelimit-limit-tokens": "60000",
+        "x-ratelimit-remaining-tokens": "1000",
+        "x-ratelimit-reset-tokens": "59s",
+    }
+    reports: list[int] = []
+
+    async def answer(*, on_headers: Any = None) -> object:
+        await anyio.sleep(0.25)
+        assert on_headers is not None
+        on_headers(200, headers)
+        reports.append(learner.limits.reports)
+        await anyio.sleep(1.75)
+        return object()
+
+    await client.call(sim.Request(answer, prompt_tokens=100, max_tokens=100))
+    assert reports == [1]  # learned when the headers came
+    assert learner.limits.reports == 1  # and not again at the end

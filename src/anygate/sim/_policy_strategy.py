@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .. import Attempt, PolicyConfig, Rate
+    from .._gate.rate import BudgetMark
     from ._protocol import Send, StrategyContext
     from ._spec import Published, StrategySpec
 
@@ -356,14 +357,16 @@ class PolicyClient:
         if not cost or budget is None:
             # No token budget: Policy.call's attempt (release, then learn from headers).
             token = await attempt.acquire()
+            learned = _Learned()
             try:
-                response = await self._send(send, attempt)
+                response = await self._send(send, attempt, learned)
             except Exception as exc:
                 token.release()
                 learn_from_headers(gate, headers_of(exc))
                 raise
             token.release()
-            learn_from_headers(gate, headers_of(response))
+            if not learned:
+                learn_from_headers(gate, headers_of(response))
             return
         rate = gate.rate
         out = int(getattr(send, "max_tokens", 0)) if rate is not None and rate.split else None
@@ -375,9 +378,10 @@ class PolicyClient:
         # What the gate had charged when this request went out: its headers' `remaining`
         # are synced against the admissions after it (RateLearner.observe).
         sent = gate.budget_mark()
+        learned = _Learned(sent)
         try:
             try:
-                response = await self._send(send, attempt)
+                response = await self._send(send, attempt, learned)
             except Exception as exc:
                 learn_from_headers(gate, headers_of(exc), sent=sent)
                 if out:
@@ -385,7 +389,8 @@ class PolicyClient:
                     # 0, as Anthropic corrects OTPM to the tokens really generated.
                     token.settle(tokens=cost - out, output_tokens=0)
                 raise  # an error keeps the (input) estimate, as a transport's error response does
-            learn_from_headers(gate, headers_of(response), sent=sent)
+            if not learned:
+                learn_from_headers(gate, headers_of(response), sent=sent)
             usage = getattr(response, "usage", None)
             used = usage_tokens({"usage": usage})
             if used is not None:
@@ -394,29 +399,49 @@ class PolicyClient:
         finally:
             token.release()
 
-    async def _send(self, send: Send, attempt: Attempt) -> Any:
-        """Send once: with the answer's start reported (a 2xx accepts the attempt) when
-        this strategy accepts early, and cut off after ``attempt_timeout_s`` as
-        :meth:`anygate.Policy.call` would (``Policy.run`` leaves that to the step)."""
+    async def _send(self, send: Send, attempt: Attempt, learned: _Learned) -> Any:
+        """Send once: with the answer's start reported (a 2xx accepts the attempt, its
+        headers are learned from) when this strategy accepts early, and cut off after
+        ``attempt_timeout_s`` as :meth:`anygate.Policy.call` would (``Policy.run`` leaves
+        that to the step)."""
         timeout = self._config.attempt_timeout_s
         if timeout is None:
-            return await self._send_once(send, attempt)
+            return await self._send_once(send, attempt, learned)
         with anyio.move_on_after(timeout):
-            return await self._send_once(send, attempt)
+            return await self._send_once(send, attempt, learned)
         msg = f"attempt {attempt.number} timed out after {timeout:g}s"
         raise TimeoutError(msg)
 
-    async def _send_once(self, send: Send, attempt: Attempt) -> Any:
+    async def _send_once(self, send: Send, attempt: Attempt, learned: _Learned) -> Any:
         if not self._accepts or not isinstance(send, Request):
             return await send()
-        return await send(on_headers=partial(_on_headers, attempt))
+        return await send(on_headers=partial(self._on_headers, attempt, learned))
+
+    def _on_headers(
+        self, attempt: Attempt, learned: _Learned, status_code: int, headers: Mapping[str, str]
+    ) -> None:
+        """The answer's status and headers arrived (its body still to come): what a gated
+        transport does at that moment. It learns from the headers then (as
+        ``GatedTransport`` does when ``handle_async_request`` returns, before the body),
+        not when the generation ends seconds later; then it accepts a 2xx."""
+        learned.done = True
+        learn_from_headers(self._gate, headers, sent=learned.sent)
+        if 200 <= status_code < 300:
+            attempt.accepted()
 
 
-def _on_headers(attempt: Attempt, status_code: int, headers: Mapping[str, str]) -> None:
-    """The answer's status and headers arrived (its body still to come): what a gated
-    transport does at that moment."""
-    if 200 <= status_code < 300:
-        attempt.accepted()
+class _Learned:
+    """One attempt's header learning: the gate's mark when it was sent, and whether its
+    headers were learned from when they arrived (then not again at its end)."""
+
+    __slots__ = ("done", "sent")
+
+    def __init__(self, sent: BudgetMark | None = None) -> None:
+        self.sent = sent
+        self.done = False
+
+    def __bool__(self) -> bool:
+        return self.done
 
 
 def _fits(rate: Rate | None, cost: int, out: int | None) -> bool:
