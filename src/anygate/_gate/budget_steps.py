@@ -115,6 +115,7 @@ class BudgetSteps(Ledger):
         *,
         lift: float | None = None,
         spare: bool = False,
+        window: bool = False,
     ) -> bool:
         """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
 
@@ -141,7 +142,7 @@ class BudgetSteps(Ledger):
             if budgets is not None and now is not None:
                 if not budgets.started:
                     budgets._start(now)
-                if budgets.split or lift is not None or spare:
+                if budgets.split or lift is not None or spare or window:
                     lowered = budgets.lower_since(
                         now,
                         mark,
@@ -151,10 +152,11 @@ class BudgetSteps(Ledger):
                         output_tokens,
                         lift=lift,
                         spare=spare,
+                        window=window,
                     )
                 else:
                     lowered = budgets.lower_since(now, mark, requests, tokens)
-                if lowered and (budgets.split or lift is not None) and self._live:
+                if lowered and (budgets.split or lift is not None or window) and self._live:
                     self._advance_locked(now, wakes)
         finally:
             lock.release()
