@@ -12,6 +12,8 @@ import math
 
 import pytest
 
+from anygate import Rate
+from anygate._gate.budgets import Budgets
 from anygate._gate.window import TokenWindow
 
 
@@ -96,3 +98,27 @@ def test_entries_out_of_order_are_kept_sorted() -> None:
     assert window.left(62.0) == pytest.approx(50_000)
     assert window.at(62.0, 60_000) == 65.0
     assert "10000/60000" in repr(window)
+
+
+def test_budgets_pace_tokens_by_the_window_once_a_report_shows_one() -> None:
+    """``Budgets.lower_since(window=True)`` swaps the GCRA token budget for the window: a
+    head call waits for expiry, one behind others counts their tokens while both fit the
+    window (ours alone beyond: still a lower bound), a settle's refund gives nothing back,
+    a further charge counts, and an admission given back whole leaves."""
+    budgets = Budgets(Rate(tokens_per_minute=60_000), 0.0)
+    assert budgets.tokens_left(0.0) == pytest.approx(0)  # a GCRA budget starts empty
+    assert budgets.lower_since(0.0, budgets.mark(0.0), None, 60_000.0, window=True)
+    assert budgets.tokens_left(0.0) == pytest.approx(60_000)
+    budgets.take(0.0, 10_000)
+    budgets.take(5.0, 40_000)
+    assert budgets.when(5.0, 20_000) == 60.0
+    assert budgets.when(5.0, 20_000, ahead=1, ahead_tokens=5_000) == 65.0
+    assert budgets.when(5.0, 20_000, ahead=1, ahead_tokens=50_000) == 60.0
+    budgets.settle(-5_000, None)
+    assert budgets.tokens_left(5.0) == pytest.approx(10_000)
+    budgets.settle(1_000, 5.0)
+    assert budgets.tokens_left(5.0) == pytest.approx(9_000)
+    budgets.refund(1, 1_000)
+    assert budgets.tokens_left(5.0) == pytest.approx(10_000)
+    assert budgets.try_take(5.0, 10_000)
+    assert not budgets.try_take(5.0, 1)

@@ -329,8 +329,12 @@ class Budgets:
         if self.req_interval:
             tat = max(self.req_tat, now) + ahead * self.req_interval
             at = max(at, admission_time(tat, now, 1, self.req_interval, self.req_tau))
-        if self.tok_window is not None:
-            at = max(at, self.tok_window.at(now, ahead_tokens + tokens))
+        window = self.tok_window
+        if window is not None:
+            # Those ahead stay in the window until we go, so their tokens count with ours:
+            # a lower bound while they fit it together (past it, ours alone is one).
+            both = ahead_tokens + tokens
+            at = max(at, window.at(now, both if both <= window.capacity else tokens))
         elif self.tok_interval:
             tat = max(self.tok_tat, now) + ahead_tokens * self.tok_interval
             # The credit widens the budget: the level may reach ``tau`` plus the credit.
