@@ -357,9 +357,9 @@ class RateLearner:
                 for kind in _KINDS:
                     dim = dims[kind]
                     if dim is not None:
-                        if kind not in self._windowed:
-                            # A sliding window gives back what we charged a window ago:
-                            # the measure would read our own past pace (see _WINDOW_LEFT).
+                        if kind != "tokens" or kind not in self._windowed:
+                            # A token window is copied (see _WINDOW_LEFT), and gives back
+                            # what we charged a window ago: the measure read our own pace.
                             adopted |= self._share.measure(kind, dim, sent, self._headroom)
                         if (
                             kind in _SYNCED_AT_LIMIT
