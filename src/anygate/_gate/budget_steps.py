@@ -127,7 +127,9 @@ class BudgetSteps(Ledger):
         ``ShareMeter.lift``); the input- and output-token budgets (``input_tokens`` /
         ``output_tokens``) are set to the provider's count; a raise of either kind admits
         whoever it lets go, from the head of the queue (I9). ``spare``: keep the largest
-        admission beyond the burst spare in a token bucket (``Budgets.lower_since``). Returns ``False`` when nothing
+        admission beyond the burst spare in a token bucket (``Budgets.lower_since``).
+        ``window``: the token budget becomes (or is) a copy of the provider's sliding
+        window, whose level may rise; the queue is advanced as for a lift. Returns ``False`` when nothing
         changed, the gate has no rate budget, or its clock cannot be read now.
         """
         if self._shares_rate:

@@ -502,7 +502,10 @@ class Budgets:
         a credit (``tok_credit``) that admissions draw on once the burst is spent, never
         refilled, and lowered by every later report as the level is. ``spare``: the
         token bucket is a bucket, not a sliding window: the level is kept the largest
-        admission's tokens beyond the burst below the provider's (see below).
+        admission's tokens beyond the burst below the provider's (see below). ``window``:
+        the provider's reports show a sliding token window: the token budget becomes a
+        copy of it from now on (``window.TokenWindow``, which :meth:`_sync_window` makes
+        and syncs), and a sync may then raise the level (the rest of the window).
         """
         changed = False
         if requests is not None and self.req_interval:
