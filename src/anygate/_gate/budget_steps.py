@@ -115,6 +115,7 @@ class BudgetSteps(Ledger):
         *,
         lift: float | None = None,
         spare: bool = False,
+        window: bool = False,
     ) -> bool:
         """Bring the budgets down to what a provider said was left (``Budgets.lower_since``).
 
@@ -126,7 +127,9 @@ class BudgetSteps(Ledger):
         ``ShareMeter.lift``); the input- and output-token budgets (``input_tokens`` /
         ``output_tokens``) are set to the provider's count; a raise of either kind admits
         whoever it lets go, from the head of the queue (I9). ``spare``: keep the largest
-        admission beyond the burst spare in a token bucket (``Budgets.lower_since``). Returns ``False`` when nothing
+        admission beyond the burst spare in a token bucket (``Budgets.lower_since``).
+        ``window``: the token budget becomes (or is) a copy of the provider's sliding
+        window, whose level may rise; the queue is advanced as for a lift. Returns ``False`` when nothing
         changed, the gate has no rate budget, or its clock cannot be read now.
         """
         if self._shares_rate:
@@ -141,7 +144,7 @@ class BudgetSteps(Ledger):
             if budgets is not None and now is not None:
                 if not budgets.started:
                     budgets._start(now)
-                if budgets.split or lift is not None or spare:
+                if budgets.split or lift is not None or spare or window:
                     lowered = budgets.lower_since(
                         now,
                         mark,
@@ -151,10 +154,11 @@ class BudgetSteps(Ledger):
                         output_tokens,
                         lift=lift,
                         spare=spare,
+                        window=window,
                     )
                 else:
                     lowered = budgets.lower_since(now, mark, requests, tokens)
-                if lowered and (budgets.split or lift is not None) and self._live:
+                if lowered and (budgets.split or lift is not None or window) and self._live:
                     self._advance_locked(now, wakes)
         finally:
             lock.release()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .rate import BudgetMark, RateStatistics
 from .rate_math import EPSILON, TICKS, admission_time, charge, slope_allowance
 from .split import Bucket
+from .window import TokenWindow
 
 if TYPE_CHECKING:
     from .rate import Rate
@@ -75,6 +76,7 @@ class Budgets:
         "tok_spent",
         "tok_tat",
         "tok_tau",
+        "tok_window",
     )
 
     _allow: int
@@ -96,6 +98,7 @@ class Budgets:
     tok_largest: int
     tok_spare: bool
     tok_pending: float
+    tok_window: TokenWindow | None
 
     def __init__(self, rate: Rate, now: float | None, old: Budgets | None = None) -> None:
         """Budgets that start empty at ``now``; ``old``'s levels and history carry over.
@@ -124,6 +127,9 @@ class Budgets:
         # Settle refunds held until a provider's report says whether it gave them back
         # too (``settle``), on a budget synced to reports: in tokens, kept over a change.
         self.tok_pending = 0.0 if old is None else old.tok_pending
+        # The provider's sliding token window, once its reports showed one (lower_since
+        # with ``window``); it replaces the GCRA token budget and keeps its entries.
+        self.tok_window = None if old is None else old.tok_window
         burst = rate.burst_s
         self.req_interval = self.req_tau = self.req_tat = self._req_step = 0.0
         self.req_ready = -math.inf
@@ -154,6 +160,10 @@ class Budgets:
             # The credit carries over apart (``tok_credit``), not capped to the new burst.
             level = old._tok_level(now) if old is not None and old.tok_interval else None
             self.tok_tat = self._tat_for(level, now, self.tok_interval, self.tok_tau)
+            if self.tok_window is not None:
+                self.tok_window.capacity = tpm
+        else:
+            self.tok_window = None
         self._ramp = rate.ramp or 0.0
         self._floor = rate.floor
         self._tick = rate.window_s / TICKS
@@ -203,6 +213,8 @@ class Budgets:
         """Token units in the budget now (negative in debt), or ``None`` if unlimited."""
         if not self.tok_interval:
             return None
+        if self.tok_window is not None:
+            return self.tok_window.left(now)
         return self._tok_level(now) + self.tok_credit
 
     def _tok_level(self, now: float) -> float:
@@ -238,8 +250,13 @@ class Budgets:
             return False
         tok_interval = self.tok_interval
         if tok_interval:
-            if self.tok_credit or (self.tok_spare and tokens > self.tok_largest):
-                # The general path draws the credit, and widens the spare for a new largest.
+            if (
+                self.tok_credit
+                or self.tok_window is not None
+                or (self.tok_spare and tokens > self.tok_largest)
+            ):
+                # The general path draws the credit, charges the sliding window, or widens
+                # the spare for a new largest.
                 return self.try_take_split(now, tokens, 0)
             tau = self.tok_tau
             cost = tokens * tok_interval
@@ -327,7 +344,13 @@ class Budgets:
         if self.req_interval:
             tat = max(self.req_tat, now) + ahead * self.req_interval
             at = max(at, admission_time(tat, now, 1, self.req_interval, self.req_tau))
-        if self.tok_interval:
+        window = self.tok_window
+        if window is not None:
+            # Those ahead stay in the window until we go, so their tokens count with ours:
+            # a lower bound while they fit it together (past it, ours alone is one).
+            both = ahead_tokens + tokens
+            at = max(at, window.at(now, both if both <= window.capacity else tokens))
+        elif self.tok_interval:
             tat = max(self.tok_tat, now) + ahead_tokens * self.tok_interval
             widen = self._widen(tokens)
             if widen:
@@ -349,7 +372,12 @@ class Budgets:
             self.req_tat = charge(self.req_tat, at, 1, self.req_interval)
             self._update_ready()
             self.req_spent += 1
-        if self.tok_interval and tokens:
+        if self.tok_window is not None and tokens:
+            self.tok_spent += tokens
+            self.tok_window.add(at, self.tok_spent, tokens)
+            if tokens > self.tok_largest:
+                self.tok_largest = tokens
+        elif self.tok_interval and tokens:
             self.tok_tat = charge(self.tok_tat, at, tokens, self.tok_interval)
             self.tok_spent += tokens
             if tokens > self.tok_largest:
@@ -401,6 +429,16 @@ class Budgets:
             self.inp.settle(in_delta, now)
         if self.outp is not None and out_delta:
             self.outp.settle(out_delta, now)
+        window = self.tok_window
+        if window is not None:
+            # A sliding window keeps the estimate it charged at admission (Azure): a
+            # refund gives nothing back there, a further charge counts from now.
+            if delta > 0 and now is not None:
+                self.tok_spent += delta
+                window.add(now, self.tok_spent, delta)
+            elif delta < 0:
+                self.tok_back -= delta
+            return
         if delta > 0 and self.tok_interval:
             self.tok_spent += delta
             if now is not None and self.tok_tat < now:
@@ -431,7 +469,9 @@ class Budgets:
         if self.req_interval and requests:
             self.req_tat -= requests * self.req_interval
             self._update_ready()
-        if self.tok_interval and tokens:
+        if self.tok_window is not None and tokens:
+            self.tok_window.give_back(tokens)
+        elif self.tok_interval and tokens:
             self.tok_tat -= tokens * self.tok_interval
 
     def hold_until(self, at: float) -> None:
@@ -448,6 +488,8 @@ class Budgets:
             if tat > self.req_tat:
                 self.req_tat = tat
                 self._update_ready()
+        if self.tok_window is not None:
+            self.tok_window.hold = max(self.tok_window.hold, at)
         if self.tok_interval:
             self.tok_credit = 0.0
             tat = at + self.tok_tau
@@ -481,6 +523,7 @@ class Budgets:
         *,
         lift: float | None = None,
         spare: bool = False,
+        window: bool = False,
     ) -> bool:
         """Lower each budget to what a provider said was left at ``mark``, less our spending since.
 
@@ -504,7 +547,10 @@ class Budgets:
         a credit (``tok_credit``) that admissions draw on once the burst is spent, never
         refilled, and lowered by every later report as the level is. ``spare``: the
         token bucket is a bucket, not a sliding window: the level is kept the largest
-        admission's tokens beyond the burst below the provider's (see below).
+        admission's tokens beyond the burst below the provider's (see below). ``window``:
+        the provider's reports show a sliding token window: the token budget becomes a
+        copy of it from now on (``window.TokenWindow``, which :meth:`_sync_window` makes
+        and syncs), and a sync may then raise the level (the rest of the window).
         """
         changed = False
         if requests is not None and self.req_interval:
@@ -514,7 +560,9 @@ class Budgets:
                 self.req_tat = tat
                 self._update_ready()
                 changed = True
-        if tokens is not None and self.tok_interval:
+        if tokens is not None and self.tok_interval and (window or self.tok_window):
+            changed |= self._sync_window(now, mark, tokens)
+        elif tokens is not None and self.tok_interval:
             since = self.tok_spent - mark.tokens
             level = tokens - since
             self.tok_spare = spare
@@ -553,6 +601,19 @@ class Budgets:
             since = self.outp.spent - self.outp.back - mark.output_tokens
             changed |= self.outp.sync(now, output_tokens, since)
         return changed
+
+    def _sync_window(self, now: float, mark: BudgetMark, tokens: float) -> bool:
+        # The token budget is the provider's sliding window (see window.py). Made at the
+        # first such report: what we charged before it is in the report's count (a
+        # phantom expiring a window after ``mark``), what we charged since is counted
+        # from now; both the latest they can expire. A level above the GCRA's is
+        # possible (the rest of the window): the caller wakes the queue.
+        made = self.tok_window is None
+        if self.tok_window is None:
+            window = self.tok_window = TokenWindow(60.0 / self.tok_interval)
+            self.tok_credit = 0.0
+            window.add(now, self.tok_spent, self.tok_spent - mark.tokens)
+        return self.tok_window.sync(now, mark.at, mark.tokens, tokens) or made
 
     # ------------------------------------------------------------------ slope ticks
 

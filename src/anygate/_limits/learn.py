@@ -24,6 +24,11 @@ objects into the gate's ``rate``:
   ``remaining`` less ``headroom`` of the limit (less our charges since), so a fleet spends
   that first bucket: only if nobody else spends from it (:meth:`.ShareMeter.lift`), and
   never on a kind whose reports show a sliding window.
+* **Windows.** A token limit whose reports show a sliding window (Azure OpenAI: a
+  minute's quota, each request's estimate counted until a minute after it) is paced by a
+  copy of that window in the gate (``_gate/window.py``): it admits whatever is left of
+  the window, as the provider does, and every report charges it what the provider
+  counted beyond our own entries. At the whole limit, with no share measure and no lift.
 * **Sharing.** Two such reports of a bucket below a quarter of its limit, falling under
   our pace, measure the rate it refills beyond our own charges (the limit less what
   others spend); the gate is paced at the lower of that share and ``(1 - headroom)`` of
@@ -66,14 +71,25 @@ _KINDS = ("requests", "tokens")
 # 429 added). Requests keep the headroom: at the whole limit the Anthropic-like tuning cell
 # (80 RPM) went from 8.5 % to 10 % of calls with a 429 (1.208x -> 1.249x).
 _SYNCED_AT_LIMIT = frozenset({"tokens"})
-# ... unless its reports show a sliding window, not a refilled bucket: at least half of the
-# limit left yet a reset at least this share of the window away. A bucket half full
-# refills in half a window at its limit's rate (OpenAI: reset = "time until the limit
-# resets to its initial state"); a sliding window empties only a window after its newest
-# entry (Azure; stuartleeks/aoai-simulated-api). At the whole limit the Azure-rule tuning
-# cell (120,000 TPM) went from 1.17 % to 2.83 % of calls with a 429; its lumpy give-back
-# needs the margin.
+# A token kind whose reports show a sliding window, not a refilled bucket, is paced by the
+# gate's own copy of the window (``Budgets`` with ``window``: ``_gate/window.py``), synced
+# from every report, at the whole limit, with no share measure (below) and no lift (the
+# window admits what is left of it at once). Shown by a report with at least
+# ``_WINDOW_LEFT`` of the limit left yet a reset at least ``_WINDOW_RESET`` of the window
+# away. A bucket refills its used part by the reset (OpenAI: reset = "time until the
+# limit resets to its initial state"), so it looks so only if it refills at under
+# ``(1 - _WINDOW_LEFT) / _WINDOW_RESET`` of its limit's rate; a sliding window empties
+# only a window after its newest entry whatever is left (Azure; stuartleeks/
+# aoai-simulated-api). At half left (the first choice) a bucket with 55 % background load
+# (refilled at 45 % of its limit: half full, it resets in 67 s) was taken for a window
+# and, synced as one, got 6.2 % of calls a 429 (TOKEN_TUNING seeds 1-5); at three
+# quarters it takes 72 % background load to look so, and the Azure-rule cells' first
+# reports (over 90 % left, resets 55-59 s) still show their windows. Before the window
+# model, the Azure-rule cells kept a 10 % headroom here and were measured by the share
+# meter reading their own pace of a window ago: ~83 % of the limit, 1.185x / 1.212x the
+# oracle (seeds 1-5), with no headroom alone 1.11x / 1.07x with 0.5-0.7 % 429s.
 _WINDOW_RESET = 0.9
+_WINDOW_LEFT = 0.75
 
 
 @final
@@ -318,7 +334,7 @@ class RateLearner:
                 adopted |= self._weigh(kind, dim)
                 if kind not in self._windowed and _sliding(dim):
                     self._windowed.add(kind)
-                    adopted |= kind in self._learned  # re-paced with headroom
+                    adopted |= kind in self._learned  # its pace may change
                 if dim.drained and dim.reset_s is not None:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
             rate = gate.rate
@@ -341,7 +357,10 @@ class RateLearner:
                 for kind in _KINDS:
                     dim = dims[kind]
                     if dim is not None:
-                        adopted |= self._share.measure(kind, dim, sent, self._headroom)
+                        if kind != "tokens" or kind not in self._windowed:
+                            # A token window is copied (see _WINDOW_LEFT), and gives back
+                            # what we charged a window ago: the measure read our own pace.
+                            adopted |= self._share.measure(kind, dim, sent, self._headroom)
                         if (
                             kind in _SYNCED_AT_LIMIT
                             and dim.remaining is not None
@@ -372,7 +391,14 @@ class RateLearner:
                 if any(v is not None for v in (requests, tokens, inputs, outputs)):
                     self._synced = sent.at
                     if gate._lower_budgets(
-                        sent, requests, tokens, inputs, outputs, lift=lift, spare=bucket
+                        sent,
+                        requests,
+                        tokens,
+                        inputs,
+                        outputs,
+                        lift=lift,
+                        spare=bucket,
+                        window=not bucket,
                     ):
                         self._syncs += 1
                         changed = True
@@ -414,7 +440,7 @@ class RateLearner:
             learned = self._learned.get(kind)
             if learned is None:
                 continue
-            synced = kind in self._synced_kinds and kind not in self._windowed
+            synced = kind in self._synced_kinds
             room = 0.0 if synced else self._headroom
             paced = min(learned * (1.0 - room), _MAX_PER_MINUTE)
             available = self._share.available.get(kind)
@@ -445,7 +471,7 @@ def _sliding(dim: ReportedLimit) -> bool:
     limit, left, reset, window = dim.limit, dim.remaining, dim.reset_s, dim.window_s
     if limit is None or left is None or reset is None or window is None:
         return False
-    return left >= 0.5 * limit and reset >= _WINDOW_RESET * window
+    return left >= _WINDOW_LEFT * limit and reset >= _WINDOW_RESET * window
 
 
 def _left(dim: ReportedLimit | None) -> float | None:
