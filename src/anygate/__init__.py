@@ -61,10 +61,10 @@ from ._limits.learn import headers_of as headers_of
 from ._limits.learn import learn_from_headers as learn_from_headers
 from ._policy.attempt import Attempt as Attempt
 from ._policy.blocks import AttemptBlock as AttemptBlock
-from ._policy.breaker import BreakerState as BreakerState
-from ._policy.breaker import BreakerStatistics as BreakerStatistics
 from ._policy.breaker import CircuitBreaker as CircuitBreaker
-from ._policy.breaker import Permit as Permit
+from ._policy.breaker_state import BreakerState as BreakerState
+from ._policy.breaker_state import BreakerStatistics as BreakerStatistics
+from ._policy.permit import Permit as Permit
 from ._policy.policy import Policy as Policy
 from ._policy.sharing import shared_breaker as shared_breaker
 from ._policy.testing_switch import is_testing as is_testing

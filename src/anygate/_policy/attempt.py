@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._gate.token import Token
     from .attempts import Attempts
-    from .breaker import Permit
+    from .permit import Permit
     from .run import Run
     from .testing_switch import TestingState
 

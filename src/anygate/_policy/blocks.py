@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._gate.token import Token
     from .attempts import Attempts
-    from .breaker import Permit
+    from .permit import Permit
     from .testing_switch import TestingState
 
 __all__ = ["AsyncBlocks", "AttemptBlock", "SyncBlocks", "monotonic_deadline", "refuse_event_loop"]
