@@ -24,10 +24,10 @@ from ._classify.usage import tiktoken_counter as tiktoken_counter
 from ._classify.usage import usage_tokens as usage_tokens
 from ._config.config import AdaptiveConfig as AdaptiveConfig
 from ._config.config import BreakerConfig as BreakerConfig
-from ._config.config import PolicyConfig as PolicyConfig
 from ._config.config import RetryConfig as RetryConfig
 from ._config.limit_values import AdaptiveStatistics as AdaptiveStatistics
 from ._config.loader import load_config as load_config
+from ._config.policy_config import PolicyConfig as PolicyConfig
 from ._errors import AnygateError as AnygateError
 from ._errors import Busy as Busy
 from ._errors import CallFailed as CallFailed

@@ -31,7 +31,7 @@ from .breaker_state import check_recovery, check_threshold
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .._config.config import PolicyConfig
+    from .._config.policy_config import PolicyConfig
 
 __all__ = [
     "breakers",
