@@ -25,7 +25,7 @@ from anygate import (
     Policy,
     RetryConfig,
 )
-from anygate._policy.breaker import Permit
+from anygate._policy.permit import Permit
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, quota, transient
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anygate import LimitReport, ReportedLimit, headers_of, parse_limit_headers
-from anygate._classify.headers import go_duration, rfc3339_seconds
+from anygate._classify.header_values import go_duration, rfc3339_seconds
 
 OPENAI = {
     "x-ratelimit-limit-requests": "500",

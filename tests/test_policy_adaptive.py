@@ -327,7 +327,7 @@ def test_call_sync_sits_out_the_pause_measured_by_the_policy_clock(
         slept.append((seconds, policy.gate.in_flight))
         clock.now += seconds
 
-    monkeypatch.setattr("anygate._policy.attempts.time.sleep", sleep)
+    monkeypatch.setattr("anygate._policy.admission.time.sleep", sleep)
     with pytest.raises(CallFailed):
         policy.call_sync(SyncScript(burst()))
     assert policy.gate.capacity == 3
@@ -345,7 +345,7 @@ def test_call_sync_with_a_pause_past_its_deadline_is_busy(
 ) -> None:
     """The sync path does not start a pause it cannot finish before ``deadline``."""
     clock = FakeClock()
-    monkeypatch.setattr("anygate._policy.attempts.time.sleep", lambda s: None)
+    monkeypatch.setattr("anygate._policy.admission.time.sleep", lambda s: None)
     policy = Policy(
         max_concurrent_calls=4, retry=RetryConfig(max_attempts=1, throttle_attempts=1), clock=clock
     )

@@ -14,18 +14,14 @@ import anyio
 import pytest
 
 from anygate.sim import CallLost, Published, Request, StrategyContext
-from anygate.sim._peers import (
-    PEERS,
-    Cookbook,
-    LiteLLM,
-    Sdk,
-    Stamina,
+from anygate.sim._peer_delays import (
     cookbook_wait,
     litellm_retry_delay,
     openai_retry_delay,
     openai_should_retry,
     stamina_backoff,
 )
+from anygate.sim._peers import PEERS, Cookbook, LiteLLM, Sdk, Stamina
 from anygate.sim._provider import ProviderError, ProviderResponse
 from tests.conftest import mock_clock
 

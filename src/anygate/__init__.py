@@ -24,10 +24,10 @@ from ._classify.usage import tiktoken_counter as tiktoken_counter
 from ._classify.usage import usage_tokens as usage_tokens
 from ._config.config import AdaptiveConfig as AdaptiveConfig
 from ._config.config import BreakerConfig as BreakerConfig
-from ._config.config import PolicyConfig as PolicyConfig
 from ._config.config import RetryConfig as RetryConfig
 from ._config.limit_values import AdaptiveStatistics as AdaptiveStatistics
 from ._config.loader import load_config as load_config
+from ._config.policy_config import PolicyConfig as PolicyConfig
 from ._errors import AnygateError as AnygateError
 from ._errors import Busy as Busy
 from ._errors import CallFailed as CallFailed
@@ -61,10 +61,10 @@ from ._limits.learn import headers_of as headers_of
 from ._limits.learn import learn_from_headers as learn_from_headers
 from ._policy.attempt import Attempt as Attempt
 from ._policy.blocks import AttemptBlock as AttemptBlock
-from ._policy.breaker import BreakerState as BreakerState
-from ._policy.breaker import BreakerStatistics as BreakerStatistics
 from ._policy.breaker import CircuitBreaker as CircuitBreaker
-from ._policy.breaker import Permit as Permit
+from ._policy.breaker_state import BreakerState as BreakerState
+from ._policy.breaker_state import BreakerStatistics as BreakerStatistics
+from ._policy.permit import Permit as Permit
 from ._policy.policy import Policy as Policy
 from ._policy.sharing import shared_breaker as shared_breaker
 from ._policy.testing_switch import is_testing as is_testing

@@ -173,7 +173,7 @@ async def test_sync_transport_sits_out_the_pause_holding_its_slot(
     # Only the attempt loop's sleeps (the pause) are recorded; the real time module is left
     # alone for the server and the client.
     fake_time = types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep)
-    monkeypatch.setattr("anygate._policy.attempts.time", fake_time)
+    monkeypatch.setattr("anygate._policy.admission.time", fake_time)
 
     def work(url: str) -> list[float]:
         transport = flavour.gated.SyncGatedTransport(policy=policy)

@@ -30,26 +30,24 @@ beyond a day: each value that cannot be trusted is dropped, and a dimension whos
 remaining contradicts its limit is dropped whole (we cannot tell which one lies).
 
 This is parsing only: what to do with a report is :mod:`anygate._limits.learn`'s business.
-One concern (limit headers into one report), just over ~500 lines: the three families
-share the value parsers (counts, durations, dates) and the final consistency checks.
+One concern: limit headers into one report, for the three families, with the consistency
+checks they share (:func:`_dimension`). The text of a single value (counts, durations,
+dates) is read by :mod:`~anygate._classify.header_values`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
 from typing import final
+
+# MAX_RESET_S is re-exported: the limits read it here, with the report it bounds.
+from .header_values import MAX_RESET_S as MAX_RESET_S
+from .header_values import bounded_seconds, count, date_of, go_duration, rfc3339_seconds
 
 __all__ = ["EMPTY", "LimitReport", "ReportedLimit", "parse_limit_headers"]
 
-#: Resets beyond a day are not per-minute buckets and not worth waiting for.
-MAX_RESET_S = 86_400.0
-# Counts beyond this are typos or overflow artefacts, not limits.
-_MAX_COUNT = 1e15
 _MINUTE = 60.0
 
 
@@ -143,135 +141,7 @@ class LimitReport:
 #: The report of a response that says nothing.
 EMPTY = LimitReport()
 
-# ---------------------------------------------------------------------- values
-
-
-def _count(text: str | None) -> float | None:
-    """A non-negative finite count, or ``None`` (garbage, NaN, negative, huge)."""
-    if text is None:
-        return None
-    try:
-        value = float(text.strip())
-    except ValueError:
-        return None
-    if not 0 <= value <= _MAX_COUNT:  # also rejects NaN
-        return None
-    return value
-
-
-def _seconds(value: float | None) -> float | None:
-    if value is None or not 0 <= value <= MAX_RESET_S:
-        return None
-    return value
-
-
-_GO_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-_GO_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,
-    "\u03bcs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-
-
-def go_duration(text: str | None) -> float | None:
-    """Seconds in a Go duration (``6m0s``, ``12ms``, ``1h2m3.5s``, ``0``) or plain seconds.
-
-    ``None`` for garbage, negative durations, and anything beyond a day.
-    """
-    if text is None:
-        return None
-    text = text.strip()
-    if not text or len(text) > 64:
-        return None
-    plain = _count(text)
-    if plain is not None:
-        return _seconds(plain)
-    # The common shapes ("12ms", "1.5s") without the regex; "1m2s" and friends below.
-    if text.endswith("ms"):
-        number, scale = text[:-2], 1e-3
-    elif text.endswith("s"):
-        number, scale = text[:-1], 1.0
-    else:
-        number, scale = "", 0.0
-    if number and number.replace(".", "", 1).isdigit() and number.isascii():
-        return _seconds(float(number) * scale)
-    total = 0.0
-    pos = 0
-    for match in _GO_PART.finditer(text):
-        if match.start() != pos:
-            return None
-        total += float(match.group(1)) * _GO_UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or pos == 0:
-        return None
-    return _seconds(total)
-
-
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(\.\d+)?([Zz]|[+-]\d\d:?\d\d)?$"
-)
-
-
-def rfc3339_seconds(text: str | None, now: float) -> float | None:
-    """Seconds from ``now`` (a POSIX time) until an RFC 3339 time; 0 if it has passed."""
-    if text is None:
-        return None
-    match = _RFC3339.match(text.strip())
-    if match is None:
-        return _seconds(_count(text))  # some gateways send delta seconds here
-    year, month, day, hour, minute, second, frac, zone = match.groups()
-    try:
-        when = datetime(
-            int(year),
-            int(month),
-            int(day),
-            int(hour),
-            int(minute),
-            int(second),
-            tzinfo=timezone.utc,
-        )
-        if zone and zone not in "Zz":
-            sign = 1 if zone[0] == "+" else -1
-            digits = zone[1:].replace(":", "")
-            when -= sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-        at = when.timestamp() + (float(frac) if frac else 0.0)
-    except (ValueError, OverflowError, OSError):
-        return None
-    delta = at - now
-    if math.isnan(delta) or delta > MAX_RESET_S:
-        return None
-    return max(0.0, delta)
-
-
-_last_date: tuple[str, float | None] = ("", None)
-
-
-def _date_of(text: str | None) -> float | None:
-    """The response's ``Date`` header as a POSIX time, or ``None`` (the last one is cached:
-    responses arriving within a second share it)."""
-    global _last_date  # a one-entry cache; a race only recomputes it
-    if text is None:
-        return None
-    last = _last_date
-    if last[0] == text:
-        return last[1]
-    _last_date = (text, at := _parse_date(text))
-    return at
-
-
-def _parse_date(text: str) -> float | None:
-    try:
-        when = parsedate_to_datetime(text.strip())
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        return when.timestamp()
-    except (TypeError, ValueError, IndexError, OverflowError, OSError):
-        return None
+# ---------------------------------------------------------------------- dimensions
 
 
 def _dimension(
@@ -371,8 +241,8 @@ def _parse(h: dict[str, str], now: float | None) -> LimitReport:
 def _openai(h: dict[str, str]) -> LimitReport:
     dims = [
         _dimension(
-            _count(h.get(f"x-ratelimit-limit-{kind}")),
-            _count(h.get(f"x-ratelimit-remaining-{kind}")),
+            count(h.get(f"x-ratelimit-limit-{kind}")),
+            count(h.get(f"x-ratelimit-remaining-{kind}")),
             go_duration(h.get(f"x-ratelimit-reset-{kind}")),
             _MINUTE,
         )
@@ -382,7 +252,7 @@ def _openai(h: dict[str, str]) -> LimitReport:
 
 
 def _anthropic(h: dict[str, str], now: float | None) -> LimitReport:
-    base = _date_of(h.get("date"))
+    base = date_of(h.get("date"))
     if base is None:
         base = time.time() if now is None else now
     dims = {}
@@ -397,7 +267,7 @@ def _anthropic(h: dict[str, str], now: float | None) -> LimitReport:
         else:
             reset = resets[raw] = rfc3339_seconds(raw, base)
         dims[kind] = _dimension(
-            _count(h.get(prefix + "limit")), _count(h.get(prefix + "remaining")), reset, _MINUTE
+            count(h.get(prefix + "limit")), count(h.get(prefix + "remaining")), reset, _MINUTE
         )
     return LimitReport(
         requests=dims["requests"],
@@ -460,7 +330,7 @@ def _ietf(h: dict[str, str]) -> LimitReport:
 
 
 def _window(params: dict[str, str]) -> float | None:
-    w = _count(params.get("w"))
+    w = count(params.get("w"))
     return w if w is not None and w > 0 else None
 
 
@@ -468,16 +338,16 @@ def _ietf_trio(h: dict[str, str], policies: list[_Item]) -> LimitReport:
     # RateLimit-Limit may carry the policies itself: "100, 100;w=60, 1000;w=3600".
     raw = h.get("ratelimit-limit")
     limit_items = _items(raw) if raw is not None else []
-    limit = _count(limit_items[0][0]) if limit_items else None
+    limit = count(limit_items[0][0]) if limit_items else None
     window = None
     for value, params in [*limit_items, *policies]:
-        if _count(value) == limit and _window(params) is not None:
+        if count(value) == limit and _window(params) is not None:
             window = _window(params)
             break
     dim = _dimension(
         limit,
-        _count(h.get("ratelimit-remaining")),
-        _seconds(_count(h.get("ratelimit-reset"))),
+        count(h.get("ratelimit-remaining")),
+        bounded_seconds(count(h.get("ratelimit-reset"))),
         window,
     )
     return LimitReport(requests=dim, source="ietf") if dim is not None else EMPTY
@@ -486,14 +356,14 @@ def _ietf_trio(h: dict[str, str], policies: list[_Item]) -> LimitReport:
 def _ietf_dictionary(items: list[_Item], policies: list[_Item]) -> LimitReport:
     # draft 05-07: RateLimit: limit=100, remaining=5, reset=30
     values = {name.lower(): p.get("", "") for name, p in items}
-    limit = _count(values.get("limit"))
+    limit = count(values.get("limit"))
     window = None
     for value, params in policies:
-        if _count(value) == limit:
+        if count(value) == limit:
             window = _window(params)
             break
     dim = _dimension(
-        limit, _count(values.get("remaining")), _seconds(_count(values.get("reset"))), window
+        limit, count(values.get("remaining")), bounded_seconds(count(values.get("reset"))), window
     )
     return LimitReport(requests=dim, source="ietf") if dim is not None else EMPTY
 
@@ -507,9 +377,9 @@ def _ietf_named(items: list[_Item], policies: list[_Item]) -> LimitReport:
         if policy.get("qu", "requests") != "requests":
             continue  # content-bytes, concurrent-requests: not a request rate
         dim = _dimension(
-            _count(policy.get("q")),
-            _count(params.get("r")),
-            _seconds(_count(params.get("t"))),
+            count(policy.get("q")),
+            count(params.get("r")),
+            bounded_seconds(count(params.get("t"))),
             _window(policy),
         )
         if dim is None:

@@ -19,7 +19,7 @@ from .._yaml import read_yaml_file
 from .loader import load_config
 
 if TYPE_CHECKING:
-    from .config import PolicyConfig
+    from .policy_config import PolicyConfig
 
 __all__ = ["check_file"]
 

@@ -21,14 +21,8 @@ from .._gate.rate import Rate
 from .._validation import FILE as _FILE
 from .._validation import show
 from .._yaml import read_yaml_file
-from .config import (
-    AdaptiveConfig,
-    BreakerConfig,
-    PolicyConfig,
-    RetryConfig,
-    check_floor,
-    check_provider,
-)
+from .config import AdaptiveConfig, BreakerConfig, RetryConfig
+from .policy_config import PolicyConfig, check_floor, check_provider
 
 __all__ = ["load_config"]
 

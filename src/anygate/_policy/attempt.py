@@ -1,5 +1,6 @@
 """The step's handle on its attempt (:meth:`anygate.Policy.run`): take the slot, read the
-number and the previous verdict. The loop it belongs to is :mod:`anygate._policy.attempts`."""
+number and the previous verdict. The loop it belongs to is :mod:`anygate._policy.attempts`;
+its slot is taken as the loop's is (:mod:`anygate._policy.admission`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from typing import TYPE_CHECKING, final
 
 from .._gate.gate import Gate
 from .._validation import check_wait
+from .admission import admit, admit_sync
 from .run import accept
 
 if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._gate.token import Token
     from .attempts import Attempts
-    from .breaker import Permit
+    from .permit import Permit
     from .run import Run
     from .testing_switch import TestingState
 
@@ -103,8 +105,8 @@ class Attempt:
         """
         loop = self._loop
         gate, busy_wait = self._where(gate, timeout)
-        token = await loop.admit(
-            self._run, self._testing, self._timed, gate, busy_wait, tokens, output_tokens
+        token = await admit(
+            loop, self._run, self._testing, self._timed, gate, busy_wait, tokens, output_tokens
         )
         self._keep(token)
         return token
@@ -128,8 +130,15 @@ class Attempt:
             RuntimeError: called on a thread running an event loop.
         """
         gate, busy_wait = self._where(gate, timeout)
-        token = self._loop.admit_sync(
-            self._run, self._testing, self._deadline, gate, busy_wait, tokens, output_tokens
+        token = admit_sync(
+            self._loop,
+            self._run,
+            self._testing,
+            self._deadline,
+            gate,
+            busy_wait,
+            tokens,
+            output_tokens,
         )
         self._keep(token)
         return token

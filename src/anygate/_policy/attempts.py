@@ -14,13 +14,15 @@ over the same steps:
 The block form (:mod:`anygate._policy.blocks`) drives the same steps from an iterator. Each
 attempt's slot is released before its failure is classified or the backoff sleep starts,
 so other callers use the slot meanwhile. What is shared by all of them is written once
-here (:meth:`Attempts.failed`, :meth:`~Attempts.admit`, :meth:`~Attempts.pass_breaker`),
-and the decisions (classification, budgets, delays) are :mod:`~anygate._policy.decide`'s,
-acted on by the :class:`Retrier`.
+here (:meth:`Attempts.failed`, :meth:`~Attempts.pass_breaker`); taking the slot is
+:mod:`~anygate._policy.admission`'s (:func:`~anygate._policy.admission.admit`), and the
+decisions (classification, budgets, delays) are :mod:`~anygate._policy.decide`'s, acted on
+by the :class:`Retrier`.
 
-One concern, just over ~500 lines: the loop, in its async and its blocking form. The two
-differ in how they wait at every step (AnyIO's clock and scopes, or ``time.monotonic`` and
-a deadline), so each step is written twice, side by side; the shared decisions are not here.
+One concern: the loop, in its async and its blocking form. The two differ in how they wait
+at every step (AnyIO's clock and scopes, or ``time.monotonic`` and a deadline), so each
+step is written twice, side by side; the shared decisions and the slot's admission are not
+here.
 """
 
 from __future__ import annotations
@@ -34,25 +36,23 @@ import anyio
 
 from .._config.config import DEFAULT_BREAKER_MAX_WAIT_S
 from .._errors import Busy, CircuitOpen
-from .._events.events import SlotAdmitted, SlotWaiting, emit
 from .._limits.learn import headers_of, learn_from_headers
+from .admission import admit, admit_sync
 from .attempt import make_attempt
 from .retrying import NEUTRAL, SUCCESS, Stop
-from .run import hand_on_probe
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._events.events import Hook
     from .._gate.gate import Gate
-    from .._gate.token import Token
     from .._limits.adaptive import AdaptiveLimit
     from .attempt import Attempt
     from .breaker import CircuitBreaker
     from .retrying import Retrier, Run
     from .testing_switch import TestingState
 
-__all__ = ["Attempts", "NotAwaitable", "check_pause"]
+__all__ = ["Attempts", "NotAwaitable"]
 
 #: A breaker wait left shorter than this counts as spent (a clock's resolution, with room).
 _SPENT_S = 1e-6
@@ -183,7 +183,7 @@ class Attempts:
             # admit() hands the token over only once it is safe to (it releases it itself
             # on any BaseException until then), and the try that releases it starts at once:
             # nothing runs between the two that could raise.
-            token = await self.admit(run, testing, timed, self.gate, self.busy_wait)
+            token = await admit(self, run, testing, timed, self.gate, self.busy_wait)
             try:
                 try:
                     if attempt_timeout is None:
@@ -282,88 +282,6 @@ class Attempts:
             else:
                 return
 
-    async def admit(
-        self,
-        run: Run,
-        testing: TestingState,
-        timed: bool,
-        gate: Gate,
-        busy_wait: float | None,
-        tokens: int | None = None,
-        output_tokens: int | None = None,
-    ) -> Token:
-        """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
-        for the next attempt, with ``tokens`` of its token budget; sit out an adaptive
-        pause holding it.
-
-        The pause is always that of the policy's adaptive limit (the one its throttles are
-        reported to). Both passed explicitly, not defaulted: this is the per-call path.
-        """
-        hooks, adaptive = self.hooks, self.adaptive
-        run.phase = "slot"
-        if timed:
-            run.slot_started = anyio.current_time()
-        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
-            emit(
-                hooks,
-                SlotWaiting(
-                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
-                ),
-            )
-        permit = run.permit
-        if permit is not None and permit._probe:
-            # The breaker's half-open probe decides for every caller waiting on the
-            # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
-            # token-paced backlog of ~2 minutes, it held the breaker half-open so long
-            # that callers gave up as circuit_open).
-            token = await gate.acquire(
-                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=1
-            )
-        elif output_tokens is None:
-            token = await gate.acquire(timeout=busy_wait, tokens=tokens)
-        else:
-            token = await gate.acquire(
-                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens
-            )
-        try:
-            # As admitted, not as now: the acquire's schedule point comes after admission
-            # (issue 26), and peers admitted during it are no part of this attempt's count.
-            run.in_flight = in_flight = token.in_flight_at_admission
-            run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-            if not testing.enabled:
-                # Holding the slot while paused is the point: when the pause ends, one probe
-                # goes, and after its success at most the capacity's worth at once.
-                while True:
-                    pause, run.burst_probe = adaptive.pass_pause(run)
-                    if pause <= 0:
-                        break
-                    check_pause(gate, pause, busy_wait)
-                    await adaptive.wait_pause(pause)
-                # The send time the per-minute estimate counted is the attempt's.
-                run.tokens = tokens
-                while (wait := adaptive.reserve_send(at := adaptive.clock(), run, tokens)) > 0:
-                    # The estimate's window is full (issue 30): wait for its first slot
-                    # to free, holding ours as in a pause.
-                    check_pause(gate, wait, busy_wait)
-                    await anyio.sleep(wait)
-            else:
-                at = adaptive.clock()
-            run.generation = adaptive.generation
-            run.admitted_at = at
-            run.sending = adaptive.sending(gate.in_flight)
-            if hooks:
-                waited = anyio.current_time() - run.slot_started
-                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
-            run.phase = "attempt"
-        except BaseException:
-            # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
-            # slot is ours until the caller has it, so it is ours to give back (and the
-            # probe role, if this attempt had claimed it).
-            token.release()
-            hand_on_probe(run, adaptive)
-            raise
-        return token
-
     # ------------------------------------------------------------------ sync drivers
 
     def call_sync(
@@ -381,7 +299,7 @@ class Attempts:
             if self.breaker is not None:
                 self.pass_breaker_sync(run, deadline)
             # See call(): no gap before the try.
-            token = self.admit_sync(run, testing, deadline, self.gate, self.busy_wait)
+            token = admit_sync(self, run, testing, deadline, self.gate, self.busy_wait)
             try:
                 try:
                     result = fn(*args, **kwargs)
@@ -462,82 +380,6 @@ class Attempts:
             else:
                 return
 
-    def _past_deadline(self, run: Run, gate: Gate, since: float) -> Busy:
-        """A blocking attempt's hold (a burst pause, a window's hold) would outlast the
-        deadline. A retry fails the call as ``"deadline"`` with its last error, as a
-        backoff past the deadline does; a first attempt is ``Busy``, as a slot wait is."""
-        if run.verdict is not None:
-            self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
-        return _busy(gate, since)
-
-    def admit_sync(
-        self,
-        run: Run,
-        testing: TestingState,
-        deadline: float,
-        gate: Gate,
-        busy_wait: float | None,
-        tokens: int | None = None,
-        output_tokens: int | None = None,
-    ) -> Token:
-        """The blocking twin of :meth:`admit`; ``deadline`` is on ``time.monotonic``."""
-        hooks, adaptive = self.hooks, self.adaptive
-        run.phase = "slot"
-        now = run.slot_started = time.monotonic()
-        if now >= deadline and run.verdict is not None:
-            self.retrier.fail(run, "deadline", self.max_attempts, run.exc)
-        timeout = busy_wait
-        if deadline != math.inf:
-            left = max(0.0, deadline - now)
-            timeout = left if timeout is None else min(timeout, left)
-        if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
-            emit(
-                hooks,
-                SlotWaiting(
-                    self.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
-                ),
-            )
-        permit = run.permit
-        # The breaker's half-open probe goes ahead of the gate's queue (see admit).
-        priority = 1 if permit is not None and permit._probe else 0
-        token = gate.acquire_sync(
-            timeout=timeout, tokens=tokens, output_tokens=output_tokens, priority=priority
-        )
-        try:
-            run.in_flight = in_flight = gate.in_flight
-            run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-            while not testing.enabled:
-                pause, run.burst_probe = adaptive.pass_pause(run)
-                if pause <= 0:
-                    break
-                check_pause(gate, pause, busy_wait)
-                if time.monotonic() + pause >= deadline:
-                    raise self._past_deadline(run, gate, now)
-                # A thread sleeps (and asks again): the pause is measured on the policy's
-                # clock, and a probe's success is noticed within one pause_s.
-                time.sleep(pause)
-            at = adaptive.clock()
-            # The send time the per-minute estimate counted is the attempt's (see admit).
-            run.tokens = tokens
-            while not testing.enabled and (wait := adaptive.reserve_send(at, run, tokens)) > 0:
-                check_pause(gate, wait, busy_wait)
-                if time.monotonic() + wait >= deadline:
-                    raise self._past_deadline(run, gate, now)
-                time.sleep(wait)
-                at = adaptive.clock()
-            run.generation = adaptive.generation
-            run.admitted_at = at
-            run.sending = adaptive.sending(gate.in_flight)
-            if hooks:
-                waited = time.monotonic() - now
-                emit(hooks, SlotAdmitted(self.name, gate.name, run.attempt, waited))
-            run.phase = "attempt"
-        except BaseException:
-            token.release()
-            hand_on_probe(run, adaptive)
-            raise
-        return token
-
 
 async def _invoke(
     fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -568,26 +410,7 @@ async def _invoke_within(
     raise TimeoutError(msg)
 
 
-def check_pause(gate: Gate, pause: float, busy_wait: float | None) -> None:
-    """A pause longer than the slot-wait budget is Busy now, not a long wait."""
-    if busy_wait is not None and pause > busy_wait:
-        raise Busy(
-            gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
-        )
-
-
 def _close(awaitable: object) -> None:
     close = getattr(awaitable, "close", None)
     if close is not None:
         close()  # avoid "coroutine was never awaited" noise
-
-
-def _busy(gate: Gate, since: float) -> Busy:
-    """A blocking attempt's hold would outlast its deadline: ``Busy`` with the gate's state
-    and the time waited since ``since`` (``time.monotonic``)."""
-    return Busy(
-        gate=gate.name,
-        capacity=gate.capacity,
-        in_flight=gate.in_flight,
-        waited=time.monotonic() - since,
-    )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal, final
 import anyio
 
 from .._gate import waiters as _waiters
+from .admission import admit, admit_sync
 from .retrying import SUCCESS, Run
 from .run import accept
 from .testing_switch import testing_state
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .._classify.classify import Verdict
     from .._gate.token import Token
     from .attempts import Attempts
-    from .breaker import Permit
+    from .permit import Permit
     from .testing_switch import TestingState
 
 __all__ = ["AsyncBlocks", "AttemptBlock", "SyncBlocks", "monotonic_deadline", "refuse_event_loop"]
@@ -270,7 +271,7 @@ class AsyncBlocks(_Blocks):
                 await loop.pass_breaker(run)
                 block._permit = run.permit
             timed = self.deadline != math.inf or bool(loop.hooks)
-            block._token = await loop.admit(run, self.testing, timed, loop.gate, loop.busy_wait)
+            block._token = await admit(loop, run, self.testing, timed, loop.gate, loop.busy_wait)
         except BaseException as exc:
             self.state = "done"
             try:
@@ -355,8 +356,8 @@ class SyncBlocks(_Blocks):
             if loop.breaker is not None:
                 loop.pass_breaker_sync(run, self.deadline)
                 block._permit = run.permit
-            block._token = loop.admit_sync(
-                run, self.testing, self.deadline, loop.gate, loop.busy_wait
+            block._token = admit_sync(
+                loop, run, self.testing, self.deadline, loop.gate, loop.busy_wait
             )
         except BaseException:
             self.state = "done"

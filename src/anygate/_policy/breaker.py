@@ -44,43 +44,33 @@ drive recovery with virtual time.
 This is not a retry mechanism and not a rate limiter: it only decides whether a call may
 start.
 
-One concern: the breaker and the permit that is its only interface, with the statistics
-record (:func:`anygate.shared_breaker` lives in ``sharing``, with the other lookups).
-Waiting for it to close uses :class:`anygate._gate.latch.Latch`.
-
-One concern, a little over ~500 lines: the breaker and its :class:`Permit` are one state
-machine (a permit is bound to the episode it was admitted in, and only the breaker's lock
-may move either); the values and checks around it are short and live here because nothing
-else uses them.
+One concern: the state machine. Every transition, and every judgement of a report
+(fresh or stale, probe or not), is here, under the breaker's lock; the :class:`Permit` a
+call holds (:mod:`~anygate._policy.permit`) only carries a report to :meth:`_record` once,
+and the states, statistics record and setting checks are values
+(:mod:`~anygate._policy.breaker_state`). :func:`anygate.shared_breaker` lives in
+``sharing``, with the other lookups. Waiting for it to close uses
+:class:`anygate._gate.latch.Latch`.
 """
 
 from __future__ import annotations
 
-import enum
-import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
 from .._errors import CircuitOpen
 from .._events.events import BreakerStateChanged
-from .._events.logging_hook import log_breaker_change
 from .._gate.latch import Latch
 from .._gate.waiters import ki_protected
-from .._validation import check_int, check_name, check_number
+from .._validation import check_name
+from .breaker_state import BreakerState, BreakerStatistics, check_recovery, check_threshold
+from .permit import Permit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = [
-    "BreakerState",
-    "BreakerStatistics",
-    "CircuitBreaker",
-    "Permit",
-    "check_recovery",
-    "check_threshold",
-]
+__all__ = ["CircuitBreaker"]
 
 #: Slack in seconds when comparing the clock with the end of the open period. A caller
 #: woken by a timer set for that end may read it 1 ulp early; without slack it was turned
@@ -88,57 +78,6 @@ __all__ = [
 #: that only advances when everyone sleeps (seen in the max-wait test under trio's
 #: MockClock). The gate's rate budgets need the same slack (``_gate.rate_math.EPSILON``).
 _SLACK_S = 1e-9
-
-# State changes of a breaker used directly are logged here; a policy's permits are quiet,
-# because the policy delivers their changes to its hooks and its LoggingHook logs them.
-logger = logging.getLogger("anygate")
-
-
-class BreakerState(str, enum.Enum):
-    """A breaker's state. A ``str`` enum: ``BreakerState.OPEN == "open"``."""
-
-    CLOSED = "closed"
-    OPEN = "open"
-    HALF_OPEN = "half_open"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class BreakerStatistics:
-    """A consistent snapshot of a breaker.
-
-    Attributes:
-        name: the breaker's name.
-        state: the current state.
-        failures: consecutive counted failures while closed.
-        failure_threshold, recovery_timeout: the current settings.
-        opened: times the breaker has opened (including re-opening after a failed probe).
-        rejected: calls failed fast with :class:`anygate.CircuitOpen`.
-        retry_after: seconds until a probe may run (0 unless open).
-    """
-
-    name: str
-    state: BreakerState
-    failures: int
-    failure_threshold: int
-    recovery_timeout: float
-    opened: int
-    rejected: int
-    retry_after: float
-
-
-def check_threshold(value: object) -> int:
-    checked = check_int("failure_threshold", value, minimum=1)
-    assert checked is not None
-    return checked
-
-
-def check_recovery(value: object) -> float:
-    checked = check_number("recovery_timeout", value, allowed="a finite number of seconds >= 0")
-    assert checked is not None
-    return checked
 
 
 @final
@@ -458,119 +397,3 @@ class CircuitBreaker:
             if probe:
                 self._probe_out = False
             return None
-
-
-@final
-class Permit:
-    """One admitted call's pass through a :class:`CircuitBreaker`.
-
-    Report exactly one outcome; later reports are ignored, so a ``finally: permit.neutral()``
-    after an explicit ``success()`` or ``failure()`` is safe. Not thread-safe by itself: a
-    permit belongs to the call that took it.
-
-    Attributes:
-        probe: this call is the half-open probe.
-        changes: the state changes this permit caused (at admission and at its outcome).
-    """
-
-    __slots__ = (
-        "_accepted",
-        "_breaker",
-        "_done",
-        "_episode",
-        "_log",
-        "_probe",
-        "_spell",
-        "changes",
-    )
-
-    def __init__(
-        self,
-        breaker: CircuitBreaker,
-        *,
-        probe: bool,
-        change: BreakerStateChanged | None,
-        episode: int = -1,
-        spell: int = 0,
-        log: bool = True,
-    ) -> None:
-        self._breaker = breaker
-        self._log = log
-        self._probe = probe
-        # How many times the breaker had opened when this permit was given: a call sent
-        # before the latest opening proves nothing about the provider since.
-        self._spell = spell
-        self._episode = episode  # the half-open episode a probe belongs to
-        self._done = False
-        self._accepted = False  # accepted() has counted (set under the breaker's lock)
-        self.changes: list[BreakerStateChanged] = []
-        if change is not None:
-            self.changes.append(change)
-            if self._log:
-                log_breaker_change(logger, change)
-
-    @property
-    def probe(self) -> bool:
-        """Whether this call was admitted as the half-open probe (it may have gone stale
-        since: see :class:`CircuitBreaker`)."""
-        return self._probe
-
-    @property
-    def done(self) -> bool:
-        """Whether an outcome has been recorded."""
-        return self._done
-
-    def _report(self, outcome: str) -> BreakerStateChanged | None:
-        if self._done:
-            return None
-        self._done = True
-        change = self._breaker._record(self, outcome)
-        if change is not None:
-            self.changes.append(change)
-            if self._log:
-                log_breaker_change(logger, change)
-        return change
-
-    def success(self) -> BreakerStateChanged | None:
-        """The call succeeded: close the breaker and clear the failure count."""
-        return self._report("success")
-
-    def accepted(self) -> BreakerStateChanged | None:
-        """The provider accepted the call (a success status and headers arrived, or the
-        first streamed bytes) and it is still running: a success for the breaker now.
-
-        The probe closes the breaker and everyone waiting goes, without waiting for the
-        whole generation. The call's outcome is still to be reported when it ends
-        (:meth:`success`, :meth:`failure`, :meth:`neutral`); a failure then counts once
-        towards ``failure_threshold`` in the closed breaker (see :class:`CircuitBreaker`).
-
-        Idempotent, a no-op once an outcome is recorded, and safe from any thread (unlike
-        the outcome reports: the body of a streamed response may be read elsewhere).
-        """
-        change = self._breaker._record(self, "accepted")
-        if change is not None:
-            self.changes.append(change)
-            if self._log:
-                log_breaker_change(logger, change)
-        return change
-
-    def failure(self) -> BreakerStateChanged | None:
-        """The provider failed (a retriable failure that exhausted its budget)."""
-        return self._report("failure")
-
-    def neutral(self) -> BreakerStateChanged | None:
-        """Neither trip nor reset (cancellation, non-retriable or burst-rate outcomes)."""
-        return self._report("neutral")
-
-    def still_admitted(self) -> bool:
-        """Whether a retry may go on: only while the breaker is not open.
-
-        The running probe always may (only its own failure reopens a half-open breaker);
-        a stale probe is an ordinary call here too.
-        """
-        return self._breaker._state is not BreakerState.OPEN
-
-    def __repr__(self) -> str:
-        kind = "probe" if self._probe else "call"
-        state = "done" if self._done else "pending"
-        return f"<anygate.Permit {kind} of {self._breaker.name!r}, {state}>"

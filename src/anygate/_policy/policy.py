@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 import anyio
 
-from .._config.config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
+from .._config.config import AdaptiveConfig, BreakerConfig, RetryConfig
 from .._config.loader import load_config
+from .._config.policy_config import PolicyConfig
 from .._events.logging_hook import LoggingHook
 from .._validation import check_flag, check_int
 from . import decorate as _decorate

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .._classify.classify import Rule, RuleLike
-from .._config.config import AdaptiveConfig, BreakerConfig, PolicyConfig, RetryConfig
+from .._config.config import AdaptiveConfig, BreakerConfig, RetryConfig
+from .._config.policy_config import PolicyConfig
 from .._validation import show
 
 if TYPE_CHECKING:

@@ -38,8 +38,8 @@ from .run import (
 )
 
 if TYPE_CHECKING:
-    from .._config.config import PolicyConfig
     from .._config.limit_values import LimitChange
+    from .._config.policy_config import PolicyConfig
     from .._gate.gate import Gate
     from .._limits.adaptive import AdaptiveLimit
     from .backoff import Uniform

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from .._events.events import BreakerStateChanged
     from .._limits.adaptive import AdaptiveLimit
     from .attempts import Attempts
-    from .breaker import CircuitBreaker, Permit
+    from .breaker import CircuitBreaker
+    from .permit import Permit
 
 __all__ = [
     "FAILURE",
@@ -161,7 +162,7 @@ def hand_on_probe(run: Run, adaptive: AdaptiveLimit | None) -> None:
 def accept(run: Run, number: int, permit: Permit | None, loop: Attempts) -> None:
     """The provider accepted ``run``'s attempt ``number`` (``permit`` is the one it was
     admitted with): a success *now* for the breaker (its probe closes it, see
-    :meth:`~anygate._policy.breaker.Permit.accepted`) and for a burst pause's probe (the
+    :meth:`~anygate._policy.permit.Permit.accepted`) and for a burst pause's probe (the
     pause ends, see :meth:`~anygate._limits.adaptive.AdaptiveLimit.probe_accepted`).
     The attempt's outcome is still reported when it ends. Idempotent and thread-safe:
     each of the two takes its own lock and counts once."""

@@ -25,12 +25,13 @@ from .._errors import ConfigError
 from .._gate.gate import Gate
 from .._gate.registry import Registry, gates
 from .._limits.adaptive import AdaptiveLimit
-from .breaker import CircuitBreaker, check_recovery, check_threshold
+from .breaker import CircuitBreaker
+from .breaker_state import check_recovery, check_threshold
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .._config.config import PolicyConfig
+    from .._config.policy_config import PolicyConfig
 
 __all__ = [
     "breakers",

@@ -1,0 +1,217 @@
+"""Taking an attempt's slot: the gate's token, the probe's priority, the adaptive pause.
+
+Every form of the attempt loop (:class:`~anygate._policy.attempts.Attempts`' drivers, the
+block form, :meth:`anygate.Attempt.acquire` in a step) takes its slot here, on an event
+loop (:func:`admit`) or in a blocking thread (:func:`admit_sync`): the slot events, the
+breaker's half-open probe ahead of the gate's queue, the in-flight count as admitted, the
+adaptive limit's pause and the per-minute estimate's window sat out *holding* the slot,
+and the send time recorded for the estimate. What happens around the slot (the breaker
+permit before it, the attempt, classifying a failure, the backoff sleep after it) is the
+loop's, in :mod:`anygate._policy.attempts`.
+
+Split out of ``attempts`` as its own concern: admission is the one step the loop shares
+with a step's own :class:`anygate.Attempt`, and its pauses are the loop's only waits while
+holding a slot. Its invariant, kept in both functions: from the moment the gate hands a
+token over until the caller has it, the slot (and a probe role this attempt claimed) is
+ours to give back, so any ``BaseException`` in between releases it before propagating;
+after the return, nothing may run before the caller's ``try`` that releases it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._errors import Busy
+from .._events.events import SlotAdmitted, SlotWaiting, emit
+from .run import hand_on_probe
+
+if TYPE_CHECKING:
+    from .._gate.gate import Gate
+    from .._gate.token import Token
+    from .attempts import Attempts
+    from .retrying import Run
+    from .testing_switch import TestingState
+
+__all__ = ["admit", "admit_sync", "check_pause"]
+
+
+async def admit(
+    loop: Attempts,
+    run: Run,
+    testing: TestingState,
+    timed: bool,
+    gate: Gate,
+    busy_wait: float | None,
+    tokens: int | None = None,
+    output_tokens: int | None = None,
+) -> Token:
+    """Take a slot of ``gate`` (the policy's, or a step's choice) within ``busy_wait``
+    for the next attempt, with ``tokens`` of its token budget; sit out an adaptive
+    pause holding it.
+
+    The pause is always that of the policy's adaptive limit (the one its throttles are
+    reported to). Both passed explicitly, not defaulted: this is the per-call path.
+    """
+    hooks, adaptive = loop.hooks, loop.adaptive
+    run.phase = "slot"
+    if timed:
+        run.slot_started = anyio.current_time()
+    if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+        emit(
+            hooks,
+            SlotWaiting(
+                loop.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+            ),
+        )
+    permit = run.permit
+    if permit is not None and permit._probe:
+        # The breaker's half-open probe decides for every caller waiting on the
+        # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
+        # token-paced backlog of ~2 minutes, it held the breaker half-open so long
+        # that callers gave up as circuit_open).
+        token = await gate.acquire(
+            timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=1
+        )
+    elif output_tokens is None:
+        token = await gate.acquire(timeout=busy_wait, tokens=tokens)
+    else:
+        token = await gate.acquire(timeout=busy_wait, tokens=tokens, output_tokens=output_tokens)
+    try:
+        # As admitted, not as now: the acquire's schedule point comes after admission
+        # (issue 26), and peers admitted during it are no part of this attempt's count.
+        run.in_flight = in_flight = token.in_flight_at_admission
+        run.saturated = in_flight >= gate.capacity or gate.waiting > 0
+        if not testing.enabled:
+            # Holding the slot while paused is the point: when the pause ends, one probe
+            # goes, and after its success at most the capacity's worth at once.
+            while True:
+                pause, run.burst_probe = adaptive.pass_pause(run)
+                if pause <= 0:
+                    break
+                check_pause(gate, pause, busy_wait)
+                await adaptive.wait_pause(pause)
+            # The send time the per-minute estimate counted is the attempt's.
+            run.tokens = tokens
+            while (wait := adaptive.reserve_send(at := adaptive.clock(), run, tokens)) > 0:
+                # The estimate's window is full (issue 30): wait for its first slot
+                # to free, holding ours as in a pause.
+                check_pause(gate, wait, busy_wait)
+                await anyio.sleep(wait)
+        else:
+            at = adaptive.clock()
+        run.generation = adaptive.generation
+        run.admitted_at = at
+        run.sending = adaptive.sending(gate.in_flight)
+        if hooks:
+            waited = anyio.current_time() - run.slot_started
+            emit(hooks, SlotAdmitted(loop.name, gate.name, run.attempt, waited))
+        run.phase = "attempt"
+    except BaseException:
+        # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
+        # slot is ours until the caller has it, so it is ours to give back (and the
+        # probe role, if this attempt had claimed it).
+        token.release()
+        hand_on_probe(run, adaptive)
+        raise
+    return token
+
+
+def admit_sync(
+    loop: Attempts,
+    run: Run,
+    testing: TestingState,
+    deadline: float,
+    gate: Gate,
+    busy_wait: float | None,
+    tokens: int | None = None,
+    output_tokens: int | None = None,
+) -> Token:
+    """The blocking twin of :func:`admit`; ``deadline`` is on ``time.monotonic``."""
+    hooks, adaptive = loop.hooks, loop.adaptive
+    run.phase = "slot"
+    now = run.slot_started = time.monotonic()
+    if now >= deadline and run.verdict is not None:
+        loop.retrier.fail(run, "deadline", loop.max_attempts, run.exc)
+    timeout = busy_wait
+    if deadline != math.inf:
+        left = max(0.0, deadline - now)
+        timeout = left if timeout is None else min(timeout, left)
+    if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
+        emit(
+            hooks,
+            SlotWaiting(
+                loop.name, gate.name, run.attempt, gate.in_flight, gate.waiting, gate.capacity
+            ),
+        )
+    permit = run.permit
+    # The breaker's half-open probe goes ahead of the gate's queue (see admit).
+    priority = 1 if permit is not None and permit._probe else 0
+    token = gate.acquire_sync(
+        timeout=timeout, tokens=tokens, output_tokens=output_tokens, priority=priority
+    )
+    try:
+        run.in_flight = in_flight = gate.in_flight
+        run.saturated = in_flight >= gate.capacity or gate.waiting > 0
+        while not testing.enabled:
+            pause, run.burst_probe = adaptive.pass_pause(run)
+            if pause <= 0:
+                break
+            check_pause(gate, pause, busy_wait)
+            if time.monotonic() + pause >= deadline:
+                raise _past_deadline(loop, run, gate, now)
+            # A thread sleeps (and asks again): the pause is measured on the policy's
+            # clock, and a probe's success is noticed within one pause_s.
+            time.sleep(pause)
+        at = adaptive.clock()
+        # The send time the per-minute estimate counted is the attempt's (see admit).
+        run.tokens = tokens
+        while not testing.enabled and (wait := adaptive.reserve_send(at, run, tokens)) > 0:
+            check_pause(gate, wait, busy_wait)
+            if time.monotonic() + wait >= deadline:
+                raise _past_deadline(loop, run, gate, now)
+            time.sleep(wait)
+            at = adaptive.clock()
+        run.generation = adaptive.generation
+        run.admitted_at = at
+        run.sending = adaptive.sending(gate.in_flight)
+        if hooks:
+            waited = time.monotonic() - now
+            emit(hooks, SlotAdmitted(loop.name, gate.name, run.attempt, waited))
+        run.phase = "attempt"
+    except BaseException:
+        token.release()
+        hand_on_probe(run, adaptive)
+        raise
+    return token
+
+
+def _past_deadline(loop: Attempts, run: Run, gate: Gate, since: float) -> Busy:
+    """A blocking attempt's hold (a burst pause, a window's hold) would outlast the
+    deadline. A retry fails the call as ``"deadline"`` with its last error, as a
+    backoff past the deadline does; a first attempt is ``Busy``, as a slot wait is."""
+    if run.verdict is not None:
+        loop.retrier.fail(run, "deadline", loop.max_attempts, run.exc)
+    return _busy(gate, since)
+
+
+def check_pause(gate: Gate, pause: float, busy_wait: float | None) -> None:
+    """A pause longer than the slot-wait budget is Busy now, not a long wait."""
+    if busy_wait is not None and pause > busy_wait:
+        raise Busy(
+            gate=gate.name, capacity=gate.capacity, in_flight=gate.in_flight, waited=busy_wait
+        )
+
+
+def _busy(gate: Gate, since: float) -> Busy:
+    """A blocking attempt's hold would outlast its deadline: ``Busy`` with the gate's state
+    and the time waited since ``since`` (``time.monotonic``)."""
+    return Busy(
+        gate=gate.name,
+        capacity=gate.capacity,
+        in_flight=gate.in_flight,
+        waited=time.monotonic() - since,
+    )
