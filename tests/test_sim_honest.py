@@ -20,7 +20,7 @@ import anygate
 from anygate import ConfigError, sim
 from anygate.sim._engine import run_scenario
 from anygate.sim._parse import parse_scenario
-from anygate.sim._provider import ProviderModel, Trace
+from anygate.sim._provider import ProviderError, ProviderModel, ProviderResponse, Trace
 from anygate.sim._results import Recorder
 from anygate.sim._scenarios import deep_merge, scenario_mapping
 from anygate.sim._spec import ProviderSpec, StrategySpec
@@ -412,3 +412,39 @@ async def test_anygate_learns_an_answers_headers_when_they_arrive(anyio_backend:
     await client.call(sim.Request(answer, prompt_tokens=100, max_tokens=100))
     assert reports == [1]  # learned when the headers came
     assert learner.limits.reports == 1  # and not again at the end
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_anygate_gives_back_the_input_of_an_attempt_turned_away(anyio_backend: Any) -> None:
+    """Split budgets (Anthropic's ITPM / OTPM): an attempt the provider turned away (a 529
+    here) generated nothing and took nothing from its input bucket, so both parts of its
+    charge settle to 0; the answered retry keeps its usage. (The input part was kept: an
+    outage's probes left the input budget ~14,000 tokens below the provider's for the rest
+    of the Anthropic-like reporting cell, 1.047x the oracle; 1.012x given back.)"""
+    from anygate.sim._engine import build_client
+    from anygate.sim._policy_strategy import PolicyClient
+
+    scenario = sim.load_scenario(SMALL)
+    (spec,) = sim.resolve_strategies(scenario, only=["anygate"])
+    published = sim.Published(itpm=30_000, otpm=8_000)
+    context = sim.StrategyContext(name="x", published=published, seed=1)
+    client = build_client(
+        spec, context, ProviderModel(scenario.provider, __import__("random").Random(0))
+    )
+    assert isinstance(client, PolicyClient)
+    gate = client.policy.gate
+    attempts: list[int] = []
+
+    async def answer(*, on_headers: Any = None) -> object:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ProviderError("overloaded")
+        return ProviderResponse({}, 1000, 50)
+
+    await client.call(sim.Request(answer, prompt_tokens=1000, max_tokens=100))
+    assert len(attempts) == 2
+    charged = gate.budget_mark()
+    assert charged is not None
+    # Net charges (admissions less settle refunds): the answered attempt's usage alone.
+    assert (charged.input_tokens, charged.output_tokens) == (1000, 50)

@@ -386,9 +386,17 @@ class PolicyClient:
                 learn_from_headers(gate, headers_of(exc), sent=sent)
                 if out:
                     # An error generated nothing: the output part (max_tokens) settles to
-                    # 0, as Anthropic corrects OTPM to the tokens really generated.
-                    token.settle(tokens=cost - out, output_tokens=0)
-                raise  # an error keeps the (input) estimate, as a transport's error response does
+                    # 0, as Anthropic corrects OTPM to the tokens really generated. A
+                    # request it turned away (an error status) took nothing from its
+                    # input bucket either (a bucket's check failed; nothing was read):
+                    # the input part settles to 0 too, and the next report's count lowers
+                    # the budget if the provider did charge it. Kept, an outage's probes
+                    # left the input budget ~14,000 tokens below the provider's for the
+                    # rest of the run (the Anthropic-like reporting cell).
+                    turned_away = getattr(exc, "status_code", None) is not None
+                    token.settle(tokens=0 if turned_away else cost - out, output_tokens=0)
+                # An error keeps the total estimate, as a transport's error response does.
+                raise
             if not learned:
                 learn_from_headers(gate, headers_of(response), sent=sent)
             usage = getattr(response, "usage", None)
