@@ -2,9 +2,10 @@
 
 One gate's mutable rate state, charged by the ledger under the gate's lock: the request and
 total-token budgets spelled out inline (the uncontended path, :meth:`Budgets.try_take`, is
-the benchmark's), the split input/output budgets as ``split.Bucket`` objects, the slope
-bound's ring of per-tick counts, and the header sync surface that policy learning reaches
-through the ledger (``hold_until``, ``mark``, ``lower_since``). The formulas are the pure
+the benchmark's), the split input/output budgets as ``split.Bucket`` objects, and the slope
+bound's ring of per-tick counts; the header sync surface that policy learning reaches
+through the ledger (``hold_until``, ``mark``, ``lower_since``) is its base,
+``budget_sync.BudgetSync``. The formulas are the pure
 functions of ``rate_math``; what a rate *is* (the validated :class:`anygate.Rate`) lives in
 ``rate``.
 
@@ -18,13 +19,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .rate import BudgetMark, RateStatistics
+from .budget_sync import BudgetSync
+from .rate import RateStatistics
 from .rate_math import EPSILON, TICKS, admission_time, charge, slope_allowance
 from .split import Bucket
-from .window import TokenWindow
 
 if TYPE_CHECKING:
     from .rate import Rate
+    from .window import TokenWindow
 
 __all__ = ["SPLIT_BURST_S", "Budgets"]
 
@@ -39,7 +41,7 @@ __all__ = ["SPLIT_BURST_S", "Budgets"]
 SPLIT_BURST_S = 60.0
 
 
-class Budgets:
+class Budgets(BudgetSync):
     """The mutable rate state of one gate; every method runs under the gate's lock.
 
     Not thread-safe on its own and not public: :class:`anygate.Gate` owns one per rate.
@@ -52,7 +54,6 @@ class Budgets:
         "_epoch",
         "_floor",
         "_ramp",
-        "_req_step",
         "_tick",
         "_tick_end",
         "_tick_index",
@@ -61,22 +62,15 @@ class Budgets:
         "outp",
         "rate",
         "req_interval",
-        "req_ready",
         "req_spent",
-        "req_tat",
         "req_tau",
         "split",
         "started",
         "tok_back",
-        "tok_credit",
         "tok_interval",
         "tok_largest",
-        "tok_pending",
-        "tok_spare",
         "tok_spent",
-        "tok_tat",
         "tok_tau",
-        "tok_window",
     )
 
     _allow: int
@@ -193,14 +187,6 @@ class Budgets:
         units = 0.0 if level is None else min(level, tau / interval)
         return now + tau - units * interval
 
-    def _update_ready(self) -> None:
-        # The earliest time the next request conforms (admission_time with cost 1).
-        if self.req_interval:
-            self._req_step = min(self.req_interval, self.req_tau) - self.req_tau
-            self.req_ready = self.req_tat + self._req_step
-        else:
-            self.req_ready = -math.inf
-
     # ------------------------------------------------------------------ views
 
     def requests_left(self, now: float) -> float | None:
@@ -216,10 +202,6 @@ class Budgets:
         if self.tok_window is not None:
             return self.tok_window.left(now)
         return self._tok_level(now) + self.tok_credit
-
-    def _tok_level(self, now: float) -> float:
-        # The GCRA part of the token level, without the credit (at most ``tok_tau``).
-        return (self.tok_tau - max(0.0, self.tok_tat - now)) / self.tok_interval
 
     def _draw_credit(self, now: float) -> None:
         # Pay the GCRA level's debt from the credit: the refill (at most ``tok_tau``) is
@@ -392,26 +374,6 @@ class Budgets:
         self._current += 1
         self._allow -= 1
 
-    def _widen(self, tokens: int) -> float:
-        """Token units a cost of ``tokens`` adds to the spare (0 but for a new largest).
-
-        A budget synced to a provider's bucket is kept the largest cost beyond the burst
-        below the provider's level (``lower_since``): a full budget admits any cost, into
-        debt, so the provider must hold the rest. A cost above every one before would go
-        on a spare sized for the old largest, into a bucket that may not hold it (after
-        the answers' headers were learned when they arrive, as the transports do, the
-        budget rode the drained bucket closer: tier-1 0 -> 0.33 % of calls with a 429,
-        80 agents 1.5 %, each 429 a new largest). So it waits until the budget has been
-        full for that many more units (``when``): the provider's bucket, kept the old
-        spare above ours, went on filling meanwhile and holds it. Its admission leaves
-        the budget its cost below the burst, the new spare, as the next sync would.
-        """
-        if not self.tok_spare:
-            return 0.0
-        # What the budget holds at most: the burst and the first bucket's credit.
-        held = self.tok_tau / self.tok_interval + self.tok_credit
-        return max(0.0, tokens - max(self.tok_largest, held))
-
     def next_admission(self, now: float) -> float:
         """Seconds until a request stating no tokens could be admitted (slots aside)."""
         return max(0.0, self.when(now, 0) - now)
@@ -473,147 +435,6 @@ class Budgets:
             self.tok_window.give_back(tokens)
         elif self.tok_interval and tokens:
             self.tok_tat -= tokens * self.tok_interval
-
-    def hold_until(self, at: float) -> None:
-        """Spend every budget until ``at``: no admission before it, then refill as usual.
-
-        For a provider that said its own budget is drained until ``at``. The request
-        budget is left with one unit at ``at`` and the token budget with none (a call
-        stating tokens then waits for their refill), exactly as if admissions had
-        drained them; a budget already owing past ``at`` keeps its debt. Deferred to
-        the first slow-path step if the budgets have not started.
-        """
-        if self.req_interval:
-            tat = at + self.req_tau - min(self.req_interval, self.req_tau)
-            if tat > self.req_tat:
-                self.req_tat = tat
-                self._update_ready()
-        if self.tok_window is not None:
-            self.tok_window.hold = max(self.tok_window.hold, at)
-        if self.tok_interval:
-            self.tok_credit = 0.0
-            tat = at + self.tok_tau
-            if tat > self.tok_tat:
-                self.tok_tat = tat
-        for bucket in (self.inp, self.outp):
-            if bucket is not None:
-                bucket.hold(at)
-
-    def mark(self, now: float) -> BudgetMark:
-        """What has been charged so far, stamped ``now``: the reference of :meth:`lower_since`."""
-        if not self.split:
-            return BudgetMark(now, self.req_spent, self.tok_spent, self.tok_back)
-        return BudgetMark(
-            now,
-            self.req_spent,
-            self.tok_spent,
-            self.tok_back,
-            0.0 if self.inp is None else self.inp.spent - self.inp.back,
-            0.0 if self.outp is None else self.outp.spent - self.outp.back,
-        )
-
-    def lower_since(
-        self,
-        now: float,
-        mark: BudgetMark,
-        requests: float | None,
-        tokens: float | None,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        *,
-        lift: float | None = None,
-        spare: bool = False,
-        window: bool = False,
-    ) -> bool:
-        """Lower each budget to what a provider said was left at ``mark``, less our spending since.
-
-        For a provider's ``remaining`` header (``_limits.learn``): ``requests`` / ``tokens``
-        units were left in its bucket when the reported request was sent (``mark`` taken
-        right after that request was charged here). Everything this gate charged since
-        (``spent - mark``) is assumed to be counted against that bucket by now, and no
-        refill since is credited, so ``left - spent_since`` is a lower bound on the
-        provider's level: a budget above it is brought down to it, possibly into debt
-        (the provider refills slower than we pace, e.g. another client spends from it).
-        The crediting of no refill is the conservative choice: a report ``d`` seconds old
-        understates the level by ``d`` seconds of the provider's net refill (callers drop
-        reports older than one already applied, see ``RateLearner``). Never raises a
-        level of the request or total-token budget but through ``lift`` (the input- and
-        output-token budgets are set to the provider's count either way:
-        ``split.Bucket.sync``); ``None`` (or a budget the gate does not have) changes
-        nothing. Returns ``True`` if a budget changed.
-
-        ``lift``: the provider's first bucket, lent once (``ShareMeter.lift``, ``_limits.share``): the
-        token level may rise to ``lift - spent_since``, the part above the burst held as
-        a credit (``tok_credit``) that admissions draw on once the burst is spent, never
-        refilled, and lowered by every later report as the level is. ``spare``: the
-        token bucket is a bucket, not a sliding window: the level is kept the largest
-        admission's tokens beyond the burst below the provider's (see below). ``window``:
-        the provider's reports show a sliding token window: the token budget becomes a
-        copy of it from now on (``window.TokenWindow``, which :meth:`_sync_window` makes
-        and syncs), and a sync may then raise the level (the rest of the window).
-        """
-        changed = False
-        if requests is not None and self.req_interval:
-            level = requests - (self.req_spent - mark.requests)
-            tat = now + self.req_tau - level * self.req_interval
-            if tat > self.req_tat:
-                self.req_tat = tat
-                self._update_ready()
-                changed = True
-        if tokens is not None and self.tok_interval and (window or self.tok_window):
-            changed |= self._sync_window(now, mark, tokens)
-        elif tokens is not None and self.tok_interval:
-            since = self.tok_spent - mark.tokens
-            level = tokens - since
-            self.tok_spare = spare
-            if self.tok_pending:
-                # Refunds held since the last report count now, up to what this one says.
-                self.tok_tat -= self.tok_pending * self.tok_interval
-                self.tok_pending = 0.0
-                changed = True
-            if spare:
-                # A cost above the burst goes through on a full budget, into debt
-                # (``admission_time`` caps it at ``tau``): the provider's bucket must hold
-                # the rest. Without this, riding a drained bucket after the lift, calls
-                # got 429s (TOKEN_TUNING seeds 1-3: hidden TPM 150,000 1.7 % worst seed,
-                # ~15,000-token prompts 1.0 % median); nothing changed where the bucket
-                # never drains (every TOKEN_TUNING cell without the lift).
-                level -= max(0.0, self.tok_largest - self.tok_tau / self.tok_interval)
-            gcra = self._tok_level(now)
-            credit = self.tok_credit
-            if lift is not None:
-                credit = max(credit, lift - since - max(gcra, 0.0))
-            credit = max(0.0, min(credit, level - gcra))
-            if credit != self.tok_credit:
-                self.tok_credit = credit
-                changed = True
-            tat = now + self.tok_tau - level * self.tok_interval
-            if tat > self.tok_tat:
-                self.tok_tat = tat
-                changed = True
-        # The split budgets count net charges (settle refunds subtracted): their marks
-        # hold ``spent - back`` (see ``mark``). They are set, not only lowered (see
-        # ``split.Bucket.sync``).
-        if input_tokens is not None and self.inp is not None:
-            since = self.inp.spent - self.inp.back - mark.input_tokens
-            changed |= self.inp.sync(now, input_tokens, since)
-        if output_tokens is not None and self.outp is not None:
-            since = self.outp.spent - self.outp.back - mark.output_tokens
-            changed |= self.outp.sync(now, output_tokens, since)
-        return changed
-
-    def _sync_window(self, now: float, mark: BudgetMark, tokens: float) -> bool:
-        # The token budget is the provider's sliding window (see window.py). Made at the
-        # first such report: what we charged before it is in the report's count (a
-        # phantom expiring a window after ``mark``), what we charged since is counted
-        # from now; both the latest they can expire. A level above the GCRA's is
-        # possible (the rest of the window): the caller wakes the queue.
-        made = self.tok_window is None
-        if self.tok_window is None:
-            window = self.tok_window = TokenWindow(60.0 / self.tok_interval)
-            self.tok_credit = 0.0
-            window.add(now, self.tok_spent, self.tok_spent - mark.tokens)
-        return self.tok_window.sync(now, mark.at, mark.tokens, tokens) or made
 
     # ------------------------------------------------------------------ slope ticks
 

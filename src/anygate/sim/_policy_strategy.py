@@ -54,8 +54,7 @@ from ._scenarios import builtin_policy, deep_merge
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .. import Attempt, PolicyConfig, Rate
-    from .._gate.rate import BudgetMark
+    from .. import Attempt, BudgetMark, PolicyConfig, Rate
     from ._protocol import Send, StrategyContext
     from ._spec import Published, StrategySpec
 
