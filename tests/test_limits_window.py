@@ -169,3 +169,23 @@ def test_a_rejection_within_the_counts_error_of_what_passed_is_the_limit() -> No
     assert not other.confirmed
     other.passed(500)  # its retry passes at that count: disproved
     assert other.estimate(80.0) == pytest.approx(601)
+
+
+def test_a_send_the_slots_refused_counts_for_a_rejection_and_the_hold_only() -> None:
+    """A concurrency 429's send may have filled the provider's request window (its rate
+    limiter sits before the slots): a rejection's bound and the hold count it, a pass's
+    lower bound and the plain count do not. Taken as rejected everywhere, a rejection
+    read one short of the limit for each refusal in its window."""
+    log = SentLog(60.0)
+    for at in (0.0, 10.0, 20.0, 30.0):
+        log.sent(at)
+    log.refused(10.0)
+    log.rejected(20.0)
+    assert log.held(30.0) == 3  # 0, 10 (refused: maybe counted) and 30; 20 was not
+    assert log.accepted(30.5) == 2  # surely accepted: 0 and 30
+    assert log.count(0.0, 31.0) == 2
+    assert log.free_at(30.0, 3) == pytest.approx(60.0, abs=1e-5)  # room once 0 leaves
+    assert log.free_at(30.0, 4) is None
+    log.rejected(10.0)  # the same time as a rule's rejection: both kept apart
+    assert log.held(30.0) == 2
+

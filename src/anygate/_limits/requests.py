@@ -79,9 +79,13 @@ class RequestLimit:
         if self._limit is not None:
             self._limit.passed(self._log.accepted(at))
 
-    def turned_away(self, at: float) -> None:
-        """The attempt sent at ``at`` was throttled otherwise (its send filled no window)."""
-        self._log.rejected(at)
+    def turned_away(self, at: float, *, refused: bool = False) -> None:
+        """The attempt sent at ``at`` was throttled otherwise: by a rule (its send filled
+        no window) or, ``refused``, by the slots (it may have, :meth:`.SentLog.refused`)."""
+        if refused:
+            self._log.refused(at)
+        else:
+            self._log.rejected(at)
 
     def rejected(self, at: float, now: float, caller: object | None = None) -> bool:
         """A requests-per-minute 429 for ``caller``'s attempt sent at ``at``; whether the
