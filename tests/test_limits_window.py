@@ -189,3 +189,23 @@ def test_a_send_the_slots_refused_counts_for_a_rejection_and_the_hold_only() -> 
     log.rejected(10.0)  # the same time as a rule's rejection: both kept apart
     assert log.held(30.0) == 2
 
+
+def test_a_rejection_at_the_count_of_one_that_lapsed_confirms_it() -> None:
+    """A first rejection lapses after a quiet window; one at the same count later is its
+    second word (noise does not land on the same count twice), and the estimate holds
+    instead of lapsing again. At another count it is a new first word."""
+    limit = WindowLimit(60.0)
+    limit.rejected(600, 10.0)
+    assert limit.estimate(71.0) == math.inf  # lapsed
+    limit.rejected(600, 113.0)
+    assert limit.confirmed
+    assert limit.estimate(174.0) == pytest.approx(600 + 61.0 / 60.0)  # held, growing
+    other = WindowLimit(60.0)
+    other.rejected(600, 10.0)
+    assert other.estimate(71.0) == math.inf
+    other.rejected(550, 113.0)  # 50 apart: more than the count's error
+    assert not other.confirmed
+    assert other.estimate(174.0) == math.inf
+
+
+
