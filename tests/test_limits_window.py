@@ -209,3 +209,27 @@ def test_a_rejection_at_the_count_of_one_that_lapsed_confirms_it() -> None:
 
 
 
+
+def test_each_regrowth_turned_away_at_the_same_count_doubles_the_next_ones_time() -> None:
+    """The request estimate grows a request a minute to find a raised limit; grown back
+    and turned away at the count it grew from, the limit held: the next request of growth
+    takes two minutes. One at the same count before any regrowth (sent with the one
+    before it) changes nothing; one at another count starts again at a minute."""
+    requests = RequestLimit()
+    for i in range(120):  # one a second: a window at a send holds 60
+        requests.sent(float(i))
+    requests.rejected(119.0, 119.05)  # 59 others in its window: tentative
+    requests.rejected(118.0, 119.06)  # 59 again: confirmed
+    assert requests.estimate(119.06) == 59
+    assert requests.estimate(179.06) == pytest.approx(60)  # a request a minute
+    for i in range(120, 180):
+        requests.sent(float(i))
+    requests.rejected(179.0, 179.1)  # grown to 60, turned away at 59: the limit held
+    assert requests.estimate(299.1) == pytest.approx(60)  # a request in two minutes
+    requests.rejected(178.0, 179.2)  # 58 (119 and 178 turned away): in flight with it
+    assert requests.estimate(299.2) == pytest.approx(59)  # still two minutes
+    for i in range(180, 260):
+        requests.sent(float(i))
+    requests.sent(299.0)
+    requests.rejected(299.0, 299.5)  # 20 (240 to 259): another count (lowered)
+    assert requests.estimate(359.5) == pytest.approx(21)  # a request a minute again
