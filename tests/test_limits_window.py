@@ -233,3 +233,20 @@ def test_each_regrowth_turned_away_at_the_same_count_doubles_the_next_ones_time(
     requests.sent(299.0)
     requests.rejected(299.0, 299.5)  # 20 (240 to 259): another count (lowered)
     assert requests.estimate(359.5) == pytest.approx(21)  # a request a minute again
+
+
+def test_a_rejection_with_only_refused_sends_in_its_window_teaches_nothing() -> None:
+    """The slots refused the only other send in the window: the provider may have held
+    none of ours, so no estimate follows (a limit of one would hold the next send a
+    minute). One surely accepted send besides makes the count two."""
+    requests = RequestLimit()
+    requests.sent(0.0)
+    requests.turned_away(0.0, refused=True)
+    requests.sent(0.5)
+    assert not requests.rejected(0.5, 0.6)
+    assert requests.estimate(0.6) is None
+    assert requests.wait(0.7) == 0.0
+    requests.sent(1.0)
+    requests.sent(1.5)
+    requests.rejected(1.5, 1.6)
+    assert requests.estimate(1.6) == 2  # the refused one and the one at 1.0

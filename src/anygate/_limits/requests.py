@@ -103,6 +103,12 @@ class RequestLimit:
         log = self._log
         log.rejected(at)
         count = log.held(at)  # the rejected send itself is turned away: not in it
+        if log.held(at, refused=False) <= 0:
+            # Only sends the slots refused, which may have filled no window: perhaps none
+            # of ours, which teaches nothing (WindowLimit.rejected). Taken for a limit of
+            # one, a concurrency 429 then a requests-per-minute 429 held the next send a
+            # minute (tests/test_policy_throttles.py, on a real clock).
+            count = 0
         limit = self._limit
         if limit is None:
             limit = self._limit = WindowLimit(WINDOW_S, math.inf)

@@ -56,6 +56,10 @@ _SLACK_S = 1e-6
 #: 600 a minute, where a rejection one below the known-good count looped (see
 #: ``WindowLimit.rejected``). A pool's random 429 this close to the limit is taken for
 #: the limit: the estimate drops by at most this much and grows back a request a minute.
+#: Traced against the simulated provider's own window (hidden RPM 600, seeds 1-5), most of
+#: that error was sends the slots refused (now counted, :meth:`SentLog.refused`: 2-3
+#: short); what is left is rejections still unanswered when one is counted (1-2 over),
+#: which their own answers then correct.
 _COUNT_ERROR = 0.01
 
 
@@ -116,10 +120,11 @@ class SentLog:
         turned += bisect_left(refused, before) - bisect_right(refused, lo)
         return max(0, count - turned)
 
-    def held(self, at: float) -> int:
+    def held(self, at: float, *, refused: bool = True) -> int:
         """Requests sent in ``(at - window_s, at]`` and not (yet) known turned away: the
         most the provider's window at ``at`` can have held of ours (a rejection's upper
-        bound). Sends at ``at`` itself count, as in :meth:`.TokenLog.held`: under a
+        bound); ``refused=False``: less those the slots refused (:meth:`refused`), the
+        fewest. Sends at ``at`` itself count, as in :meth:`.TokenLog.held`: under a
         virtual clock a wave sends several at one instant, and counted without them a
         rejection read one short of the limit; the pass just before it had read the
         limit itself as good, so every rejection at the limit after that looked like
@@ -130,6 +135,8 @@ class SentLog:
         start = bisect_right(sent, lo)
         count = bisect_right(sent, at, start) - start
         turned = bisect_right(rejected, at) - bisect_right(rejected, lo)
+        if not refused:
+            turned += bisect_right(self._refused, at) - bisect_right(self._refused, lo)
         return max(0, count - turned)
 
     def count(self, lo: float, hi: float) -> int:
