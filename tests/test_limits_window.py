@@ -208,8 +208,6 @@ def test_a_rejection_at_the_count_of_one_that_lapsed_confirms_it() -> None:
     assert other.estimate(174.0) == math.inf
 
 
-
-
 def test_each_regrowth_turned_away_at_the_same_count_doubles_the_next_ones_time() -> None:
     """The request estimate grows a request a minute to find a raised limit; grown back
     and turned away at the count it grew from, the limit held: the next request of growth

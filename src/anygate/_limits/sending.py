@@ -88,9 +88,7 @@ class SendPath(AdaptiveState):
         known: an experiment, not the default)."""
         return max(0, in_flight - len(self._held))
 
-    def turned_away(
-        self, at: float, tokens: int | None = None, *, refused: bool = False
-    ) -> None:
+    def turned_away(self, at: float, tokens: int | None = None, *, refused: bool = False) -> None:
         """The attempt sent at ``at`` (charged ``tokens``) was throttled: the provider did
         not count it; ``refused``: its slots turned it away (a concurrency 429), and its
         request window may have (:meth:`anygate._limits.window.SentLog.refused`)."""
