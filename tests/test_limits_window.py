@@ -169,3 +169,82 @@ def test_a_rejection_within_the_counts_error_of_what_passed_is_the_limit() -> No
     assert not other.confirmed
     other.passed(500)  # its retry passes at that count: disproved
     assert other.estimate(80.0) == pytest.approx(601)
+
+
+def test_a_send_the_slots_refused_counts_for_a_rejection_and_the_hold_only() -> None:
+    """A concurrency 429's send may have filled the provider's request window (its rate
+    limiter sits before the slots): a rejection's bound and the hold count it, a pass's
+    lower bound and the plain count do not. Taken as rejected everywhere, a rejection
+    read one short of the limit for each refusal in its window."""
+    log = SentLog(60.0)
+    for at in (0.0, 10.0, 20.0, 30.0):
+        log.sent(at)
+    log.refused(10.0)
+    log.rejected(20.0)
+    assert log.held(30.0) == 3  # 0, 10 (refused: maybe counted) and 30; 20 was not
+    assert log.accepted(30.5) == 2  # surely accepted: 0 and 30
+    assert log.count(0.0, 31.0) == 2
+    assert log.free_at(30.0, 3) == pytest.approx(60.0, abs=1e-5)  # room once 0 leaves
+    assert log.free_at(30.0, 4) is None
+    log.rejected(10.0)  # the same time as a rule's rejection: both kept apart
+    assert log.held(30.0) == 2
+
+
+def test_a_rejection_at_the_count_of_one_that_lapsed_confirms_it() -> None:
+    """A first rejection lapses after a quiet window; one at the same count later is its
+    second word (noise does not land on the same count twice), and the estimate holds
+    instead of lapsing again. At another count it is a new first word."""
+    limit = WindowLimit(60.0)
+    limit.rejected(600, 10.0)
+    assert limit.estimate(71.0) == math.inf  # lapsed
+    limit.rejected(600, 113.0)
+    assert limit.confirmed
+    assert limit.estimate(174.0) == pytest.approx(600 + 61.0 / 60.0)  # held, growing
+    other = WindowLimit(60.0)
+    other.rejected(600, 10.0)
+    assert other.estimate(71.0) == math.inf
+    other.rejected(550, 113.0)  # 50 apart: more than the count's error
+    assert not other.confirmed
+    assert other.estimate(174.0) == math.inf
+
+
+def test_each_regrowth_turned_away_at_the_same_count_doubles_the_next_ones_time() -> None:
+    """The request estimate grows a request a minute to find a raised limit; grown back
+    and turned away at the count it grew from, the limit held: the next request of growth
+    takes two minutes. One at the same count before any regrowth (sent with the one
+    before it) changes nothing; one at another count starts again at a minute."""
+    requests = RequestLimit()
+    for i in range(120):  # one a second: a window at a send holds 60
+        requests.sent(float(i))
+    requests.rejected(119.0, 119.05)  # 59 others in its window: tentative
+    requests.rejected(118.0, 119.06)  # 59 again: confirmed
+    assert requests.estimate(119.06) == 59
+    assert requests.estimate(179.06) == pytest.approx(60)  # a request a minute
+    for i in range(120, 180):
+        requests.sent(float(i))
+    requests.rejected(179.0, 179.1)  # grown to 60, turned away at 59: the limit held
+    assert requests.estimate(299.1) == pytest.approx(60)  # a request in two minutes
+    requests.rejected(178.0, 179.2)  # 58 (119 and 178 turned away): in flight with it
+    assert requests.estimate(299.2) == pytest.approx(59)  # still two minutes
+    for i in range(180, 260):
+        requests.sent(float(i))
+    requests.sent(299.0)
+    requests.rejected(299.0, 299.5)  # 20 (240 to 259): another count (lowered)
+    assert requests.estimate(359.5) == pytest.approx(21)  # a request a minute again
+
+
+def test_a_rejection_with_only_refused_sends_in_its_window_teaches_nothing() -> None:
+    """The slots refused the only other send in the window: the provider may have held
+    none of ours, so no estimate follows (a limit of one would hold the next send a
+    minute). One surely accepted send besides makes the count two."""
+    requests = RequestLimit()
+    requests.sent(0.0)
+    requests.turned_away(0.0, refused=True)
+    requests.sent(0.5)
+    assert not requests.rejected(0.5, 0.6)
+    assert requests.estimate(0.6) is None
+    assert requests.wait(0.7) == 0.0
+    requests.sent(1.0)
+    requests.sent(1.5)
+    requests.rejected(1.5, 1.6)
+    assert requests.estimate(1.6) == 2  # the refused one and the one at 1.0

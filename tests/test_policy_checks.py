@@ -345,6 +345,59 @@ async def test_a_policy_holds_sends_to_the_requests_per_minute_it_counted(thrott
     assert gate.rate == Rate(requests_per_minute=1200)  # the user's rate is left alone
 
 
+def _slots_429() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "concurrency_limit_exceeded",
+                "message": "Too many concurrent requests for this model.",
+            }
+        },
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_send_the_slots_refused_counts_in_the_request_window_it_may_fill() -> None:
+    """A provider whose rate limiter sits before its slots: every arrival under its 100
+    requests a minute fills the window, even one the slots then refuse (every tenth: a
+    concurrency 429). The first requests-per-minute 429 finds exactly 100 in the window.
+    Counted as filling no window, the refused sends made the count 10 short (an
+    estimate of 90) and the limit was found again by a 429 a minute."""
+    gate = Gate(
+        8, name="rpm-refused", rate=Rate(requests_per_minute=1200), clock=anyio.current_time
+    )
+    policy = Policy(gate=gate, retry=RetryConfig(throttle_attempts=10), clock=anyio.current_time)
+    window: list[float] = []
+    arrivals = 0
+    estimates: list[float | None] = []
+
+    async def provider() -> str:
+        nonlocal arrivals
+        now = anyio.current_time()
+        if sum(1 for t in window if t > now - 60.0) >= 100:
+            raise _rpm()
+        window.append(now)
+        arrivals += 1
+        if arrivals % 10 == 0:
+            raise _slots_429()
+        await anyio.sleep(0.05)
+        return "ok"
+
+    async def call() -> None:
+        await policy.call(provider)
+        estimates.append(policy.adaptive_limit.statistics().requests_per_minute_estimate)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(120):
+            tg.start_soon(call)
+            await anyio.sleep(0.2)
+    assert len(estimates) == 120
+    first = next(e for e in estimates if e is not None)
+    assert 100 <= first < 101  # grown by at most a request since
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "words"),
     [

@@ -88,12 +88,13 @@ class SendPath(AdaptiveState):
         known: an experiment, not the default)."""
         return max(0, in_flight - len(self._held))
 
-    def turned_away(self, at: float, tokens: int | None = None) -> None:
+    def turned_away(self, at: float, tokens: int | None = None, *, refused: bool = False) -> None:
         """The attempt sent at ``at`` (charged ``tokens``) was throttled: the provider did
-        not count it."""
+        not count it; ``refused``: its slots turned it away (a concurrency 429), and its
+        request window may have (:meth:`anygate._limits.window.SentLog.refused`)."""
         if self._enabled and self._pace:
             with self._lock:
-                self._sends.turned_away(at, tokens or 0)
+                self._sends.turned_away(at, tokens or 0, refused=refused)
 
     def rejected(self, at: float) -> None:
         """An attempt sent at ``at`` got a 429 now (any kind): it was at the provider

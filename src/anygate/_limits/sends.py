@@ -91,10 +91,11 @@ class Sends:
         if cost and self.tokens.limit is not None:
             self.tokens.passed(at, cost)
 
-    def turned_away(self, at: float, cost: float) -> None:
+    def turned_away(self, at: float, cost: float, *, refused: bool = False) -> None:
         """The attempt sent at ``at`` was throttled (not by a per-minute limit): the
-        provider counted it in no window."""
-        self.requests.turned_away(at)
+        provider counted it in no window; ``refused``: the slots turned it away, and the
+        request window may have counted it (:meth:`.SentLog.refused`)."""
+        self.requests.turned_away(at, refused=refused)
         if cost:
             self.tokens.turned_away(at, cost)
 

@@ -241,7 +241,7 @@ class Retrier:
             # recovery look busy, the slope rule let the waiting herd go at twice that,
             # and the provider's window after a quiet one turned 39 of them away (morning
             # peak with an outage at 100-130 s, seed 1).
-            adaptive.turned_away(run.admitted_at, run.tokens)
+            adaptive.turned_away(run.admitted_at, run.tokens, refused=kind == "concurrency")
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
