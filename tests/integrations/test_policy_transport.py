@@ -254,12 +254,15 @@ async def test_connection_errors_are_retried_then_raised_as_is() -> None:
 
 
 async def test_hung_attempt_times_out_and_is_retried() -> None:
-    """``attempt_timeout_s`` turns a provider that never answers into a retried failure."""
+    """``attempt_timeout_s`` turns a provider that never answers into a retried failure.
+
+    The timeout is long enough for the answered retry on a loaded machine: at 0.05 s the
+    retry itself timed out once under a CI run beside a benchmark (two retries)."""
     sdk = Sdk("openai", "httpx2")
     provider = FakeProvider()
     provider.script("hang_headers")
     events: list[Any] = []
-    policy = _policy(events, attempt_timeout_s=0.05)
+    policy = _policy(events, attempt_timeout_s=0.5)
     async with serve(provider) as url:
         client = sdk.client(url, sdk.gated(policy=policy))
         assert await sdk.complete(client) == "Hello world"
