@@ -15,6 +15,7 @@ from ._classify.classify import Rule as Rule
 from ._classify.classify import Verdict as Verdict
 from ._classify.classify import classify as classify
 from ._classify.classify import classify_response as classify_response
+from ._classify.facts import headers_of as headers_of
 from ._classify.headers import LimitReport as LimitReport
 from ._classify.headers import ReportedLimit as ReportedLimit
 from ._classify.headers import parse_limit_headers as parse_limit_headers
@@ -57,7 +58,6 @@ from ._gate.token import Token as Token
 from ._limits.adaptive import AdaptiveLimit as AdaptiveLimit
 from ._limits.learn import LearnedLimits as LearnedLimits
 from ._limits.learn import RateLearner as RateLearner
-from ._limits.learn import headers_of as headers_of
 from ._limits.learn import learn_from_headers as learn_from_headers
 from ._policy.attempt import Attempt as Attempt
 from ._policy.blocks import AttemptBlock as AttemptBlock

@@ -7,7 +7,8 @@ Classification (``classify``) decides; this module only *looks*. It reads
 that raise (httpx's ``.request`` does). An exception without a ``body`` (httpx's
 ``HTTPStatusError``) is read through its ``response``, but only a body already in memory:
 classifying never reads from the network. Gathered once per exception into a
-:class:`Facts`.
+:class:`Facts`. :func:`headers_of` finds the response headers on a result or an exception
+the same way, for header learning (``_limits.learn``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "decode_body",
     "detect_provider",
     "gather",
+    "headers_of",
     "loaded_content",
     "read_attr",
 ]
@@ -185,3 +187,34 @@ def detect_provider(facts: Facts, provider: str | None) -> str:
     if "openai" in host:
         return "openai"
     return ""
+
+
+def _looks_like_headers(value: object) -> bool:
+    return callable(getattr(value, "get", None)) and callable(getattr(value, "items", None))
+
+
+def headers_of(obj: object) -> object | None:
+    """The response headers carried by an SDK / HTTP result or exception, else ``None``.
+
+    Finds them on, in order: ``obj.response`` (``openai.APIStatusError``,
+    ``anthropic.APIStatusError``, ``httpx.HTTPStatusError``, an SDK stream),
+    ``obj.http_response`` (the SDKs' ``APIResponse``), and ``obj`` itself when it is a
+    response (it has ``headers`` and ``status_code``: ``httpx.Response``, the SDKs'
+    ``with_raw_response`` results). Parsed SDK models carry no headers: ``None``. So do
+    requests and connection errors (a request's headers are not the provider's answer).
+    Never raises (a property that fails counts as absent).
+    """
+    if obj is None:
+        return None
+    for name in ("response", "http_response", None):
+        try:
+            candidate = obj if name is None else getattr(obj, name, None)
+            if candidate is None or not hasattr(candidate, "status_code"):
+                continue
+            headers = getattr(candidate, "headers", None)
+        except Exception:  # e.g. httpx raises RuntimeError for an unset .response
+            continue
+        if headers is not None and _looks_like_headers(headers):
+            found: object = headers
+            return found
+    return None

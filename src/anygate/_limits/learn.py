@@ -59,7 +59,7 @@ from .share import ShareMeter, same
 if TYPE_CHECKING:
     from .._gate.gate import Gate
 
-__all__ = ["LearnedLimits", "RateLearner", "headers_of", "learn_from_headers"]
+__all__ = ["LearnedLimits", "RateLearner", "learn_from_headers"]
 
 # Learned rates above this are not limits (and would fail Rate's own bound).
 _MAX_PER_MINUTE = 1e12
@@ -503,34 +503,3 @@ def learn_from_headers(
     if not report:
         return False  # no learner is made for a gate that never hears a limit
     return RateLearner.of(gate).observe(report, now, sent=sent)
-
-
-def _looks_like_headers(value: object) -> bool:
-    return callable(getattr(value, "get", None)) and callable(getattr(value, "items", None))
-
-
-def headers_of(obj: object) -> object | None:
-    """The response headers carried by an SDK / HTTP result or exception, else ``None``.
-
-    Finds them on, in order: ``obj.response`` (``openai.APIStatusError``,
-    ``anthropic.APIStatusError``, ``httpx.HTTPStatusError``, an SDK stream),
-    ``obj.http_response`` (the SDKs' ``APIResponse``), and ``obj`` itself when it is a
-    response (it has ``headers`` and ``status_code``: ``httpx.Response``, the SDKs'
-    ``with_raw_response`` results). Parsed SDK models carry no headers: ``None``. So do
-    requests and connection errors (a request's headers are not the provider's answer).
-    Never raises (a property that fails counts as absent).
-    """
-    if obj is None:
-        return None
-    for name in ("response", "http_response", None):
-        try:
-            candidate = obj if name is None else getattr(obj, name, None)
-            if candidate is None or not hasattr(candidate, "status_code"):
-                continue
-            headers = getattr(candidate, "headers", None)
-        except Exception:  # e.g. httpx raises RuntimeError for an unset .response
-            continue
-        if headers is not None and _looks_like_headers(headers):
-            found: object = headers
-            return found
-    return None

@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import anyio
 
+from .._classify.facts import headers_of
 from .._config.config import DEFAULT_BREAKER_MAX_WAIT_S
 from .._errors import Busy, CircuitOpen
-from .._limits.learn import headers_of, learn_from_headers
+from .._limits.learn import learn_from_headers
 from .admission import admit, admit_sync
 from .attempt import make_attempt
 from .retrying import NEUTRAL, SUCCESS, Stop
