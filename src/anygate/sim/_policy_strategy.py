@@ -364,7 +364,7 @@ class PolicyClient:
                 learn_from_headers(gate, headers_of(exc))
                 raise
             token.release()
-            if not learned:
+            if not learned.done:
                 learn_from_headers(gate, headers_of(response))
             return
         rate = gate.rate
@@ -396,7 +396,7 @@ class PolicyClient:
                     token.settle(tokens=0 if turned_away else cost - out, output_tokens=0)
                 # An error keeps the total estimate, as a transport's error response does.
                 raise
-            if not learned:
+            if not learned.done:
                 learn_from_headers(gate, headers_of(response), sent=sent)
             usage = getattr(response, "usage", None)
             used = usage_tokens({"usage": usage})
@@ -446,9 +446,6 @@ class _Learned:
     def __init__(self, sent: BudgetMark | None = None) -> None:
         self.sent = sent
         self.done = False
-
-    def __bool__(self) -> bool:
-        return self.done
 
 
 def _fits(rate: Rate | None, cost: int, out: int | None) -> bool:
