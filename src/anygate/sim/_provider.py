@@ -47,7 +47,17 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from .. import Busy, Gate
-from ._answers import Answer, Dimension, Used, answer, limit_headers
+
+# The answers a client gets live with their wording; imported from here as well.
+from ._answers import (
+    Dimension,
+    ProviderError,
+    ProviderResponse,
+    Used,
+    answer,
+    limit_headers,
+    retry_after_seconds,
+)
 from ._buckets import Buckets, make_buckets
 
 if TYPE_CHECKING:
@@ -81,93 +91,6 @@ def sample(dist: Lognormal, rng: random.Random) -> float:
     else:
         value = dist.median_s * math.exp(dist.sigma * rng.gauss(0.0, 1.0))
     return min(max(value, dist.min_s), dist.max_s)
-
-
-def retry_after_seconds(seconds: float) -> int:
-    """The ``retry-after`` header's value: whole seconds, rounded up, at least 1.
-
-    Rounded after 6 decimals first so float noise (``2.0000000001``) does not add a second.
-    """
-    return max(1, math.ceil(round(seconds, 6)))
-
-
-class _Response:
-    """The bit of an HTTP response the SDK errors expose: status and headers."""
-
-    __slots__ = ("headers", "status_code")
-
-    def __init__(self, status_code: int, headers: dict[str, str]) -> None:
-        self.status_code: int = status_code
-        self.headers: dict[str, str] = headers
-
-
-class ProviderResponse:
-    """A successful answer, as a client sees it: ``send()`` returns it.
-
-    Attributes:
-        status_code: 200.
-        headers: the rate-limit headers (``provider.headers``), as of admission; empty
-            with ``headers: none``.
-        usage: ``{"prompt_tokens", "completion_tokens", "total_tokens"}`` (0s without
-            ``fleet.tokens``), as the response body's ``usage`` says.
-    """
-
-    __slots__ = ("headers", "status_code", "usage")
-
-    def __init__(self, headers: dict[str, str], prompt: int, completion: int) -> None:
-        self.status_code: int = 200
-        self.headers: dict[str, str] = headers
-        self.usage: dict[str, int] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-
-
-class ProviderError(Exception):
-    """Raised by the simulated provider when it turns a request away (429, 503 or 529).
-
-    Attributes:
-        kind: one of :data:`KINDS`.
-        status_code: 429, 503 or 529 (Anthropic's overload).
-        code: the provider's error code, such as ``limit_burst_rate`` (``""`` for a plain
-            429).
-        type: the provider's error type.
-        message: the provider's message.
-        body: the error body as the SDKs expose it (``{"error": {...}}``).
-        response: has ``status_code`` and ``headers`` (with ``retry-after`` in whole
-            seconds, rounded up, and the precise ``retry-after-ms`` when the provider
-            sends Retry-After, and the rate-limit headers of ``provider.headers``).
-        retry_after: the Retry-After seconds sent, or ``None``.
-    """
-
-    def __init__(
-        self,
-        kind: str,
-        retry_after: float | None = None,
-        *,
-        said: Answer | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        if said is None:
-            said = answer(kind)
-        super().__init__(f"Error code: {said.status} - {said.code}: {said.message}")
-        self.kind = kind
-        self.status_code: int = said.status
-        self.code: str = said.code
-        self.type: str = said.type
-        self.message: str = said.message
-        self.body: dict[str, object] = said.body
-        headers = dict(headers or {})
-        if retry_after is not None:
-            headers["retry-after-ms"] = str(round(retry_after * 1000))
-            # Integer seconds, rounded up, as OpenAI and Anthropic send them (the precise
-            # value rides in retry-after-ms). The "%.3f" form sent before is no real
-            # provider's, and LiteLLM's int() parse rejected it (issue 29).
-            headers["retry-after"] = str(retry_after_seconds(retry_after))
-        self.headers = headers
-        self.response: _Response = _Response(said.status, headers)
-        self.retry_after = retry_after
 
 
 class Trace:
