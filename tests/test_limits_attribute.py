@@ -1,15 +1,17 @@
 """A plain 429 (no code, no wording, no headers) is taken for the limit our counts say was
 full (issue 30 item 3): the pure rule, the in-service count it rests on, and a policy on
-trio's MockClock learning a provider's slots from bare 429s alone."""
+trio's MockClock learning a provider's slots from bare 429s alone; a suspect 429 (one at a new
+high during a ramp) checked once a call has left."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import anyio
 import pytest
 
-from anygate import AdaptiveLimit, Gate, Policy, ResponseError, RetryConfig
+from anygate import AdaptiveLimit, Gate, LimitChanged, Policy, ResponseError, RetryConfig
 from anygate._config.limit_values import OVER_LIMIT_POLL_S
 from anygate._limits.attribute import NEAR, attribute
 from tests.conftest import mock_clock
@@ -318,3 +320,55 @@ def test_a_worded_burst_429s_check_goes_at_once() -> None:
     retry.release()
     for token in tokens:
         token.release()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() -> None:
+    """12 slots answer a bare 429 when all are taken; 40 callers start 0.1 s apart, each
+    making 8 one-second calls (a ramp: the send rate climbs with the concurrency, so the
+    first 429 at a new high is a suspect). Its check's probe goes once a call has left and
+    gets through: the 429 was the slots', the limit becomes 12, and no burst pause is
+    taken. Before, it was taken for a slope rule: two pauses, 7 calls turned away and
+    34.4 s instead of 1 and 27.7 s."""
+    slots = 12
+    in_service = 0
+    turned = 0
+
+    async def provider() -> str:
+        nonlocal in_service, turned
+        if in_service >= slots:
+            turned += 1
+            await anyio.sleep(0.05)
+            raise _plain()
+        in_service += 1
+        try:
+            await anyio.sleep(1.0)
+        finally:
+            in_service -= 1
+        return "ok"
+
+    events: list[Any] = []
+    gate = Gate(math.inf, name="ramp", clock=anyio.current_time)  # paced: on the policy's clock
+    policy = Policy(
+        name="ramp",
+        gate=gate,
+        clock=anyio.current_time,
+        hooks=[events.append],
+        retry=RetryConfig(throttle_attempts=20, max_attempts=20),
+    )
+    results: list[str] = []
+
+    async def agent(index: int) -> None:
+        await anyio.sleep(index * 0.1)
+        results.extend([await policy.call(provider) for _ in range(8)])
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for index in range(40):
+            tg.start_soon(agent, index)
+    assert results == ["ok"] * 320
+    assert [e.reason for e in events if isinstance(e, LimitChanged)] == ["concurrency"]
+    assert gate.capacity == slots
+    assert turned == 1
+    assert anyio.current_time() - start < 30.0
