@@ -1,15 +1,18 @@
 """A plain 429 (no code, no wording, no headers) is taken for the limit our counts say was
 full (issue 30 item 3): the pure rule, the in-service count it rests on, and a policy on
-trio's MockClock learning a provider's slots from bare 429s alone."""
+trio's MockClock learning a provider's slots from bare 429s alone; a suspect 429 (one at a new
+high during a ramp) checked once a call has left."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import anyio
 import pytest
 
-from anygate import AdaptiveLimit, Gate, Policy, ResponseError, RetryConfig
+from anygate import AdaptiveLimit, Gate, LimitChanged, Policy, ResponseError, RetryConfig
+from anygate._config.limit_values import OVER_LIMIT_POLL_S
 from anygate._limits.attribute import NEAR, attribute
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock
@@ -195,3 +198,177 @@ def test_a_slot_got_before_a_cut_waits_until_the_others_are_below_the_new_limit(
     assert limit.sending(gate.in_flight) == 32
     for token in tokens[1:]:
         token.release()
+
+
+# --------------------------------------------------------------------------- a suspect 429
+
+
+class _Call:
+    """A policy's Run as the burst answer sees it: an object that may hold the probe."""
+
+    burst_probe = False
+
+
+def _at_a_new_high_during_a_ramp(
+    *, plain: bool = True
+) -> tuple[FakeClock, Gate, AdaptiveLimit, list[Any], float]:
+    """32 calls got through at once before; the last 10 s held 40 sends and the 10 s
+    before none (a ramp: ``steep``); 33 slot holders at the provider, one of them sent at
+    ``at`` and turned away by a 429, a bare one if ``plain`` (else one that names the
+    slope rule: not attributed). Returns the clock, gate, limit, the 32 others' tokens and
+    ``at``."""
+    clock = FakeClock()
+    clock.now = 100.0
+    gate = Gate(64, name="suspect", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit.passed(90.0, sending=32)
+    for _ in range(40):
+        assert limit.reserve_send(99.0) == 0.0
+    tokens = [gate.acquire_sync() for _ in range(33)]
+    at = 99.5
+    clock.now = 99.55
+    limit.rejected(at)
+    if plain:
+        assert limit.attribute(at, 33) == "burst"  # steep: no evidence of the slots yet
+    tokens.pop().release()  # the throttled call's slot goes back at once
+    return clock, gate, limit, tokens, at
+
+
+def test_a_suspect_429s_check_waits_for_a_slot_and_a_pass_teaches_the_slots() -> None:
+    """A bare 429 at a new high during a ramp could be the slope rule's or the slots'. Its
+    check's probe (the throttled call's retry) waits, the others held too, until fewer
+    calls are at the provider than at the 429: a slope rule turns it away then as well,
+    the slots do not. Got through, the 429 was the slots': the limit becomes 32, and the
+    change is handed to the policy once (it reports it)."""
+    clock, gate, limit, tokens, at = _at_a_new_high_during_a_ramp()
+    call, other = _Call(), object()
+    assert limit.on_throttle(limit.generation, None, 33, admitted_at=at, caller=call) is None
+    retry = gate.acquire_sync()  # the retry's slot: 32 others at the provider again
+    assert limit.pass_pause(call) == (OVER_LIMIT_POLL_S, False)
+    waiting = gate.acquire_sync()  # ``other``'s slot, held back while the check lasts
+    wait, probe = limit.pass_pause(other)
+    assert wait > 0
+    assert not probe
+    clock.now += 0.5
+    assert limit.pass_pause(call) == (OVER_LIMIT_POLL_S, False)  # still 32 others
+    tokens.pop().release()  # a call leaves: 31 others
+    assert limit.pass_pause(call) == (0.0, True)
+    call.burst_probe = True
+    assert limit.take_change() is None
+    limit.probe_accepted(call)
+    assert gate.capacity == 32
+    change = limit.take_change()
+    assert change is not None
+    assert (change.old, change.new, change.reason) == (64, 32, "concurrency")
+    assert limit.take_change() is None
+    assert limit.pass_pause(other) == (0.0, False)
+    waiting.release()
+    retry.release()
+    for token in tokens:
+        token.release()
+
+
+def test_a_suspect_429s_probe_turned_away_confirms_the_slope_rule() -> None:
+    """The same check, its probe turned away with a slot free: the slope rule's window is
+    spent. A pause follows, as for any confirmed throttle, and no slot is cut."""
+    clock, gate, limit, tokens, at = _at_a_new_high_during_a_ramp()
+    call = _Call()
+    assert limit.on_throttle(limit.generation, None, None, admitted_at=at, caller=call) is None
+    retry = gate.acquire_sync()
+    tokens.pop().release()
+    assert limit.pass_pause(call) == (0.0, True)
+    sent = clock.now
+    clock.now += 0.05
+    limit.rejected(sent)
+    change = limit.on_throttle(limit.generation, None, None, probe=True, admitted_at=sent)
+    assert change is not None
+    assert change.reason == "burst_rate"
+    assert limit.take_change() is None
+    assert gate.capacity == 64
+    retry.release()
+    for token in tokens:
+        token.release()
+
+
+def test_a_suspect_429s_check_waits_for_a_slot_no_longer_than_a_pause() -> None:
+    """No slot frees within ``pause_s``: the probe goes as crowded as the 429 it checks,
+    and its pass then says nothing about the slots (no cut)."""
+    clock, gate, limit, tokens, at = _at_a_new_high_during_a_ramp()
+    call = _Call()
+    assert limit.on_throttle(limit.generation, None, 33, admitted_at=at, caller=call) is None
+    retry = gate.acquire_sync()
+    assert limit.pass_pause(call) == (OVER_LIMIT_POLL_S, False)
+    clock.now += limit.statistics().pause_s
+    assert limit.pass_pause(call) == (0.0, True)
+    call.burst_probe = True
+    limit.probe_accepted(call)
+    assert gate.capacity == 64
+    assert limit.take_change() is None
+    retry.release()
+    for token in tokens:
+        token.release()
+
+
+def test_a_worded_burst_429s_check_goes_at_once() -> None:
+    """A 429 that names the slope rule (``limit_burst_rate``) is no suspect: its check's
+    probe goes at once, however many calls are at the provider."""
+    _clock, gate, limit, tokens, at = _at_a_new_high_during_a_ramp(plain=False)
+    call = _Call()
+    assert limit.on_throttle(limit.generation, None, 33, admitted_at=at, caller=call) is None
+    retry = gate.acquire_sync()
+    assert limit.pass_pause(call) == (0.0, True)
+    retry.release()
+    for token in tokens:
+        token.release()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() -> None:
+    """12 slots answer a bare 429 when all are taken; 40 callers start 0.1 s apart, each
+    making 8 one-second calls (a ramp: the send rate climbs with the concurrency, so the
+    first 429 at a new high is a suspect). Its check's probe goes once a call has left and
+    gets through: the 429 was the slots', the limit becomes 12, and no burst pause is
+    taken. Before, it was taken for a slope rule: two pauses, 7 calls turned away and
+    34.4 s instead of 1 and 27.7 s."""
+    slots = 12
+    in_service = 0
+    turned = 0
+
+    async def provider() -> str:
+        nonlocal in_service, turned
+        if in_service >= slots:
+            turned += 1
+            await anyio.sleep(0.05)
+            raise _plain()
+        in_service += 1
+        try:
+            await anyio.sleep(1.0)
+        finally:
+            in_service -= 1
+        return "ok"
+
+    events: list[Any] = []
+    gate = Gate(math.inf, name="ramp", clock=anyio.current_time)  # paced: on the policy's clock
+    policy = Policy(
+        name="ramp",
+        gate=gate,
+        clock=anyio.current_time,
+        hooks=[events.append],
+        retry=RetryConfig(throttle_attempts=20, max_attempts=20),
+    )
+    results: list[str] = []
+
+    async def agent(index: int) -> None:
+        await anyio.sleep(index * 0.1)
+        results.extend([await policy.call(provider) for _ in range(8)])
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for index in range(40):
+            tg.start_soon(agent, index)
+    assert results == ["ok"] * 320
+    assert [e.reason for e in events if isinstance(e, LimitChanged)] == ["concurrency"]
+    assert gate.capacity == slots
+    assert turned == 1
+    assert anyio.current_time() - start < 30.0

@@ -15,6 +15,7 @@ import pytest
 
 import anygate
 from anygate import AdaptiveConfig, Busy, CallFailed, ConfigError, LimitChanged, Policy, RetryConfig
+from anygate._config.limit_values import LimitChange
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, Script, SyncScript, burst, transient
 
@@ -454,3 +455,27 @@ async def test_the_cut_is_logged_at_info_and_recovery_at_debug(
     assert "gate 'llm'" in lines[0][1]
     assert "2 -> 1 (max 2)" in lines[0][1]
     assert lines[1:] == [(logging.DEBUG, "gate 'llm': concurrency limit 1 -> 2 (max 2)")]
+
+
+async def test_a_change_the_limit_made_on_its_own_is_reported_at_the_next_admission() -> None:
+    """A check whose probe got through can teach the slots outside any throttle's call
+    (``anygate._limits.burst``, a suspect plain 429): the next attempt admitted reports it
+    as a LimitChanged event, once."""
+    events: list[Any] = []
+    policy = Policy(max_concurrent_calls=8, hooks=[events.append])
+    policy.adaptive_limit._unreported = LimitChange(8, 7, 8, "concurrency", 0.0)
+    assert await policy.call(Provider()) == "ok"
+    assert await policy.call(Provider()) == "ok"
+    (change,) = limit_events(events)
+    assert (change.old, change.new, change.reason) == (8, 7, "concurrency")
+
+
+def test_a_change_the_limit_made_on_its_own_is_reported_by_a_blocking_call_too() -> None:
+    """The same from ``call_sync`` (its admission is the blocking twin)."""
+    events: list[Any] = []
+    policy = Policy(max_concurrent_calls=8, hooks=[events.append])
+    policy.adaptive_limit._unreported = LimitChange(8, 7, 8, "concurrency", 0.0)
+    assert policy.call_sync(lambda: "ok") == "ok"
+    assert policy.call_sync(lambda: "ok") == "ok"
+    (change,) = limit_events(events)
+    assert (change.old, change.new, change.reason) == (8, 7, "concurrency")

@@ -234,7 +234,9 @@ class AdaptiveLimit(BurstAnswer):
         """
         if probe:
             with self._lock:
-                self._pause.probe_succeeded(self._clock())
+                checking, now = self._pause.checking, self._clock()
+                self._pause.probe_succeeded(now)
+                self._check_ended(checking, now)
                 self._learn_edge()
         change = None
         if self._latency_on and self._enabled and sent_at is not None:

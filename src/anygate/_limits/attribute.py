@@ -25,6 +25,9 @@ estimate, and names the limit the 429 is taken for:
    the minute before the send, tokens in the minute up to it (with the send's own).
 3. ``"burst"``: neither: what is left is a rule over a shorter window than a minute, the
    slope rule a burst 429 names (:mod:`anygate._limits.slope` learns it the same way).
+   At a new high (only ``steep`` kept it from rule 1) it is a *suspect*: its check's
+   probe goes once a call has left, and a pass makes it the slots' after all
+   (:mod:`anygate._limits.burst`).
 
 A 429 whose code names a per-minute limit but not what it counted (OpenAI's
 ``rate_limit_exceeded`` without its wording) is only ever requests or tokens: the fuller

@@ -186,6 +186,10 @@ class ConcurrencyLimit:
         while rejections and rejections[0][1] < now - _REJECTIONS_S:
             rejections.popleft()
 
+    def slowest_answer(self) -> float:
+        """The longest a recent 429 took to come back (0: none in the last minute)."""
+        return max((answered - sent for sent, answered in self._rejections), default=0.0)
+
     def passed(self, at: float, sending: int) -> None:
         """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
         included) succeeded. The most in service at once is ``sending`` less the calls

@@ -119,6 +119,21 @@ class BurstPause:
         """Whether a first throttle's check is on (its probe out or about to go)."""
         return self.pausing and self._check_grace is not None
 
+    def probe_due(self, now: float) -> bool:
+        """Whether a check's probe may go at ``now`` and has not gone yet."""
+        return self.checking and not self._probe_out and now >= self._until
+
+    def keep(self, now: float) -> float:
+        """A check's probe waits (for the provider's slots to free): keep it for its
+        owner meanwhile; the seconds the others wait before asking again."""
+        if self._owner is not None:
+            self._owner_until = max(self._owner_until, now + PROBE_RESERVE_S)
+        return self._check_grace or PROBE_RESERVE_S
+
+    def not_noise(self) -> None:
+        """The check that just ended was another limit's 429, not noise."""
+        self._noisy = False
+
     def confirms(self) -> bool:
         """The check's probe was turned away: whether that confirms the throttle (one
         probe, or two after noise: ``_noisy``); ``False``: check once more."""

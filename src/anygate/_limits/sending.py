@@ -136,7 +136,7 @@ class SendPath(AdaptiveState):
                 token_estimate = sends.tokens.estimate(at)
                 if token_estimate is None and rate is not None:
                     token_estimate = rate.tokens_per_minute
-            return attribute(
+            attributed = attribute(
                 sending=sending,
                 most_passed=self._slots.most_passed,
                 requests=sends.requests_in_minute(at),
@@ -149,6 +149,12 @@ class SendPath(AdaptiveState):
                 steep=sends.steep(at),
                 per_minute=per_minute,
             )
+            most = self._slots.most_passed
+            if attributed == "burst" and 0 < most < sending:
+                # A new high the ramp kept from being the slots': a suspect, checked
+                # once a call has left (anygate._limits.burst).
+                self._suspect = (at, sending)
+            return attributed
 
     @ki_protected
     def on_rate(

@@ -39,6 +39,7 @@ from .sends import Sends
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._config.limit_values import LimitChange
     from .._gate.gate import Gate
 
 
@@ -52,6 +53,8 @@ class AdaptiveState:
     __slots__ = (
         "__weakref__",
         "_applied",
+        "_below",
+        "_check_at",
         "_checks",
         "_clock",
         "_enabled",
@@ -69,8 +72,10 @@ class AdaptiveState:
         "_sends",
         "_slots",
         "_stale",
+        "_suspect",
         "_throttles",
         "_turned",
+        "_unreported",
     )
 
     def __init__(
@@ -118,6 +123,16 @@ class AdaptiveState:
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
         self._noise_at = -math.inf  # the last burst 429 taken for noise (well inside)
+        # A plain 429 taken for the slope rule's at a new high of calls at the provider:
+        # (its send time, those calls), until its throttle is checked (see burst.py).
+        self._suspect: tuple[float, int] | None = None
+        # The check of such a 429: its probe goes once fewer than this many calls are at
+        # the provider (itself included); ``None``: no such check.
+        self._below: int | None = None
+        self._check_at = -math.inf  # when the current check began
+        # A change the limit made on its own, outside a throttle's call (such a check
+        # whose probe got through), until the policy reports it (take_change).
+        self._unreported: LimitChange | None = None
         # The limit a queueing server's latencies show (issue 30 item 5), when on.
         self._latency_on = latency
         self._latency = LatencyLimit()

@@ -94,6 +94,8 @@ async def admit(
                     break
                 check_pause(gate, pause, busy_wait)
                 await adaptive.wait_pause(pause)
+            if (change := adaptive.take_change()) is not None:
+                loop.retrier.report_change(change)
             # The send time the per-minute estimate counted is the attempt's.
             run.tokens = tokens
             while (wait := adaptive.reserve_send(at := adaptive.clock(), run, tokens)) > 0:
@@ -166,6 +168,8 @@ def admit_sync(
             # A thread sleeps (and asks again): the pause is measured on the policy's
             # clock, and a probe's success is noticed within one pause_s.
             time.sleep(pause)
+        if not testing.enabled and (change := adaptive.take_change()) is not None:
+            loop.retrier.report_change(change)
         at = adaptive.clock()
         # The send time the per-minute estimate counted is the attempt's (see admit).
         run.tokens = tokens

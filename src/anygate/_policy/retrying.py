@@ -147,7 +147,7 @@ class Retrier:
                 self.adaptive.probe_ended()
             self.adaptive.disown(run)
         if grown is not None:
-            self._limit_changed(grown)
+            self.report_change(grown)
         if change is not None and self.hooks:
             emit(self.hooks, change)
 
@@ -294,7 +294,7 @@ class Retrier:
         assert adaptive is not None
         change = adaptive.on_concurrency(run.generation, self._in_flight(run), exact=exact)
         if change is not None:
-            self._limit_changed(change)
+            self.report_change(change)
         return adaptive.limit < run.in_flight
 
     def throttled(self, run: Run, verdict: Verdict) -> None:
@@ -312,9 +312,10 @@ class Retrier:
             caller=run,
         )
         if change is not None:
-            self._limit_changed(change)
+            self.report_change(change)
 
-    def _limit_changed(self, change: LimitChange) -> None:
+    def report_change(self, change: LimitChange) -> None:
+        """Report a change of the adaptive limit (a ``LimitChanged`` event)."""
         if self.hooks:
             emit(
                 self.hooks,
