@@ -41,6 +41,17 @@ def test_count_is_the_sends_in_a_half_open_span_less_the_turned_away() -> None:
     assert log.count(5.0, 9.0) == 0
 
 
+def test_run_since_is_where_the_run_of_sends_one_rule_turned_away_began() -> None:
+    log = _log(1.0, 2.0, 3.0, 3.0, 4.0, 5.0, 6.0)
+    turned = [2.0, 3.0, 3.0, 4.0, 6.0]
+    assert log.run_since(4.0, turned) == 2.0
+    assert log.run_since(2.0, turned) == 2.0
+    assert log.run_since(1.0, turned) is None  # not turned away (or in flight): no run
+    assert log.run_since(5.0, turned) is None
+    assert log.run_since(6.0, turned) == 6.0  # 5.0 broke the run
+    assert log.run_since(4.0, [2.0, 3.0, 4.0]) == 4.0  # one of the two at 3.0 went through
+
+
 def test_first_after_is_the_next_send_time() -> None:
     log = _log(1.0, 2.0, 3.0)
     assert log.first_after(1.0) == 2.0
@@ -88,14 +99,29 @@ def test_a_window_that_grew_by_a_handful_teaches_no_growth() -> None:
 
 
 def test_an_edge_known_loosely_reads_the_least_growth_its_phases_allow() -> None:
-    """The edge lies somewhere in (15, 20]: of the windows that could have been full, the
-    one that grew least sets the growth (the bound errs toward holding back)."""
+    """After an edge at 10 s, the next lies somewhere in (15, 20]: of the windows that
+    could have been full, the one that grew least sets the growth (the bound errs toward
+    holding back)."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
     slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
     slope.edge(15.0, 20.0)
     assert slope.growth is not None
     assert 1.0 < slope.growth <= 2.0
+
+
+def test_no_growth_is_read_while_a_longer_window_fits_and_read_a_floor() -> None:
+    """One edge alone, at 20 s: read as 10 s windows the fleet's ramp shows a growth, but
+    a 20 s window (or longer) fits it as well, and read that way its full window followed
+    a quiet one and held the floor. A 15 s window taken for 10 s this way paced at a
+    growth of 1.23 for a minute; no growth is taken until the windows are told apart."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(19.9, 20.0)
+    assert slope.window_s == WINDOW_S
+    assert slope.growth is None
 
 
 def test_edges_fifteen_seconds_apart_rule_the_ten_second_window_out() -> None:
@@ -112,33 +138,131 @@ def test_edges_fifteen_seconds_apart_rule_the_ten_second_window_out() -> None:
     assert slope.growth == pytest.approx(2.0)
 
 
+def _full_run(
+    log: SentLog, slope: SlopeLimit, start: float, end: float, every: float = 1.0
+) -> float:
+    """Probes from ``start`` every ``every`` seconds to ``end``, each turned away by a
+    burst 429; returns the last one's send time."""
+    at = start
+    while at <= end:
+        log.sent(at)
+        log.rejected(at)
+        slope.turned(at)
+        last, at = at, at + every
+    return last
+
+
+def test_a_run_turned_away_longer_than_a_window_rules_that_window_out() -> None:
+    """A 30 s window spent 7 s in: probes turned away once a second until 29 s, the next
+    through at 30 s. Edges at 30, 60, 90 s fit a 10 s window too; the run of 22 s fits no
+    window shorter than itself, so the shortest longer one that fits is taken, 30 s, and
+    it pins the next edge at 60 s (it stayed 10 s, probing at 40 and 50 s)."""
+    log = SentLog(60.0)
+    _ramp(log, [60], window=7.0)
+    slope = SlopeLimit(log)
+    last = _full_run(log, slope, 7.0, 29.0)
+    slope.edge(last, 30.05)
+    assert slope.window_s == 30.0
+    assert slope.predicted(37.0) == pytest.approx(60.0 - 37.0, abs=0.7)
+
+
+def test_a_run_another_limit_turned_away_rules_nothing_out() -> None:
+    """The same sends, turned away by a per-minute limit (not a burst 429): an edge of the
+    slope's window could have let them through that limit, so 10 s still fits."""
+    log = SentLog(60.0)
+    _ramp(log, [60], window=7.0)
+    for at in range(7, 30):
+        log.sent(float(at))
+        log.rejected(float(at))
+    slope = SlopeLimit(log)
+    slope.edge(29.0, 30.05)
+    assert slope.window_s == WINDOW_S
+
+
+def test_a_short_run_leaves_the_assumed_window() -> None:
+    """A run of 3 s says nothing against 10 s: it stays the window used."""
+    log = SentLog(60.0)
+    _ramp(log, [60], window=7.0)
+    slope = SlopeLimit(log)
+    last = _full_run(log, slope, 7.0, 9.0)
+    slope.edge(last, 10.05)
+    assert slope.window_s == WINDOW_S
+
+
+def test_a_hold_tries_the_next_window_that_fits_when_a_predicted_edge_was_not_one() -> None:
+    """A 20 s window: the first run (7-19 s) rules out 10 s, and its edge at 20 s fits
+    15 s (phase 5) as well as 20, 30 and 60 s. 15 s is used: the next full window holds
+    until 35 s. The probe there is turned away, and the run since (27.6-35.5 s) rules
+    15 s out: the hold now lasts to 20 s's edge, 40 s, not to 15 s's next (50 s)."""
+    log = SentLog(60.0)
+    _ramp(log, [60], window=7.0)
+    slope = SlopeLimit(log)
+    last = _full_run(log, slope, 7.0, 19.0)
+    slope.edge(last, 20.05)
+    assert slope.window_s == 15.0
+    for i in range(60):  # the next window fills by 27.6 s
+        log.sent(20.05 + i * 0.12)
+    turned = _full_run(log, slope, 27.6, 27.6)
+    hold, pinned = slope.hold(27.6, turned)
+    assert pinned
+    assert 27.6 + hold == pytest.approx(35.0, abs=0.5)
+    probe = _full_run(log, slope, 35.5, 35.5)
+    hold, pinned = slope.hold(35.5, probe)
+    assert pinned
+    assert 35.5 + hold == pytest.approx(40.0, abs=0.5)
+
+
 def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120, 240])
     slope = SlopeLimit(log)
     assert slope.predicted(5.0) is None  # nothing seen: no phase
-    assert slope.hold(5.0) == WINDOW_S / 10  # probe again in a tenth of a window
+    assert slope.hold(5.0) == (WINDOW_S / 10, False)  # probe again in a tenth of a window
     slope.edge(9.9, 10.0)
     assert slope.predicted(25.0) == pytest.approx(5.0)
-    assert slope.hold(25.0) == pytest.approx(5.0)
+    # One edge fits a 15 s window too (edges at 10, 25, 40 s): its edge at 25 s is probed
+    # first, as the one probe that tells the two apart.
+    hold, pinned = slope.hold(25.0)
+    assert 25.0 + hold == pytest.approx(25.0, abs=0.21)
+    assert pinned
+    slope.edge(19.9, 20.0)  # a second edge 10 s on: no longer window fits both
+    hold, pinned = slope.hold(25.0)
+    assert hold == pytest.approx(5.0)
+    assert pinned
 
 
-def test_sends_are_held_to_the_learned_growth_over_the_trailing_window() -> None:
-    """Growth 2 learned at 20 s. Right at the edge the trailing window is the full one
-    (120 of 2 x 60): a send waits until the window's oldest send leaves it. At 25 s it
-    holds 60 against 2 x 90; filled to 180, the next send waits again."""
+def test_sends_are_held_to_the_learned_growth_over_the_providers_windows() -> None:
+    """Growth 2 learned at 20 s, the phase pinned by edges at 10 and 20 s: the provider's
+    window from 20 s may hold 2 x 120. Filled to that at 25 s, the next send waits for the
+    next window, at 30 s (counted over trailing windows, it waited for the window's
+    oldest send to leave it, and the fleet's next burst a window's sends late)."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
     slope = SlopeLimit(log)
     slope.edge(9.9, 10.0)
     slope.edge(19.9, 20.0)
+    assert slope.growth == pytest.approx(2.0)
+    assert slope.wait(20.0) == 0.0
+    for _ in range(239):
+        log.sent(25.0)
+    assert slope.wait(25.0) == 0.0  # the 240th fits
+    log.sent(25.0)
+    assert 25.0 + slope.wait(25.0) == pytest.approx(30.0)
+    assert slope.wait(30.0 + 1e-6) == 0.0
+
+
+def test_sends_are_held_over_trailing_windows_while_the_phase_is_loose() -> None:
+    """Edges known only to within 5 s: the trailing window counts. Right after the edge it
+    is the full one (120 of 2 x 60): a send waits until its oldest send leaves it."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(5.0, 10.0)
+    slope.edge(15.0, 20.0)
     oldest = log.first_after(10.0)
     assert oldest is not None
+    assert slope.growth is not None
     assert slope.wait(20.0) == pytest.approx(oldest + 10.0 - 20.0)
-    assert slope.wait(25.0) == 0.0
-    for _ in range(120):
-        log.sent(25.0)
-    assert slope.wait(25.0) > 0
 
 
 def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
@@ -148,10 +272,10 @@ def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
     assert not slope.inside(20.0)  # nothing learned: nothing is noise
     slope.edge(9.9, 10.0)
     slope.edge(19.9, 20.0)
-    assert slope.inside(25.0)  # the window holds 60 of an allowance of 2 x 90
-    for _ in range(120):
+    assert slope.inside(25.0)  # the window from 20 s holds none of an allowance of 2 x 120
+    for _ in range(216):
         log.sent(25.0)
-    assert not slope.inside(25.0 + 1e-6)  # at the allowance: a full window
+    assert not slope.inside(25.0 + 1e-6)  # at 90 % of the allowance: a full window
 
 
 # --------------------------------------------------------------------------- on a gate
@@ -185,6 +309,32 @@ def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:
     assert stats.slope_floor > 0
     assert stats.slope_growth is None
     assert gate.capacity == 32
+
+
+def test_a_pinned_edge_holds_past_pause_s_once_a_probe_confirmed_the_window_spent() -> None:
+    """A 30 s window learned (its runs rule the shorter ones out) and its phase pinned: a
+    burst 429 at 70 s first holds ``pause_s`` (one 429 may be a shared pool's), and the
+    pause's probe turned away at 75 s holds to the edge at 90 s, not 5 s more."""
+    clock = FakeClock()
+    gate = Gate(32, name="slope-hold", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    slope, log = limit._sends.slope, limit._sends.requests.log
+    for start, count in ((0.0, 60), (30.05, 120)):
+        for i in range(count):
+            log.sent(start + i * 7.0 / count)
+        last = _full_run(log, slope, start + 7.0, start + 29.0)
+        slope.edge(last, start + 30.05)
+    assert (slope.window_s, slope.growth) == (30.0, pytest.approx(2.0))
+    for _ in range(240):  # the window from 60 s spent
+        log.sent(61.0)
+    clock.now = 70.0
+    assert limit.on_throttle(limit.generation, None, admitted_at=69.9) is not None
+    assert limit.pause_left() == pytest.approx(limit.settings()[3])  # pause_s
+    clock.now = 75.0
+    assert limit.pass_pause() == (0.0, True)
+    log.sent(75.0)
+    assert limit.on_throttle(limit.generation, None, probe=True, admitted_at=75.0) is not None
+    assert 75.0 + limit.pause_left() == pytest.approx(90.0, abs=0.7)
 
 
 # --------------------------------------------------------------------------- a policy

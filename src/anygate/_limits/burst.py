@@ -185,8 +185,9 @@ class BurstAnswer(SendPath):
             below = suspect[1] if suspect is not None and suspect[0] == admitted_at else None
             if self._pause.pausing:
                 self._pause.turned_away()
-            if admitted_at is not None and admitted_at > self._turned:
-                self._turned = admitted_at
+            if admitted_at is not None:
+                slope.turned(admitted_at)
+                self._turned = max(self._turned, admitted_at)
             if self._old_news(generation, self._pause.lasts(now)):
                 return None
             old = self._applied
@@ -245,7 +246,13 @@ class BurstAnswer(SendPath):
             if retry_after is not None:
                 pause = max(0.0, retry_after)
             elif paced:
-                pause = min(self._pause_s, slope.hold(now))
+                # To a pinned edge however far, once a pause's probe confirmed the window
+                # spent (capped at pause_s, a 30 s window's holds probed every 5 s into
+                # it); a first confirmation may be a shared pool's noise, and an uncapped
+                # hold on it idled the pool cells up to a window (shared pool 3 %, seed
+                # 5: 1.05x the oracle).
+                hold, pinned = slope.hold(now, self._turned)
+                pause = hold if pinned and continuing else min(self._pause_s, hold)
             else:
                 pause = self._pause_s
             # A probe turned away (after its grace ended the pause, too) tells how fast

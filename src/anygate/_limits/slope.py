@@ -11,23 +11,31 @@ when it had nothing measured (issue 30).
 
 What.
 
-* Edges. An edge lies in ``(last send turned away, first send through]``. Edges fall on
+* Edges. An edge lies in ``(last send turned away, first send through]``, and in no
+  run of sends that were all turned away (a window with room lets the next send through:
+  while the gate holds everyone, that send is the probe). Edges fall on
   ``phase + k x window``; neither is published. Each candidate window (:data:`WINDOWS`)
-  keeps the phases (in :data:`_BINS` bins) that every edge seen so far allows: a wrong
-  window soon allows none. The window used is :data:`WINDOW_S` while it fits, else the
-  longest that does (a multiple of the true window always fits too, a divisor would
-  overstate the growth per window: the longer errs toward holding back).
+  keeps the phases (in :data:`_BINS` bins) that every edge and every such run allow: a
+  wrong window soon allows none, and a window shorter than a run allows no phase at all.
+  The window used is :data:`WINDOW_S` while it fits, else the shortest longer one that
+  fits, else the longest shorter one. Without the runs a 30 s window's edges (30, 60,
+  90 s) fit 10 s for ever: it was paced as one, its growth never learned, and each hold
+  probed a 10 s edge that was not one (morning peak, burst window 30 s: 33 calls with a
+  429, 23 of them in its first window).
 * Growth and floor (:meth:`SlopeLimit.edge`), read at every phase still allowed: the least
   ratio any remembered full window shows, from windows whose every allowed phase had a busy
   window before; where a phase had a quiet one before, the full window may have held the
-  floor, and the floor is the least such count.
-* Holding. :meth:`SlopeLimit.wait` holds a send until the trailing window, with it, holds
-  no more than ``max(floor, growth x the window before)``. Trailing windows, not the
-  provider's aligned ones: while the rate grows, the window before a trailing one holds no
-  more than the aligned one's, so the bound errs low, never high. :meth:`SlopeLimit.hold`
-  says how long a full window holds everyone: to the predicted edge once the phase is
-  pinned, else a tenth of a window (the next probe), so that edges are found that closely.
-* Noise. A 429 while the trailing window is well inside the allowance (:meth:`inside`) did
+  floor, and the floor is the least such count. No growth is taken while a longer window
+  that fits read a floor: the ramp's start, read across it, looks like growth.
+* Holding. :meth:`SlopeLimit.wait` holds a send until the current window, with it, holds
+  no more than ``max(floor, growth x the window before)``: the provider's own windows once
+  the phase is pinned (the edge's uncertainty counted toward holding back), else trailing
+  windows (while the rate grows, the window before a trailing one holds no more than the
+  aligned one's, so the bound errs low, never high). :meth:`SlopeLimit.hold` says how long
+  a full window holds everyone: to the first probe the window used or a longer one that
+  fits asks for (the run turned away so far counts): its latest phase once a window's
+  phases are pinned, else a tenth of that window on, so that edges are found that closely.
+* Noise. A 429 while the current window is well inside the allowance (:meth:`inside`) did
   not come from a full window of ours: a shared pool's, until it repeats.
 
 Measured on ``bench_storm.py`` (seeds 1-3, see the changelog for the table). Not thread-
@@ -37,9 +45,12 @@ safe, no clock of its own: the caller passes times and holds a lock.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .window import SentLog
 
 __all__ = ["WINDOWS", "WINDOW_S", "SlopeLimit"]
@@ -62,6 +73,10 @@ _INSIDE = 0.9
 #: Full windows remembered per candidate window: the growth is the least any of them showed
 #: (older ones say less about a provider whose growth drifts).
 _EPISODES = 3
+
+#: Burst rejections remembered (the oldest half dropped past this): runs are asked about
+#: within two windows of now, and a provider turns away far fewer in that span.
+_TURNED_KEPT = 4096
 
 _Counts = list[tuple[int, int] | None]  # per phase bin: (full window, the one before)
 
@@ -92,11 +107,39 @@ class _Fit:
         """Per phase bin still allowed, its first edge after ``after`` (else ``None``)."""
         return [self.edge_after(i, after) if ok else None for i, ok in enumerate(self.phases)]
 
-    def add(self, log: SentLog, after: float, at: float) -> None:
+    def refuted(self, index: int, run: tuple[float, float] | None) -> bool:
+        """Whether every phase in bin ``index`` puts an edge in ``run``, ``(since,
+        until]``: sends that were all turned away (none to refute: ``None``)."""
+        if run is None:
+            return False
+        since, until = run
+        window = self.window_s
+        end = self.edge_after(index, since)
+        return (end - window / _BINS > since and end <= until) or end + window <= until
+
+    def allowed(self, run: tuple[float, float] | None) -> list[int]:
+        """The phase bins every edge seen and ``run`` (see :meth:`refuted`) allow."""
+        return [i for i, ok in enumerate(self.phases) if ok and not self.refuted(i, run)]
+
+    def next_probe(self, edges: list[float], now: float) -> float:
+        """When to probe for this window's next edge after ``now``, ``edges`` the next
+        edge of each phase still allowed: the latest once they are pinned to a tenth of a
+        window, else a tenth of a window on (or the first allowed edge, if later)."""
+        tenth = self.window_s / 10
+        if max(edges) - min(edges) <= tenth:
+            return max(edges)
+        return max(now + tenth, min(edges))
+
+    def add(
+        self, log: SentLog, after: float, at: float, run: tuple[float, float] | None = None
+    ) -> None:
         window = self.window_s
         width = window / _BINS
         counts: _Counts = []
         for index in range(_BINS):
+            if self.refuted(index, run):
+                counts.append(None)
+                continue
             edge = self.edge_after(index, after)
             # A bin fits if its edge is in (after, at]; an interval shorter than a bin may
             # hold no bin's end: the bin holding ``at`` fits then, with ``at`` as its edge.
@@ -113,7 +156,16 @@ class _Fit:
     def restart(self, log: SentLog, after: float, at: float) -> None:
         self.phases = [True] * _BINS
         self.episodes.clear()
-        self.add(log, after, at)
+        self.add(log, after, at)  # without the run: it may be what contradicted the rest
+
+    def quiet(self) -> bool:
+        """Whether the latest full window read at an allowed phase followed a quiet one
+        (it may have held the floor, whatever the growth)."""
+        latest = self.episodes[-1] if self.episodes else []
+        return any(
+            ok and pair and pair[1] < _MIN_PREVIOUS and pair[0] > 0
+            for ok, pair in zip(self.phases, latest, strict=True)
+        )
 
     def estimate(self) -> tuple[float | None, int | None]:
         """``(growth, floor)`` from the remembered windows; ``None`` where unknown."""
@@ -137,7 +189,7 @@ class _Fit:
 class SlopeLimit:
     """The window, growth and floor learned from full windows; holds sends to them."""
 
-    __slots__ = ("_fits", "_log", "floor", "growth", "window_s")
+    __slots__ = ("_fits", "_log", "_turned", "floor", "growth", "window_s")
 
     def __init__(self, log: SentLog) -> None:
         self._log = log  # the sends, shared with the request estimate
@@ -145,6 +197,16 @@ class SlopeLimit:
         self.growth: float | None = None  # the allowed growth per window, once learned
         self.floor = 0  # the least a full window after a quiet one held (0: not seen)
         self._fits = {window: _Fit(window) for window in WINDOWS}
+        # Send times a burst 429 turned away, sorted (a send refused by another limit, or
+        # by the slots, says nothing of this window's edges), within the log's horizon.
+        self._turned: list[float] = []
+
+    def turned(self, at: float) -> None:
+        """A burst 429 turned away the send made at ``at``."""
+        turned = self._turned
+        insort(turned, at)
+        if len(turned) > _TURNED_KEPT:
+            del turned[: len(turned) // 2]
 
     @property
     def known(self) -> bool:
@@ -158,18 +220,23 @@ class SlopeLimit:
         before = (self.window_s, self.growth, self.floor)
         log = self._log
         fits = self._fits.values()
+        run = self._run(after)
         for fit in fits:
-            fit.add(log, after, at)
+            fit.add(log, after, at, run)
         if not any(fit.fits for fit in fits):  # no window fits every edge: start over
             for fit in fits:
                 fit.restart(log, after, at)
-        fitting = [fit for fit in fits if fit.fits]
-        if not fitting:  # not reached: every bin meets an interval of a window or more
+        chosen = self._choose(fit for fit in fits if fit.fits)
+        if chosen is None:  # not reached: every bin meets an interval of a window or more
             return False
-        chosen = self._fits[WINDOW_S]
-        if not chosen.fits:
-            chosen = max(fitting, key=lambda fit: fit.window_s)
         growth, floor = chosen.estimate()
+        if any(fit.fits and fit.window_s > chosen.window_s and fit.quiet() for fit in fits):
+            # A longer window that fits as well read a full window after a quiet one: the
+            # growth of the one used may be the ramp's start read across that window. A
+            # 15 s window's first edge, read as 10 s, showed a growth of 1.23 where its
+            # window had held the floor, and the fleet crawled at it for a minute (burst
+            # window 15 s, seed 5: 1.25x the oracle).
+            growth = None
         if chosen.window_s != self.window_s:
             self.window_s = chosen.window_s
             self.growth = growth
@@ -178,6 +245,30 @@ class SlopeLimit:
         if floor is not None:
             self.floor = floor
         return (self.window_s, self.growth, self.floor) != before
+
+    def _run(self, until: float) -> tuple[float, float] | None:
+        """``(since, until]``: the run of our sends up to ``until`` that were all turned
+        away (``None``: the send at ``until`` was not)."""
+        since = self._log.run_since(until, self._turned)
+        return None if since is None or since >= until else (since, until)
+
+    @staticmethod
+    def _choose(fitting: Iterable[_Fit]) -> _Fit | None:
+        """The window to use of those that fit: :data:`WINDOW_S`, else the shortest
+        longer one, else the longest shorter one (a longer window held to a full one's
+        edge holds a window too long; a divisor of the true one fits only while no run
+        turned away outlasted it, and overstates the growth per window)."""
+        longer: _Fit | None = None
+        shorter: _Fit | None = None
+        for fit in fitting:
+            window = fit.window_s
+            if window == WINDOW_S:
+                return fit
+            if window > WINDOW_S and (longer is None or window < longer.window_s):
+                longer = fit
+            if window < WINDOW_S and (shorter is None or window > shorter.window_s):
+                shorter = fit
+        return longer or shorter
 
     def predicted(self, now: float) -> float | None:
         """Seconds until the latest edge after ``now`` the phases seen allow, when they pin
@@ -188,18 +279,60 @@ class SlopeLimit:
             return max(edges) - now
         return None
 
-    def hold(self, now: float) -> float:
-        """Seconds to hold sends after a full window turned one away at ``now``: until the
-        predicted edge (:meth:`predicted`), else a tenth of a window (the next probe)."""
-        edge = self.predicted(now)
-        return self.window_s / 10 if edge is None else edge
+    def hold(self, now: float, turned: float | None = None) -> tuple[float, bool]:
+        """``(seconds to hold sends, whether to a pinned edge)`` after a full window
+        turned a send away at ``now`` (the latest turned away went at ``turned``): until
+        the first probe (:meth:`_Fit.next_probe`) the window used or a longer one that
+        fits asks for, the run turned away so far refuting phases; a tenth of a window
+        when none fits. The longer ones are probed too: held to the edge of the window
+        used, a probe that got through there told nothing of an edge before it, and a
+        15 s window taken for 10 s kept a growth read off the wrong windows (morning
+        peak, burst window 15 s, seed 5: 1.16x the oracle); probed at 15 s's edge too,
+        the window used lost its phase at once."""
+        run = None if turned is None else self._run(turned)
+        best, pinned = math.inf, False
+        for window, fit in self._fits.items():
+            if window < self.window_s or not fit.fits:
+                continue
+            edges = [fit.edge_after(i, now) for i in fit.allowed(run)]
+            if not edges:
+                continue
+            probe = fit.next_probe(edges, now)
+            if probe < best:
+                best, pinned = probe, max(edges) - min(edges) <= window / 10
+        if best == math.inf:
+            return self.window_s / 10, False
+        return best - now, pinned
+
+    def _aligned(self, at: float) -> tuple[float, float] | None:
+        """``(earliest, latest)`` start of the provider's window holding a send at ``at``,
+        once the phases seen pin it to a tenth of a window; ``None`` while they do not."""
+        window = self.window_s
+        starts = [edge for edge in self._fits[window].edges(at - window) if edge is not None]
+        if not starts or max(starts) - min(starts) > window / 10:
+            return None
+        return min(starts), max(starts)
 
     def _allowance(self, at: float) -> tuple[int, float]:
-        """``(the trailing window's count at at, what the learned slope allows it)``."""
+        """``(the current window's count at at, what the learned slope allows it)``.
+
+        The provider's own windows once their phase is pinned (:meth:`_aligned`): the
+        current one counted from its earliest start, the previous one only up to it, so
+        the edge's uncertainty errs toward holding back. Trailing windows otherwise: while
+        the rate grows they err low too, but by up to a window's sends, and the fleet
+        that spends each window at its start saw its next window's allowance only once
+        the last burst left the trailing one (burst window 30 s, seed 3: 362 calls in
+        90-120 s where the oracle ran 433; aligned, 393)."""
         log, window = self._log, self.window_s
-        current = log.count(at - window, at)
-        previous = log.count(at - 2 * window, at - window)
         assert self.growth is not None
+        aligned = self._aligned(at)
+        if aligned is None:
+            current = log.count(at - window, at)
+            previous = log.count(at - 2 * window, at - window)
+        else:
+            earliest, latest = aligned
+            current = log.count(earliest, at)
+            previous = log.count(latest - window, earliest)
         return current, max(self.floor, self.growth * previous)
 
     def inside(self, at: float) -> bool:
@@ -219,6 +352,9 @@ class SlopeLimit:
         current, allowed = self._allowance(at + 1e-9)
         if current + 1 <= math.floor(allowed):
             return 0.0
+        aligned = self._aligned(at)
+        if aligned is not None:  # ask again once the next window has surely begun
+            return max(aligned[1] + self.window_s - at, 1e-3)
         # The window changes when its oldest send leaves it (and joins the one before):
         # ask again then.
         oldest = self._log.first_after(at - self.window_s)

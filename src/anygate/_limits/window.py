@@ -148,6 +148,30 @@ class SentLog:
         turned += bisect_left(refused, hi) - bisect_left(refused, lo)
         return max(0, count - turned)
 
+    def run_since(self, at: float, turned: list[float]) -> float | None:
+        """The earliest send time ``s`` such that every send of ours in ``[s, at]`` is in
+        ``turned`` (sorted send times, those one rule turned away); ``None`` when the send
+        at ``at`` is not. While a window of that rule was full it turned them all away:
+        none of its edges fell between them (:mod:`.slope`)."""
+        sent = self._sent
+        end = bisect_right(sent, at)
+        top = bisect_right(turned, at)
+
+        def all_turned(index: int) -> bool:  # every send in [sent[index], at] in turned
+            since = sent[index]
+            return end - bisect_left(sent, since) <= top - bisect_left(turned, since)
+
+        if end == 0 or not all_turned(end - 1):
+            return None
+        low, high = bisect_left(sent, at - 2 * self.window_s), end - 1
+        while low < high:  # the smallest index whose run to ``at`` is all turned away
+            mid = (low + high) // 2
+            if all_turned(mid):
+                high = mid
+            else:
+                low = mid + 1
+        return sent[low]
+
     def first_after(self, at: float) -> float | None:
         """The first send time after ``at``, or ``None``."""
         sent = self._sent
