@@ -203,13 +203,9 @@ def test_a_hold_tries_the_next_window_that_fits_when_a_predicted_edge_was_not_on
     for i in range(60):  # the next window fills by 27.6 s
         log.sent(20.05 + i * 0.12)
     turned = _full_run(log, slope, 27.6, 27.6)
-    hold, pinned = slope.hold(27.6, turned)
-    assert pinned
-    assert 27.6 + hold == pytest.approx(35.0, abs=0.5)
+    assert 27.6 + slope.hold(27.6, turned) == pytest.approx(35.0, abs=0.5)
     probe = _full_run(log, slope, 35.5, 35.5)
-    hold, pinned = slope.hold(35.5, probe)
-    assert pinned
-    assert 35.5 + hold == pytest.approx(40.0, abs=0.5)
+    assert 35.5 + slope.hold(35.5, probe) == pytest.approx(40.0, abs=0.5)
 
 
 def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
@@ -217,18 +213,14 @@ def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
     _ramp(log, [60, 120, 240])
     slope = SlopeLimit(log)
     assert slope.predicted(5.0) is None  # nothing seen: no phase
-    assert slope.hold(5.0) == (WINDOW_S / 10, False)  # probe again in a tenth of a window
+    assert slope.hold(5.0) == WINDOW_S / 10  # probe again in a tenth of a window
     slope.edge(9.9, 10.0)
     assert slope.predicted(25.0) == pytest.approx(5.0)
     # One edge fits a 15 s window too (edges at 10, 25, 40 s): its edge at 25 s is probed
     # first, as the one probe that tells the two apart.
-    hold, pinned = slope.hold(25.0)
-    assert 25.0 + hold == pytest.approx(25.0, abs=0.21)
-    assert pinned
+    assert 25.0 + slope.hold(25.0) == pytest.approx(25.0, abs=0.21)
     slope.edge(19.9, 20.0)  # a second edge 10 s on: no longer window fits both
-    hold, pinned = slope.hold(25.0)
-    assert hold == pytest.approx(5.0)
-    assert pinned
+    assert slope.hold(25.0) == pytest.approx(5.0)
 
 
 def test_sends_are_held_to_the_learned_growth_over_the_providers_windows() -> None:
@@ -309,32 +301,6 @@ def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:
     assert stats.slope_floor > 0
     assert stats.slope_growth is None
     assert gate.capacity == 32
-
-
-def test_a_pinned_edge_holds_past_pause_s_once_a_probe_confirmed_the_window_spent() -> None:
-    """A 30 s window learned (its runs rule the shorter ones out) and its phase pinned: a
-    burst 429 at 70 s first holds ``pause_s`` (one 429 may be a shared pool's), and the
-    pause's probe turned away at 75 s holds to the edge at 90 s, not 5 s more."""
-    clock = FakeClock()
-    gate = Gate(32, name="slope-hold", clock=clock)
-    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
-    slope, log = limit._sends.slope, limit._sends.requests.log
-    for start, count in ((0.0, 60), (30.05, 120)):
-        for i in range(count):
-            log.sent(start + i * 7.0 / count)
-        last = _full_run(log, slope, start + 7.0, start + 29.0)
-        slope.edge(last, start + 30.05)
-    assert (slope.window_s, slope.growth) == (30.0, pytest.approx(2.0))
-    for _ in range(240):  # the window from 60 s spent
-        log.sent(61.0)
-    clock.now = 70.0
-    assert limit.on_throttle(limit.generation, None, admitted_at=69.9) is not None
-    assert limit.pause_left() == pytest.approx(limit.settings()[3])  # pause_s
-    clock.now = 75.0
-    assert limit.pass_pause() == (0.0, True)
-    log.sent(75.0)
-    assert limit.on_throttle(limit.generation, None, probe=True, admitted_at=75.0) is not None
-    assert 75.0 + limit.pause_left() == pytest.approx(90.0, abs=0.7)
 
 
 # --------------------------------------------------------------------------- a policy

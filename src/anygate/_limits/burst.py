@@ -246,13 +246,10 @@ class BurstAnswer(SendPath):
             if retry_after is not None:
                 pause = max(0.0, retry_after)
             elif paced:
-                # To a pinned edge however far, once a pause's probe confirmed the window
-                # spent (capped at pause_s, a 30 s window's holds probed every 5 s into
-                # it); a first confirmation may be a shared pool's noise, and an uncapped
-                # hold on it idled the pool cells up to a window (shared pool 3 %, seed
-                # 5: 1.05x the oracle).
-                hold, pinned = slope.hold(now, self._turned)
-                pause = hold if pinned and continuing else min(self._pause_s, hold)
+                # Capped at pause_s even to a pinned edge: a window told from noise (a
+                # shared pool's 429s, or the test soak's random ones) pins edges too, and
+                # held to them uncapped the soak's fleet stood a minute with pause_s 1 ms.
+                pause = min(self._pause_s, slope.hold(now, self._turned))
             else:
                 pause = self._pause_s
             # A probe turned away (after its grace ended the pause, too) tells how fast

@@ -279,30 +279,25 @@ class SlopeLimit:
             return max(edges) - now
         return None
 
-    def hold(self, now: float, turned: float | None = None) -> tuple[float, bool]:
-        """``(seconds to hold sends, whether to a pinned edge)`` after a full window
-        turned a send away at ``now`` (the latest turned away went at ``turned``): until
-        the first probe (:meth:`_Fit.next_probe`) the window used or a longer one that
-        fits asks for, the run turned away so far refuting phases; a tenth of a window
-        when none fits. The longer ones are probed too: held to the edge of the window
-        used, a probe that got through there told nothing of an edge before it, and a
-        15 s window taken for 10 s kept a growth read off the wrong windows (morning
-        peak, burst window 15 s, seed 5: 1.16x the oracle); probed at 15 s's edge too,
-        the window used lost its phase at once."""
+    def hold(self, now: float, turned: float | None = None) -> float:
+        """Seconds to hold sends after a full window turned a send away at ``now`` (the
+        latest turned away went at ``turned``): until the first probe
+        (:meth:`_Fit.next_probe`) the window used or a longer one that fits asks for, the
+        run turned away so far refuting phases; a tenth of a window when none fits. The
+        longer ones are probed too: held to the edge of the window used, a probe that got
+        through there told nothing of an edge before it, and a 15 s window taken for 10 s
+        kept a growth read off the wrong windows (morning peak, burst window 15 s, seed 5:
+        1.16x the oracle); probed at 15 s's edge too, the window used lost its phase at
+        once."""
         run = None if turned is None else self._run(turned)
-        best, pinned = math.inf, False
+        best = math.inf
         for window, fit in self._fits.items():
             if window < self.window_s or not fit.fits:
                 continue
             edges = [fit.edge_after(i, now) for i in fit.allowed(run)]
-            if not edges:
-                continue
-            probe = fit.next_probe(edges, now)
-            if probe < best:
-                best, pinned = probe, max(edges) - min(edges) <= window / 10
-        if best == math.inf:
-            return self.window_s / 10, False
-        return best - now, pinned
+            if edges:
+                best = min(best, fit.next_probe(edges, now))
+        return self.window_s / 10 if best == math.inf else best - now
 
     def _aligned(self, at: float) -> tuple[float, float] | None:
         """``(earliest, latest)`` start of the provider's window holding a send at ``at``,
