@@ -64,7 +64,38 @@ def test_a_full_window_after_a_quiet_one_teaches_the_floor_not_a_growth() -> Non
     slope = SlopeLimit(log)
     assert slope.edge(9.9, 10.0)
     assert (slope.growth, slope.floor) == (None, 60)
-    assert slope.wait(10.0) == 0.0  # no growth known: nothing is held
+    # No growth known: only the floor holds, and only while the trailing window is the
+    # one after the quiet start (until its first send, at 1/12 s, leaves it).
+    assert slope.wait(10.0) == pytest.approx(10.0 / 120)
+    assert slope.wait(10.1) == 0.0
+
+
+def test_after_a_quiet_stretch_the_floor_holds_before_a_growth_is_known() -> None:
+    """An outage from 10 s to 40 s counted none of ours: the provider's window after it
+    follows a quiet one and holds the floor, whatever the growth (max(floor, growth x 0)),
+    so the floor learned on the ramp holds the recovery's trailing window to it even with
+    no growth known. Without it the herd waiting out the outage went at once and the
+    first window turned the excess away."""
+    log = SentLog(60.0)
+    _ramp(log, [60])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    assert slope.growth is None
+    for i in range(60):  # the herd: the floor's worth in 0.6 s
+        assert slope.wait(40.0 + i * 0.01) == 0.0
+        log.sent(40.0 + i * 0.01)
+    assert slope.wait(40.7) == pytest.approx(9.3)  # until the first of them leaves
+    assert slope.wait(50.0 + 1e-6) == 0.0
+    # One send of ours counted in the stretch (at 15 s) and it is no quiet one: the
+    # provider's window before may have held a busy count, and nothing is held.
+    busy = SentLog(60.0)
+    _ramp(busy, [60])
+    busy.sent(15.0)
+    held = SlopeLimit(busy)
+    held.edge(9.9, 10.0)
+    for i in range(60):
+        busy.sent(40.0 + i * 0.01)
+    assert held.wait(40.7) == 0.0
 
 
 def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:

@@ -24,7 +24,9 @@ What.
 * Holding. :meth:`SlopeLimit.wait` holds a send until the trailing window, with it, holds
   no more than ``max(floor, growth x the window before)``. Trailing windows, not the
   provider's aligned ones: while the rate grows, the window before a trailing one holds no
-  more than the aligned one's, so the bound errs low, never high. :meth:`SlopeLimit.hold`
+  more than the aligned one's, so the bound errs low, never high. Before a growth is
+  known, only the floor holds, and only after a quiet stretch (an outage): the provider's
+  window after a quiet one may hold the floor whatever the growth. :meth:`SlopeLimit.hold`
   says how long a full window holds everyone: to the predicted edge once the phase is
   pinned, else a tenth of a window (the next probe), so that edges are found that closely.
 * Noise. A 429 while the trailing window is well inside the allowance (:meth:`inside`) did
@@ -195,12 +197,36 @@ class SlopeLimit:
         return self.window_s / 10 if edge is None else edge
 
     def _allowance(self, at: float) -> tuple[int, float]:
-        """``(the trailing window's count at at, what the learned slope allows it)``."""
+        """``(the trailing window's count at at, what the learned slope allows it)``;
+        ``inf`` when nothing learned bounds it."""
         log, window = self._log, self.window_s
         current = log.count(at - window, at)
+        if self.growth is None:
+            return current, (self.floor if self._after_quiet(at) else math.inf)
         previous = log.count(at - 2 * window, at - window)
-        assert self.growth is not None
         return current, max(self.floor, self.growth * previous)
+
+    def _after_quiet(self, at: float) -> bool:
+        """Whether the trailing window at ``at`` follows a quiet stretch two windows long
+        (no send of ours the provider counted), with the floor known.
+
+        Then the provider's window holding the stretch's first send followed a quiet one,
+        whatever its phase, and may hold the floor and no more, for any growth: the rule
+        is ``max(floor, growth x previous)``. Every window may hold the floor, so holding
+        the trailing one to it never sends too many. That is the recovery from an outage
+        or a lull, which the floor learned on the ramp predicts before any growth is
+        known; nothing held it, and the first window after the outage turned the floor's
+        excess away (the ``outage`` scenario, seeds 2 and 5: two burst 429s at 154 s, then
+        the pause's probe's). Two windows: the provider's window before the one holding a
+        send at ``q`` began as early as ``q - 2 x window``. None of ours in them, not a few
+        (the floor's "quiet" when it is learned): a run's ramp starts after a quiet
+        stretch too, and with a few allowed the trailing window after the ramp's first
+        full one, already past the floor, was held to it. (The log keeps two minutes: a
+        60 s window's stretch may read quiet early, which only holds sends back.)"""
+        if not self.floor:
+            return False
+        window = self.window_s
+        return self._log.count(at - 3 * window, at - window) == 0
 
     def inside(self, at: float) -> bool:
         """Whether a send at ``at`` went with the trailing window well inside the learned
@@ -213,11 +239,13 @@ class SlopeLimit:
 
     def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
         """Seconds until one more send at ``at`` keeps the trailing window within the
-        learned slope: ``0.0`` to send now (a request counts one, whatever its ``cost``)."""
-        if self.growth is None:
+        learned slope (the floor alone after a quiet stretch, :meth:`_after_quiet`, while
+        no growth is known): ``0.0`` to send now (a request counts one, whatever its
+        ``cost``)."""
+        if self.growth is None and not self.floor:
             return 0.0
         current, allowed = self._allowance(at + 1e-9)
-        if current + 1 <= math.floor(allowed):
+        if current + 1 <= allowed:
             return 0.0
         # The window changes when its oldest send leaves it (and joins the one before):
         # ask again then.
