@@ -98,6 +98,35 @@ def test_after_a_quiet_stretch_the_floor_holds_before_a_growth_is_known() -> Non
     assert held.wait(40.7) == 0.0
 
 
+def test_after_a_quiet_stretch_the_providers_own_windows_are_counted() -> None:
+    """Edges found in (9.9, 10.2] and (19.9, 20.2] pin the phase to 9.8-10.2 s (the span
+    wraps the window's end). An outage keeps ours out until 62 s, when the breaker's late
+    probe and the floor's worth go: the provider counts them in its window from 60.2 s at
+    the latest, so the next one, from 70.2 s at the latest, may hold twice as many, and
+    the herd goes then. A trailing window anchored at 62 s held everyone until 72 s. The
+    current window counts the sends the slots refused too (the provider's rate limiter,
+    in front of its slots, may have)."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.2)
+    slope.edge(19.9, 20.2)
+    assert slope.growth is not None
+    assert slope.floor == 60
+    for i in range(60):
+        log.sent(62.0 + i * 0.01)
+    assert slope.wait(63.0) == pytest.approx(7.2)  # full at the floor: until its last edge
+    assert slope.wait(70.1) == pytest.approx(0.1)  # its edge may not have come yet
+    assert slope.wait(70.25) == 0.0
+    allowed = math.floor(slope.growth * 60)  # the window before held the 60
+    for i in range(allowed - 1):
+        log.sent(70.25 + i * 0.0005)
+    assert slope.wait(70.5) == 0.0
+    log.sent(70.4)
+    log.refused(70.4)  # the last the window allows: the slots turned it away
+    assert slope.wait(70.5) == pytest.approx(9.7)
+
+
 def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120])

@@ -24,9 +24,13 @@ What.
 * Holding. :meth:`SlopeLimit.wait` holds a send until the trailing window, with it, holds
   no more than ``max(floor, growth x the window before)``. Trailing windows, not the
   provider's aligned ones: while the rate grows, the window before a trailing one holds no
-  more than the aligned one's, so the bound errs low, never high. Before a growth is
-  known, only the floor holds, and only after a quiet stretch (an outage): the provider's
-  window after a quiet one may hold the floor whatever the growth. :meth:`SlopeLimit.hold`
+  more than the aligned one's, so the bound errs low, never high. But a trailing window
+  anchors on the first send after a quiet stretch, and after an outage that is the
+  breaker's late probe: for two windows after one the provider's own windows are counted
+  (:meth:`SlopeLimit._aligned`, each count erring toward holding back) once the edges seen
+  pin their phase. Before a growth is known, only the floor holds, and only after a quiet
+  stretch: the provider's window after a quiet one may hold the floor whatever the
+  growth. :meth:`SlopeLimit.hold`
   says how long a full window holds everyone: to the predicted edge once the phase is
   pinned, else a tenth of a window (the next probe), so that edges are found that closely.
 * Noise. A 429 while the trailing window is well inside the allowance (:meth:`inside`) did
@@ -64,6 +68,14 @@ _INSIDE = 0.9
 #: Full windows remembered per candidate window: the growth is the least any of them showed
 #: (older ones say less about a provider whose growth drifts).
 _EPISODES = 3
+#: In a recovery the provider's own windows are counted once the edges seen put every one
+#: within this share of a window. Any span under a window keeps the counts on the safe
+#: side (the current window from its earliest start, the previous one from its latest); a
+#: wider one only holds more back. Half a window: one edge found a tenth of a window
+#: closely (the pause's probe interval) plus its bin is enough, where a tenth (what
+#: :meth:`SlopeLimit.predicted` pins to) left the outage scenario's seed 3 on trailing
+#: windows (1.040x the oracle and 9 calls with a 429; counted, 1.037x and 8).
+_SPAN = 0.5
 
 _Counts = list[tuple[int, int] | None]  # per phase bin: (full window, the one before)
 
@@ -139,7 +151,7 @@ class _Fit:
 class SlopeLimit:
     """The window, growth and floor learned from full windows; holds sends to them."""
 
-    __slots__ = ("_fits", "_log", "floor", "growth", "window_s")
+    __slots__ = ("_fits", "_log", "_span", "floor", "growth", "window_s")
 
     def __init__(self, log: SentLog) -> None:
         self._log = log  # the sends, shared with the request estimate
@@ -147,6 +159,7 @@ class SlopeLimit:
         self.growth: float | None = None  # the allowed growth per window, once learned
         self.floor = 0  # the least a full window after a quiet one held (0: not seen)
         self._fits = {window: _Fit(window) for window in WINDOWS}
+        self._span: tuple[float, float] | None = None  # the edges' span, see _aligned
 
     @property
     def known(self) -> bool:
@@ -179,6 +192,7 @@ class SlopeLimit:
             self.growth = growth
         if floor is not None:
             self.floor = floor
+        self._span = _span(self._fits[self.window_s])
         return (self.window_s, self.growth, self.floor) != before
 
     def predicted(self, now: float) -> float | None:
@@ -228,6 +242,48 @@ class SlopeLimit:
         window = self.window_s
         return self._log.count(at - 3 * window, at - window) == 0
 
+    def _recovering(self, at: float) -> bool:
+        """Whether a quiet stretch two windows long (none of ours counted) after sends of
+        ours ended within the last two windows: a recovery, whose trailing windows anchor
+        on its first send (a breaker's late probe). A run's start is none: its ramp keeps
+        to trailing windows (counted in the provider's windows from its first edge, the
+        15 s burst window of the tuning set, taken for 10 s until its second edge, went
+        from 1.015x to 1.10x the oracle)."""
+        window = self.window_s
+        log = self._log
+        start = log.first_after(-math.inf)
+        if start is None or start >= at - 4 * window:
+            return False
+        return log.count(at - 4 * window, at - 2 * window) == 0
+
+    def _aligned(self, at: float) -> tuple[int, int, float] | None:
+        """``(current, previous, next edge)``: the provider's window holding a send at
+        ``at`` and the one before it, when the edges seen pin the phase (``_span``); else
+        ``None``.
+
+        Each count errs toward holding back: the current window from its earliest start,
+        with the sends the slots refused (a rate limiter in front of the model servers may
+        have counted them: the simulated provider does, and a concurrency probe's refusal
+        at the start of the outage scenario's second window after the outage was the
+        window's one send too many, seeds 1, 3 and 4), the previous one from its latest
+        start to the current one's earliest. The next edge is the latest the phase allows:
+        when a full window has room again for sure. Why not trailing windows alone: after
+        an outage the breaker's probe got through up to its recovery interval after the
+        outage's end, and a trailing window anchored there let the second window's herd go
+        that much after the provider's edge (1.3-1.4 s, outage scenario seeds 1-5)."""
+        span = self._span
+        if span is None:
+            return None
+        window = self.window_s
+        first, last = span
+        k = math.floor((at - last) / window)
+        start_hi = last + k * window  # the latest this window can have begun
+        start_lo = first - window / _BINS + k * window  # the earliest
+        log = self._log
+        current = log.count(start_lo, at, refused=True)
+        previous = log.count(start_hi - window, start_lo)
+        return current, previous, start_hi + window
+
     def inside(self, at: float) -> bool:
         """Whether a send at ``at`` went with the trailing window well inside the learned
         allowance (below :data:`_INSIDE` of it): a 429 for it did not come from a full
@@ -238,12 +294,20 @@ class SlopeLimit:
         return current + 1 <= _INSIDE * allowed
 
     def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
-        """Seconds until one more send at ``at`` keeps the trailing window within the
-        learned slope (the floor alone after a quiet stretch, :meth:`_after_quiet`, while
-        no growth is known): ``0.0`` to send now (a request counts one, whatever its
-        ``cost``)."""
+        """Seconds until one more send at ``at`` keeps the trailing window (the provider's
+        own in a recovery, :meth:`_recovering`) within the learned slope (the floor alone
+        after a quiet stretch, :meth:`_after_quiet`, while no growth is known): ``0.0`` to
+        send now (a request counts one, whatever its ``cost``)."""
         if self.growth is None and not self.floor:
             return 0.0
+        aligned = self._aligned(at + 1e-9) if self._recovering(at) else None
+        if aligned is not None:
+            current, previous, edge = aligned
+            if self.growth is None:  # the floor alone, after a quiet window
+                allowed = self.floor if previous < _MIN_PREVIOUS else math.inf
+            else:
+                allowed = max(self.floor, self.growth * previous)
+            return 0.0 if current + 1 <= allowed else max(edge - at, 1e-3)
         current, allowed = self._allowance(at + 1e-9)
         if current + 1 <= allowed:
             return 0.0
@@ -253,3 +317,25 @@ class SlopeLimit:
         if oldest is None:
             return 0.0
         return max(oldest + self.window_s - at, 1e-3)
+
+
+def _span(fit: _Fit) -> tuple[float, float] | None:
+    """``(first, last)``: every edge ``fit``'s phases allow lies in ``(first - bin, last]
+    + k x window``, when that is under :data:`_SPAN` of a window; else ``None``."""
+    window = fit.window_s
+    width = window / _BINS
+    ends = [(i + 1) * width for i, ok in enumerate(fit.phases) if ok]
+    if not ends:
+        return None
+    # The allowed bins form one run on the circle of phases: it starts after the widest gap
+    # between neighbours (a run across the window's end wraps).
+    count = len(ends)
+    gaps = [(ends[(j + 1) % count] - ends[j]) % window for j in range(count)]
+    widest = max(range(count), key=gaps.__getitem__)
+    first = ends[(widest + 1) % count]
+    last = ends[widest] if count > 1 else first
+    if last < first:
+        last += window
+    if last - first + width > _SPAN * window:
+        return None
+    return first, last
