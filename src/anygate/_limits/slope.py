@@ -222,7 +222,7 @@ class SlopeLimit:
 
     def _after_quiet(self, at: float) -> bool:
         """Whether the trailing window at ``at`` follows a quiet stretch two windows long
-        (no send of ours the provider counted), with the floor known.
+        (no send of ours the provider counted) after sends of ours, with the floor known.
 
         Then the provider's window holding the stretch's first send followed a quiet one,
         whatever its phase, and may hold the floor and no more, for any growth: the rule
@@ -233,14 +233,24 @@ class SlopeLimit:
         excess away (the ``outage`` scenario, seeds 2 and 5: two burst 429s at 154 s, then
         the pause's probe's). Two windows: the provider's window before the one holding a
         send at ``q`` began as early as ``q - 2 x window``. None of ours in them, not a few
-        (the floor's "quiet" when it is learned): a run's ramp starts after a quiet
-        stretch too, and with a few allowed the trailing window after the ramp's first
-        full one, already past the floor, was held to it. (The log keeps two minutes: a
-        60 s window's stretch may read quiet early, which only holds sends back.)"""
+        (the floor's "quiet" when it is learned): with a few allowed the trailing window
+        after the ramp's first full one, already past the floor, was held to it. A run's
+        start is no recovery (:meth:`_recovering`): its first full window is where the
+        floor is learned, and a floor read off a handful of calls then held the next for
+        a whole window (tests/test_config.py end to end: the held call's busy wait ran
+        out). (The log keeps two minutes: a 60 s window's stretch may read quiet early,
+        which only holds sends back.)"""
         if not self.floor:
             return False
         window = self.window_s
-        return self._log.count(at - 3 * window, at - window) == 0
+        return self._after_sends(at - 3 * window) and (
+            self._log.count(at - 3 * window, at - window) == 0
+        )
+
+    def _after_sends(self, at: float) -> bool:
+        """Whether the log holds a send of ours before ``at``."""
+        start = self._log.first_after(-math.inf)
+        return start is not None and start < at
 
     def _recovering(self, at: float) -> bool:
         """Whether a quiet stretch two windows long (none of ours counted) after sends of
@@ -250,11 +260,9 @@ class SlopeLimit:
         15 s burst window of the tuning set, taken for 10 s until its second edge, went
         from 1.015x to 1.10x the oracle)."""
         window = self.window_s
-        log = self._log
-        start = log.first_after(-math.inf)
-        if start is None or start >= at - 4 * window:
-            return False
-        return log.count(at - 4 * window, at - 2 * window) == 0
+        return self._after_sends(at - 4 * window) and (
+            self._log.count(at - 4 * window, at - 2 * window) == 0
+        )
 
     def _aligned(self, at: float) -> tuple[int, int, float] | None:
         """``(current, previous, next edge)``: the provider's window holding a send at
