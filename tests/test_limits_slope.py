@@ -75,7 +75,66 @@ def test_a_full_window_after_a_quiet_one_teaches_the_floor_not_a_growth() -> Non
     slope = SlopeLimit(log)
     assert slope.edge(9.9, 10.0)
     assert (slope.growth, slope.floor) == (None, 60)
-    assert slope.wait(10.0) == 0.0  # no growth known: nothing is held
+    # No growth known: nothing is held (the floor would be after a quiet stretch that
+    # follows sends of ours, but a run's start is none).
+    assert slope.wait(10.0) == 0.0
+
+
+def test_after_a_quiet_stretch_the_floor_holds_before_a_growth_is_known() -> None:
+    """An outage from 10 s to 40 s counted none of ours: the provider's window after it
+    follows a quiet one and holds the floor, whatever the growth (max(floor, growth x 0)),
+    so the floor learned on the ramp holds the recovery's trailing window to it even with
+    no growth known. Without it the herd waiting out the outage went at once and the
+    first window turned the excess away."""
+    log = SentLog(60.0)
+    _ramp(log, [60])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    assert slope.growth is None
+    for i in range(60):  # the herd: the floor's worth in 0.6 s
+        assert slope.wait(40.0 + i * 0.01) == 0.0
+        log.sent(40.0 + i * 0.01)
+    assert slope.wait(40.7) == pytest.approx(9.3)  # until the first of them leaves
+    assert slope.wait(50.0 + 1e-6) == 0.0
+    # One send of ours counted in the stretch (at 15 s) and it is no quiet one: the
+    # provider's window before may have held a busy count, and nothing is held.
+    busy = SentLog(60.0)
+    _ramp(busy, [60])
+    busy.sent(15.0)
+    held = SlopeLimit(busy)
+    held.edge(9.9, 10.0)
+    for i in range(60):
+        busy.sent(40.0 + i * 0.01)
+    assert held.wait(40.7) == 0.0
+
+
+def test_after_a_quiet_stretch_the_providers_own_windows_are_counted() -> None:
+    """Edges found in (9.9, 10.2] and (19.9, 20.2] pin the phase to 9.8-10.2 s (the span
+    wraps the window's end). An outage keeps ours out until 62 s, when the breaker's late
+    probe and the floor's worth go: the provider counts them in its window from 60.2 s at
+    the latest, so the next one, from 70.2 s at the latest, may hold twice as many, and
+    the herd goes then. A trailing window anchored at 62 s held everyone until 72 s. The
+    current window counts the sends the slots refused too (the provider's rate limiter,
+    in front of its slots, may have)."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.2)
+    slope.edge(19.9, 20.2)
+    assert slope.growth is not None
+    assert slope.floor == 60
+    for i in range(60):
+        log.sent(62.0 + i * 0.01)
+    assert slope.wait(63.0) == pytest.approx(7.2)  # full at the floor: until its last edge
+    assert slope.wait(70.1) == pytest.approx(0.1)  # its edge may not have come yet
+    assert slope.wait(70.25) == 0.0
+    allowed = math.floor(slope.growth * 60)  # the window before held the 60
+    for i in range(allowed - 1):
+        log.sent(70.25 + i * 0.0005)
+    assert slope.wait(70.5) == 0.0
+    log.sent(70.4)
+    log.refused(70.4)  # the last the window allows: the slots turned it away
+    assert slope.wait(70.5) == pytest.approx(9.7)
 
 
 def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
@@ -224,10 +283,12 @@ def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
 
 
 def test_sends_are_held_to_the_learned_growth_over_the_providers_windows() -> None:
-    """Growth 2 learned at 20 s, the phase pinned by edges at 10 and 20 s: the provider's
-    window from 20 s may hold 2 x 120. Filled to that at 25 s, the next send waits for the
-    next window, at 30 s (counted over trailing windows, it waited for the window's
-    oldest send to leave it, and the fleet's next burst a window's sends late)."""
+    """Growth 2 learned at 20 s, the phase pinned by edges at 10 and 20 s to the bin
+    (19.8, 20]: the provider's window from then may hold 2 x the 118 sends surely before
+    it, and the 2 sends inside the bin count as the current window's. Filled to that at
+    25 s, the next send waits for the next window, at 30 s (counted over trailing
+    windows, it waited for the window's oldest send to leave it, and the fleet's next
+    burst a window's sends late)."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
     slope = SlopeLimit(log)
@@ -235,9 +296,9 @@ def test_sends_are_held_to_the_learned_growth_over_the_providers_windows() -> No
     slope.edge(19.9, 20.0)
     assert slope.growth == pytest.approx(2.0)
     assert slope.wait(20.0) == 0.0
-    for _ in range(239):
+    for _ in range(233):
         log.sent(25.0)
-    assert slope.wait(25.0) == 0.0  # the 240th fits
+    assert slope.wait(25.0) == 0.0  # the 236th in the window fits
     log.sent(25.0)
     assert 25.0 + slope.wait(25.0) == pytest.approx(30.0)
     assert slope.wait(30.0 + 1e-6) == 0.0

@@ -29,12 +29,17 @@ What.
   that fits read a floor: the ramp's start, read across it, looks like growth.
 * Holding. :meth:`SlopeLimit.wait` holds a send until the current window, with it, holds
   no more than ``max(floor, growth x the window before)``: the provider's own windows once
-  the phase is pinned (the edge's uncertainty counted toward holding back), else trailing
-  windows (while the rate grows, the window before a trailing one holds no more than the
-  aligned one's, so the bound errs low, never high). :meth:`SlopeLimit.hold` says how long
-  a full window holds everyone: to the first probe the window used or a longer one that
-  fits asks for (the run turned away so far counts): its latest phase once a window's
-  phases are pinned, else a tenth of that window on, so that edges are found that closely.
+  the edges seen pin their phase (to a tenth of a window; to half of one in a recovery,
+  two windows after a quiet stretch that followed sends of ours), each count erring
+  toward holding back (:meth:`SlopeLimit._aligned`); else trailing windows (while the rate
+  grows, the window before a trailing one holds no more than the aligned one's, so the
+  bound errs low, never high; but it anchors on the first send after a quiet stretch, and
+  after an outage that is the breaker's late probe). Before a growth is known, only the
+  floor holds, and only after a quiet stretch: the provider's window after a quiet one
+  may hold the floor whatever the growth. :meth:`SlopeLimit.hold` says how long a full
+  window holds everyone: to the first probe the window used or a longer one that fits
+  asks for (the run turned away so far counts): its latest phase once a window's phases
+  are pinned, else a tenth of that window on, so that edges are found that closely.
 * Noise. A 429 while the current window is well inside the allowance (:meth:`inside`) did
   not come from a full window of ours: a shared pool's, until it repeats.
 
@@ -73,6 +78,14 @@ _INSIDE = 0.9
 #: Full windows remembered per candidate window: the growth is the least any of them showed
 #: (older ones say less about a provider whose growth drifts).
 _EPISODES = 3
+#: In a recovery the provider's own windows are counted once the edges seen put every one
+#: within this share of a window. Any span under a window keeps the counts on the safe
+#: side (the current window from its earliest start, the previous one from its latest); a
+#: wider one only holds more back. Half a window: one edge found a tenth of a window
+#: closely (the pause's probe interval) plus its bin is enough, where a tenth (what
+#: :meth:`SlopeLimit.predicted` pins to) left the outage scenario's seed 3 on trailing
+#: windows (1.040x the oracle and 9 calls with a 429; counted, 1.037x and 8).
+_SPAN = 0.5
 
 #: Burst rejections remembered (the oldest half dropped past this): runs are asked about
 #: within two windows of now, and a provider turns away far fewer in that span.
@@ -189,7 +202,7 @@ class _Fit:
 class SlopeLimit:
     """The window, growth and floor learned from full windows; holds sends to them."""
 
-    __slots__ = ("_fits", "_log", "_turned", "floor", "growth", "window_s")
+    __slots__ = ("_fits", "_log", "_span", "_turned", "floor", "growth", "window_s")
 
     def __init__(self, log: SentLog) -> None:
         self._log = log  # the sends, shared with the request estimate
@@ -197,6 +210,7 @@ class SlopeLimit:
         self.growth: float | None = None  # the allowed growth per window, once learned
         self.floor = 0  # the least a full window after a quiet one held (0: not seen)
         self._fits = {window: _Fit(window) for window in WINDOWS}
+        self._span: tuple[float, float] | None = None  # the edges' span, see _aligned
         # Send times a burst 429 turned away, sorted (a send refused by another limit, or
         # by the slots, says nothing of this window's edges), within the log's horizon.
         self._turned: list[float] = []
@@ -244,6 +258,7 @@ class SlopeLimit:
             self.growth = growth
         if floor is not None:
             self.floor = floor
+        self._span = _span(self._fits[self.window_s])
         return (self.window_s, self.growth, self.floor) != before
 
     def _run(self, until: float) -> tuple[float, float] | None:
@@ -299,60 +314,149 @@ class SlopeLimit:
                 best = min(best, fit.next_probe(edges, now))
         return self.window_s / 10 if best == math.inf else best - now
 
-    def _aligned(self, at: float) -> tuple[float, float] | None:
-        """``(earliest, latest)`` start of the provider's window holding a send at ``at``,
-        once the phases seen pin it to a tenth of a window; ``None`` while they do not."""
+    def _allowance(self, at: float) -> tuple[int, float, float | None]:
+        """``(the current window's count at at, what the learned slope allows it, when
+        the next window surely begins)``; the allowance is ``inf`` when nothing learned
+        bounds it, the next window ``None`` on trailing windows.
+
+        The provider's own windows once the edges seen pin their phase (:meth:`_aligned`).
+        Trailing windows otherwise: while the rate grows they err low too, but by up to a
+        window's sends, and a fleet that spends each window at its start saw its next
+        window's allowance only once the last burst left the trailing one (burst window
+        30 s, seed 3: 362 calls in 90-120 s where the oracle ran 433; aligned, 393).
+        Before a growth is known only the floor holds, after a quiet window."""
+        log, window, growth = self._log, self.window_s, self.growth
+        recovering = self._recovering(at)
+        aligned = self._aligned(at, recovering) if growth is not None or recovering else None
+        if aligned is not None:
+            current, previous, edge = aligned
+            if growth is None:  # a recovery: the floor alone, after a quiet window
+                return current, (self.floor if previous < _MIN_PREVIOUS else math.inf), edge
+            return current, max(self.floor, growth * previous), edge
+        current = log.count(at - window, at)
+        if growth is None:
+            return current, (self.floor if self._after_quiet(at) else math.inf), None
+        previous = log.count(at - 2 * window, at - window)
+        return current, max(self.floor, growth * previous), None
+
+    def _after_quiet(self, at: float) -> bool:
+        """Whether the trailing window at ``at`` follows a quiet stretch two windows long
+        (no send of ours the provider counted) after sends of ours, with the floor known.
+
+        Then the provider's window holding the stretch's first send followed a quiet one,
+        whatever its phase, and may hold the floor and no more, for any growth: the rule
+        is ``max(floor, growth x previous)``. Every window may hold the floor, so holding
+        the trailing one to it never sends too many. That is the recovery from an outage
+        or a lull, which the floor learned on the ramp predicts before any growth is
+        known; nothing held it, and the first window after the outage turned the floor's
+        excess away (the ``outage`` scenario, seeds 2 and 5: two burst 429s at 154 s, then
+        the pause's probe's). Two windows: the provider's window before the one holding a
+        send at ``q`` began as early as ``q - 2 x window``. None of ours in them, not a few
+        (the floor's "quiet" when it is learned): with a few allowed the trailing window
+        after the ramp's first full one, already past the floor, was held to it. A run's
+        start is no recovery (:meth:`_recovering`): its first full window is where the
+        floor is learned, and a floor read off a handful of calls then held the next for
+        a whole window (tests/test_config.py end to end: the held call's busy wait ran
+        out). (The log keeps two minutes: a 60 s window's stretch may read quiet early,
+        which only holds sends back.)"""
+        if not self.floor:
+            return False
         window = self.window_s
-        starts = [edge for edge in self._fits[window].edges(at - window) if edge is not None]
-        if not starts or max(starts) - min(starts) > window / 10:
+        return self._after_sends(at - 3 * window) and (
+            self._log.count(at - 3 * window, at - window) == 0
+        )
+
+    def _after_sends(self, at: float) -> bool:
+        """Whether the log holds a send of ours before ``at``."""
+        start = self._log.first_after(-math.inf)
+        return start is not None and start < at
+
+    def _recovering(self, at: float) -> bool:
+        """Whether a quiet stretch two windows long (none of ours counted) after sends of
+        ours ended within the last two windows: a recovery, whose trailing windows anchor
+        on its first send (a breaker's late probe). A run's start is none: its ramp keeps
+        to trailing windows (counted in the provider's windows from its first edge, the
+        15 s burst window of the tuning set, taken for 10 s until its second edge, went
+        from 1.015x to 1.10x the oracle)."""
+        window = self.window_s
+        return self._after_sends(at - 4 * window) and (
+            self._log.count(at - 4 * window, at - 2 * window) == 0
+        )
+
+    def _aligned(self, at: float, recovering: bool) -> tuple[int, int, float] | None:
+        """``(current, previous, next edge)``: the provider's window holding a send at
+        ``at`` and the one before it, when the edges seen pin the phase to a tenth of a
+        window (what :meth:`predicted` pins to), or to :data:`_SPAN` of one in a recovery
+        (``recovering``); else ``None``.
+
+        Each count errs toward holding back: the current window from its earliest start,
+        with the sends the slots refused (a rate limiter in front of the model servers may
+        have counted them: the simulated provider does, and a concurrency probe's refusal
+        at the start of the outage scenario's second window after the outage was the
+        window's one send too many, seeds 1, 3 and 4), the previous one from its latest
+        start to the current one's earliest. The next edge is the latest the phase allows:
+        when a full window has room again for sure. Why not trailing windows alone: after
+        an outage the breaker's probe got through up to its recovery interval after the
+        outage's end, and a trailing window anchored there let the second window's herd go
+        that much after the provider's edge (1.3-1.4 s, outage scenario seeds 1-5)."""
+        span = self._span
+        window = self.window_s
+        if span is None or span[1] - span[0] + window / _BINS > window * (
+            _SPAN if recovering else 0.1
+        ):
             return None
-        return min(starts), max(starts)
-
-    def _allowance(self, at: float) -> tuple[int, float]:
-        """``(the current window's count at at, what the learned slope allows it)``.
-
-        The provider's own windows once their phase is pinned (:meth:`_aligned`): the
-        current one counted from its earliest start, the previous one only up to it, so
-        the edge's uncertainty errs toward holding back. Trailing windows otherwise: while
-        the rate grows they err low too, but by up to a window's sends, and the fleet
-        that spends each window at its start saw its next window's allowance only once
-        the last burst left the trailing one (burst window 30 s, seed 3: 362 calls in
-        90-120 s where the oracle ran 433; aligned, 393)."""
-        log, window = self._log, self.window_s
-        assert self.growth is not None
-        aligned = self._aligned(at)
-        if aligned is None:
-            current = log.count(at - window, at)
-            previous = log.count(at - 2 * window, at - window)
-        else:
-            earliest, latest = aligned
-            current = log.count(earliest, at)
-            previous = log.count(latest - window, earliest)
-        return current, max(self.floor, self.growth * previous)
+        first, last = span
+        k = math.floor((at - last) / window)
+        start_hi = last + k * window  # the latest this window can have begun
+        start_lo = first - window / _BINS + k * window  # the earliest
+        log = self._log
+        current = log.count(start_lo, at, refused=True)
+        previous = log.count(start_hi - window, start_lo)
+        return current, previous, start_hi + window
 
     def inside(self, at: float) -> bool:
-        """Whether a send at ``at`` went with the trailing window well inside the learned
+        """Whether a send at ``at`` went with the current window well inside the learned
         allowance (below :data:`_INSIDE` of it): a 429 for it did not come from a full
         window of ours."""
         if self.growth is None:
             return False
-        current, allowed = self._allowance(at)
+        current, allowed, _ = self._allowance(at)
         return current + 1 <= _INSIDE * allowed
 
     def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
-        """Seconds until one more send at ``at`` keeps the trailing window within the
-        learned slope: ``0.0`` to send now (a request counts one, whatever its ``cost``)."""
-        if self.growth is None:
+        """Seconds until one more send at ``at`` keeps the current window within the
+        learned slope (:meth:`_allowance`): ``0.0`` to send now (a request counts one,
+        whatever its ``cost``)."""
+        if self.growth is None and not self.floor:
             return 0.0
-        current, allowed = self._allowance(at + 1e-9)
-        if current + 1 <= math.floor(allowed):
+        current, allowed, edge = self._allowance(at + 1e-9)
+        if current + 1 <= allowed:
             return 0.0
-        aligned = self._aligned(at)
-        if aligned is not None:  # ask again once the next window has surely begun
-            return max(aligned[1] + self.window_s - at, 1e-3)
+        if edge is not None:  # ask again once the next window has surely begun
+            return max(edge - at, 1e-3)
         # The window changes when its oldest send leaves it (and joins the one before):
         # ask again then.
         oldest = self._log.first_after(at - self.window_s)
         if oldest is None:
             return 0.0
         return max(oldest + self.window_s - at, 1e-3)
+
+
+def _span(fit: _Fit) -> tuple[float, float] | None:
+    """``(first, last)``: every edge ``fit``'s phases allow lies in ``(first - bin, last]
+    + k x window`` (``None``: no phase allowed)."""
+    window = fit.window_s
+    width = window / _BINS
+    ends = [(i + 1) * width for i, ok in enumerate(fit.phases) if ok]
+    if not ends:
+        return None
+    # The allowed bins form one run on the circle of phases: it starts after the widest gap
+    # between neighbours (a run across the window's end wraps).
+    count = len(ends)
+    gaps = [(ends[(j + 1) % count] - ends[j]) % window for j in range(count)]
+    widest = max(range(count), key=gaps.__getitem__)
+    first = ends[(widest + 1) % count]
+    last = ends[widest] if count > 1 else first
+    if last < first:
+        last += window
+    return first, last

@@ -97,7 +97,8 @@ class SentLog:
         unsuccessful requests count toward the per-minute limits; but no provider says so
         of a slot's refusal. So :meth:`held` and :meth:`free_at` (a rejection's upper
         bound, the hold) count it, and :meth:`accepted` (a pass's lower bound) and
-        :meth:`count` (the slope's windows, as before) do not: each errs on its safe
+        :meth:`count` (the slope's windows, as before; asked with ``refused=True``, the
+        window a recovery's hold fills, :mod:`.slope`) do not: each errs on its safe
         side. Taken as counted by none, the first rejection read 597 or 598 against a
         limit of 600 (one short per concurrency 429 in its minute; hidden RPM 600,
         morning-peak seeds 1-5), and a hold that many short let as many sends too many
@@ -139,13 +140,16 @@ class SentLog:
             turned += bisect_right(self._refused, at) - bisect_right(self._refused, lo)
         return max(0, count - turned)
 
-    def count(self, lo: float, hi: float) -> int:
+    def count(self, lo: float, hi: float, *, refused: bool = False) -> int:
         """Requests sent in ``[lo, hi)`` and not (yet) known turned away, by a rule or the
-        slots (``hi - lo`` at most two windows: older sends may be compacted away)."""
-        sent, rejected, refused = self._sent, self._rejected, self._refused
+        slots (``hi - lo`` at most two windows: older sends may be compacted away);
+        ``refused``: those the slots turned away count too (:meth:`refused`), the most a
+        rule's window may have counted of them."""
+        sent, rejected = self._sent, self._rejected
         count = bisect_left(sent, hi) - bisect_left(sent, lo)
         turned = bisect_left(rejected, hi) - bisect_left(rejected, lo)
-        turned += bisect_left(refused, hi) - bisect_left(refused, lo)
+        if not refused:
+            turned += bisect_left(self._refused, hi) - bisect_left(self._refused, lo)
         return max(0, count - turned)
 
     def run_since(self, at: float, turned: list[float]) -> float | None:
