@@ -15,7 +15,7 @@ What.
   run of sends that were all turned away (a window with room lets the next send through:
   while the gate holds everyone, that send is the probe). Edges fall on
   ``phase + k x window``; neither is published. Each candidate window (:data:`WINDOWS`)
-  keeps the phases (in :data:`_BINS` bins) that every edge and every such run allow: a
+  keeps the phases (in :data:`BINS` bins) that every edge and every such run allow: a
   wrong window soon allows none, and a window shorter than a run allows no phase at all.
   The window used is :data:`WINDOW_S` while it fits, else the shortest longer one that
   fits, else the longest shorter one. Without the runs a 30 s window's edges (30, 60,
@@ -53,6 +53,8 @@ import math
 from bisect import insort
 from typing import TYPE_CHECKING, final
 
+from .slope_fit import BINS, MIN_PREVIOUS, WINDOWS, WindowFit, span
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -63,21 +65,9 @@ __all__ = ["WINDOWS", "WINDOW_S", "SlopeLimit"]
 #: The window assumed while it fits the edges seen: 10 s, ``Rate.window_s``'s (the slope
 #: window providers use is not published).
 WINDOW_S = 10.0
-#: The windows considered (seconds): round lengths a provider states a burst window in.
-WINDOWS = (5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
-
-#: A growth read off counts this small says little: the window before must have held at
-#: least this many of ours, and the full one this many more, for their ratio to count (a
-#: shared pool's confirmed 429 at a steady rate read 128/127 and held the fleet to 1.016x).
-_MIN_PREVIOUS = 5
-#: A window's phase (where its edges fall) in this many bins: 0.2 s for 10 s.
-_BINS = 50
 #: A rejection with the trailing window below this share of the allowance is noise until
 #: it repeats within a window.
 _INSIDE = 0.9
-#: Full windows remembered per candidate window: the growth is the least any of them showed
-#: (older ones say less about a provider whose growth drifts).
-_EPISODES = 3
 #: In a recovery the provider's own windows are counted once the edges seen put every one
 #: within this share of a window. Any span under a window keeps the counts on the safe
 #: side (the current window from its earliest start, the previous one from its latest); a
@@ -91,112 +81,6 @@ _SPAN = 0.5
 #: within two windows of now, and a provider turns away far fewer in that span.
 _TURNED_KEPT = 4096
 
-_Counts = list[tuple[int, int] | None]  # per phase bin: (full window, the one before)
-
-
-@final
-class _Fit:
-    """One candidate window: the phases every edge allows, and the full windows' counts."""
-
-    __slots__ = ("episodes", "phases", "window_s")
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self.phases = [True] * _BINS
-        self.episodes: list[_Counts] = []
-
-    @property
-    def fits(self) -> bool:
-        return any(self.phases)
-
-    def edge_after(self, index: int, after: float) -> float:
-        """Bin ``index``'s first edge after ``after``: its phase is the end of its span."""
-        window = self.window_s
-        phase = (index + 1) * window / _BINS
-        edge = phase + window * math.ceil((after - phase) / window)
-        return edge if edge > after else edge + window
-
-    def edges(self, after: float) -> list[float | None]:
-        """Per phase bin still allowed, its first edge after ``after`` (else ``None``)."""
-        return [self.edge_after(i, after) if ok else None for i, ok in enumerate(self.phases)]
-
-    def refuted(self, index: int, run: tuple[float, float] | None) -> bool:
-        """Whether every phase in bin ``index`` puts an edge in ``run``, ``(since,
-        until]``: sends that were all turned away (none to refute: ``None``)."""
-        if run is None:
-            return False
-        since, until = run
-        window = self.window_s
-        end = self.edge_after(index, since)
-        return (end - window / _BINS > since and end <= until) or end + window <= until
-
-    def allowed(self, run: tuple[float, float] | None) -> list[int]:
-        """The phase bins every edge seen and ``run`` (see :meth:`refuted`) allow."""
-        return [i for i, ok in enumerate(self.phases) if ok and not self.refuted(i, run)]
-
-    def next_probe(self, edges: list[float], now: float) -> float:
-        """When to probe for this window's next edge after ``now``, ``edges`` the next
-        edge of each phase still allowed: the latest once they are pinned to a tenth of a
-        window, else a tenth of a window on (or the first allowed edge, if later)."""
-        tenth = self.window_s / 10
-        if max(edges) - min(edges) <= tenth:
-            return max(edges)
-        return max(now + tenth, min(edges))
-
-    def add(
-        self, log: SentLog, after: float, at: float, run: tuple[float, float] | None = None
-    ) -> None:
-        window = self.window_s
-        width = window / _BINS
-        counts: _Counts = []
-        for index in range(_BINS):
-            if self.refuted(index, run):
-                counts.append(None)
-                continue
-            edge = self.edge_after(index, after)
-            # A bin fits if its edge is in (after, at]; an interval shorter than a bin may
-            # hold no bin's end: the bin holding ``at`` fits then, with ``at`` as its edge.
-            if edge > at + 1e-9 and not (edge - width < at and at - after < width):
-                counts.append(None)
-            else:
-                edge = min(edge, at)
-                full = log.count(edge - window, edge)
-                counts.append((full, log.count(edge - 2 * window, edge - window)))
-        self.phases = [ok and c is not None for ok, c in zip(self.phases, counts, strict=True)]
-        self.episodes.append(counts)
-        del self.episodes[:-_EPISODES]
-
-    def restart(self, log: SentLog, after: float, at: float) -> None:
-        self.phases = [True] * _BINS
-        self.episodes.clear()
-        self.add(log, after, at)  # without the run: it may be what contradicted the rest
-
-    def quiet(self) -> bool:
-        """Whether the latest full window read at an allowed phase followed a quiet one
-        (it may have held the floor, whatever the growth)."""
-        latest = self.episodes[-1] if self.episodes else []
-        return any(
-            ok and pair and pair[1] < _MIN_PREVIOUS and pair[0] > 0
-            for ok, pair in zip(self.phases, latest, strict=True)
-        )
-
-    def estimate(self) -> tuple[float | None, int | None]:
-        """``(growth, floor)`` from the remembered windows; ``None`` where unknown."""
-        growth = math.inf
-        for counts in self.episodes:
-            pairs = [p for ok, p in zip(self.phases, counts, strict=True) if ok and p]
-            if pairs and all(previous >= _MIN_PREVIOUS for _, previous in pairs):
-                ratios = [f / p for f, p in pairs if f - p >= _MIN_PREVIOUS]
-                if ratios:
-                    growth = min(growth, *ratios)
-        latest = self.episodes[-1] if self.episodes else []
-        quiet = [
-            pair[0]
-            for ok, pair in zip(self.phases, latest, strict=True)
-            if ok and pair and pair[1] < _MIN_PREVIOUS and pair[0] > 0
-        ]
-        return (None if growth == math.inf else growth), (min(quiet) if quiet else None)
-
 
 @final
 class SlopeLimit:
@@ -209,7 +93,7 @@ class SlopeLimit:
         self.window_s = WINDOW_S
         self.growth: float | None = None  # the allowed growth per window, once learned
         self.floor = 0  # the least a full window after a quiet one held (0: not seen)
-        self._fits = {window: _Fit(window) for window in WINDOWS}
+        self._fits = {window: WindowFit(window) for window in WINDOWS}
         self._span: tuple[float, float] | None = None  # the edges' span, see _aligned
         # Send times a burst 429 turned away, sorted (a send refused by another limit, or
         # by the slots, says nothing of this window's edges), within the log's horizon.
@@ -258,7 +142,7 @@ class SlopeLimit:
             self.growth = growth
         if floor is not None:
             self.floor = floor
-        self._span = _span(self._fits[self.window_s])
+        self._span = span(self._fits[self.window_s])
         return (self.window_s, self.growth, self.floor) != before
 
     def _run(self, until: float) -> tuple[float, float] | None:
@@ -268,13 +152,13 @@ class SlopeLimit:
         return None if since is None or since >= until else (since, until)
 
     @staticmethod
-    def _choose(fitting: Iterable[_Fit]) -> _Fit | None:
+    def _choose(fitting: Iterable[WindowFit]) -> WindowFit | None:
         """The window to use of those that fit: :data:`WINDOW_S`, else the shortest
         longer one, else the longest shorter one (a longer window held to a full one's
         edge holds a window too long; a divisor of the true one fits only while no run
         turned away outlasted it, and overstates the growth per window)."""
-        longer: _Fit | None = None
-        shorter: _Fit | None = None
+        longer: WindowFit | None = None
+        shorter: WindowFit | None = None
         for fit in fitting:
             window = fit.window_s
             if window == WINDOW_S:
@@ -297,8 +181,9 @@ class SlopeLimit:
     def hold(self, now: float, turned: float | None = None) -> float:
         """Seconds to hold sends after a full window turned a send away at ``now`` (the
         latest turned away went at ``turned``): until the first probe
-        (:meth:`_Fit.next_probe`) the window used or a longer one that fits asks for, the
-        run turned away so far refuting phases; a tenth of a window when none fits. The
+        (:meth:`WindowFit.next_probe`) the window used or a longer one that fits asks
+        for, the run turned away so far refuting phases; a tenth of a window when none
+        fits. The
         longer ones are probed too: held to the edge of the window used, a probe that got
         through there told nothing of an edge before it, and a 15 s window taken for 10 s
         kept a growth read off the wrong windows (morning peak, burst window 15 s, seed 5:
@@ -331,7 +216,7 @@ class SlopeLimit:
         if aligned is not None:
             current, previous, edge = aligned
             if growth is None:  # a recovery: the floor alone, after a quiet window
-                return current, (self.floor if previous < _MIN_PREVIOUS else math.inf), edge
+                return current, (self.floor if previous < MIN_PREVIOUS else math.inf), edge
             return current, max(self.floor, growth * previous), edge
         current = log.count(at - window, at)
         if growth is None:
@@ -401,14 +286,14 @@ class SlopeLimit:
         that much after the provider's edge (1.3-1.4 s, outage scenario seeds 1-5)."""
         span = self._span
         window = self.window_s
-        if span is None or span[1] - span[0] + window / _BINS > window * (
+        if span is None or span[1] - span[0] + window / BINS > window * (
             _SPAN if recovering else 0.1
         ):
             return None
         first, last = span
         k = math.floor((at - last) / window)
         start_hi = last + k * window  # the latest this window can have begun
-        start_lo = first - window / _BINS + k * window  # the earliest
+        start_lo = first - window / BINS + k * window  # the earliest
         log = self._log
         current = log.count(start_lo, at, refused=True)
         previous = log.count(start_hi - window, start_lo)
@@ -440,23 +325,3 @@ class SlopeLimit:
         if oldest is None:
             return 0.0
         return max(oldest + self.window_s - at, 1e-3)
-
-
-def _span(fit: _Fit) -> tuple[float, float] | None:
-    """``(first, last)``: every edge ``fit``'s phases allow lies in ``(first - bin, last]
-    + k x window`` (``None``: no phase allowed)."""
-    window = fit.window_s
-    width = window / _BINS
-    ends = [(i + 1) * width for i, ok in enumerate(fit.phases) if ok]
-    if not ends:
-        return None
-    # The allowed bins form one run on the circle of phases: it starts after the widest gap
-    # between neighbours (a run across the window's end wraps).
-    count = len(ends)
-    gaps = [(ends[(j + 1) % count] - ends[j]) % window for j in range(count)]
-    widest = max(range(count), key=gaps.__getitem__)
-    first = ends[(widest + 1) % count]
-    last = ends[widest] if count > 1 else first
-    if last < first:
-        last += window
-    return first, last

@@ -1,0 +1,162 @@
+"""The candidate windows of a slope rule, and the phases the evidence leaves each.
+
+Why. A provider's slope window and where its edges fall (its phase) are not published;
+the client sees edges (a full window ended between the last send turned away and the
+first through) and runs (sends a full window turned away one after another: no edge
+between them). Each candidate window keeps the phases every edge and run allow, and reads
+the full windows' counts at them: what :class:`~anygate._limits.slope.SlopeLimit` learns
+its window, growth and floor from, and where it probes.
+
+What. :class:`WindowFit`, one candidate window (:data:`WINDOWS`) with its phase bins
+(:data:`BINS`) and remembered full windows; :func:`span`, the stretch of phases one
+allows. Not thread-safe, no clock of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from .window import SentLog
+
+__all__ = ["BINS", "MIN_PREVIOUS", "WINDOWS", "WindowFit", "span"]
+
+#: The windows considered (seconds): round lengths a provider states a burst window in.
+WINDOWS = (5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
+
+#: A growth read off counts this small says little: the window before must have held at
+#: least this many of ours, and the full one this many more, for their ratio to count (a
+#: shared pool's confirmed 429 at a steady rate read 128/127 and held the fleet to 1.016x).
+MIN_PREVIOUS = 5
+#: A window's phase (where its edges fall) in this many bins: 0.2 s for 10 s.
+BINS = 50
+#: Full windows remembered per candidate window: the growth is the least any of them showed
+#: (older ones say less about a provider whose growth drifts).
+_EPISODES = 3
+
+_Counts = list[tuple[int, int] | None]  # per phase bin: (full window, the one before)
+
+
+@final
+class WindowFit:
+    """One candidate window: the phases every edge allows, and the full windows' counts."""
+
+    __slots__ = ("episodes", "phases", "window_s")
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.phases = [True] * BINS
+        self.episodes: list[_Counts] = []
+
+    @property
+    def fits(self) -> bool:
+        return any(self.phases)
+
+    def edge_after(self, index: int, after: float) -> float:
+        """Bin ``index``'s first edge after ``after``: its phase is the end of its span."""
+        window = self.window_s
+        phase = (index + 1) * window / BINS
+        edge = phase + window * math.ceil((after - phase) / window)
+        return edge if edge > after else edge + window
+
+    def edges(self, after: float) -> list[float | None]:
+        """Per phase bin still allowed, its first edge after ``after`` (else ``None``)."""
+        return [self.edge_after(i, after) if ok else None for i, ok in enumerate(self.phases)]
+
+    def refuted(self, index: int, run: tuple[float, float] | None) -> bool:
+        """Whether every phase in bin ``index`` puts an edge in ``run``, ``(since,
+        until]``: sends that were all turned away (none to refute: ``None``)."""
+        if run is None:
+            return False
+        since, until = run
+        window = self.window_s
+        end = self.edge_after(index, since)
+        return (end - window / BINS > since and end <= until) or end + window <= until
+
+    def allowed(self, run: tuple[float, float] | None) -> list[int]:
+        """The phase bins every edge seen and ``run`` (see :meth:`refuted`) allow."""
+        return [i for i, ok in enumerate(self.phases) if ok and not self.refuted(i, run)]
+
+    def next_probe(self, edges: list[float], now: float) -> float:
+        """When to probe for this window's next edge after ``now``, ``edges`` the next
+        edge of each phase still allowed: the latest once they are pinned to a tenth of a
+        window, else a tenth of a window on (or the first allowed edge, if later)."""
+        tenth = self.window_s / 10
+        if max(edges) - min(edges) <= tenth:
+            return max(edges)
+        return max(now + tenth, min(edges))
+
+    def add(
+        self, log: SentLog, after: float, at: float, run: tuple[float, float] | None = None
+    ) -> None:
+        window = self.window_s
+        width = window / BINS
+        counts: _Counts = []
+        for index in range(BINS):
+            if self.refuted(index, run):
+                counts.append(None)
+                continue
+            edge = self.edge_after(index, after)
+            # A bin fits if its edge is in (after, at]; an interval shorter than a bin may
+            # hold no bin's end: the bin holding ``at`` fits then, with ``at`` as its edge.
+            if edge > at + 1e-9 and not (edge - width < at and at - after < width):
+                counts.append(None)
+            else:
+                edge = min(edge, at)
+                full = log.count(edge - window, edge)
+                counts.append((full, log.count(edge - 2 * window, edge - window)))
+        self.phases = [ok and c is not None for ok, c in zip(self.phases, counts, strict=True)]
+        self.episodes.append(counts)
+        del self.episodes[:-_EPISODES]
+
+    def restart(self, log: SentLog, after: float, at: float) -> None:
+        self.phases = [True] * BINS
+        self.episodes.clear()
+        self.add(log, after, at)  # without the run: it may be what contradicted the rest
+
+    def quiet(self) -> bool:
+        """Whether the latest full window read at an allowed phase followed a quiet one
+        (it may have held the floor, whatever the growth)."""
+        latest = self.episodes[-1] if self.episodes else []
+        return any(
+            ok and pair and pair[1] < MIN_PREVIOUS and pair[0] > 0
+            for ok, pair in zip(self.phases, latest, strict=True)
+        )
+
+    def estimate(self) -> tuple[float | None, int | None]:
+        """``(growth, floor)`` from the remembered windows; ``None`` where unknown."""
+        growth = math.inf
+        for counts in self.episodes:
+            pairs = [p for ok, p in zip(self.phases, counts, strict=True) if ok and p]
+            if pairs and all(previous >= MIN_PREVIOUS for _, previous in pairs):
+                ratios = [f / p for f, p in pairs if f - p >= MIN_PREVIOUS]
+                if ratios:
+                    growth = min(growth, *ratios)
+        latest = self.episodes[-1] if self.episodes else []
+        quiet = [
+            pair[0]
+            for ok, pair in zip(self.phases, latest, strict=True)
+            if ok and pair and pair[1] < MIN_PREVIOUS and pair[0] > 0
+        ]
+        return (None if growth == math.inf else growth), (min(quiet) if quiet else None)
+
+
+def span(fit: WindowFit) -> tuple[float, float] | None:
+    """``(first, last)``: every edge ``fit``'s phases allow lies in ``(first - bin, last]
+    + k x window`` (``None``: no phase allowed)."""
+    window = fit.window_s
+    width = window / BINS
+    ends = [(i + 1) * width for i, ok in enumerate(fit.phases) if ok]
+    if not ends:
+        return None
+    # The allowed bins form one run on the circle of phases: it starts after the widest gap
+    # between neighbours (a run across the window's end wraps).
+    count = len(ends)
+    gaps = [(ends[(j + 1) % count] - ends[j]) % window for j in range(count)]
+    widest = max(range(count), key=gaps.__getitem__)
+    first = ends[(widest + 1) % count]
+    last = ends[widest] if count > 1 else first
+    if last < first:
+        last += window
+    return first, last
