@@ -234,12 +234,18 @@ def _where_anygate_loses(results: list[SweepResult]) -> list[str]:
     return lines
 
 
+#: Issue 30: in runs of fewer than this many calls a 429 share up to 1 % meets the target.
+_SHORT_RUN = 2000
+
+
 def _verdicts(results: list[SweepResult]) -> list[str]:
     """Per cell: the built-in anygate against issue 12's targets, every miss named.
 
     Targets: no lost calls where the oracle loses none; makespan <= 1.03x the oracle
     (median over seeds) and <= 1.01x the best capped peer that lost nothing; calls that got
-    a 429 <= 0.5 %.
+    a 429 <= 0.5 %, or <= 1 % in runs of fewer than 2,000 calls (issue 30: learning each
+    limit costs a few rejections, a larger share of a short run), plus the oracle's share
+    where noise forces some.
     """
     lines = []
     for label, rows in _cells(results):
@@ -266,8 +272,10 @@ def _verdicts(results: list[SweepResult]) -> list[str]:
         # Where the provider turns calls away at random (a shared pool), nobody avoids
         # those 429s: the target is what the oracle got, plus 0.5 %.
         floor = oracle.rate_429[0] if oracle is not None else 0.0
-        if share > floor + 0.005:
-            allowed = "0.5 %" if not floor else f"the oracle's {floor:.2%} + 0.5 %"
+        calls = anygate.cells[0].ok + anygate.cells[0].failed if anygate.cells else 0
+        margin = 0.01 if calls < _SHORT_RUN else 0.005
+        if share > floor + margin:
+            allowed = f"{margin:.1%}" if not floor else f"the oracle's {floor:.2%} + {margin:.1%}"
             misses.append(f"429 {share:.2%} > {allowed}")
         shown = "-" if ratio is None else f"{ratio[0]:.3f}x oracle"
         peer = "" if best is None else f", best capped peer {best.oracle_ratio[0]:.3f}x"
