@@ -318,6 +318,26 @@ def test_sends_are_held_over_trailing_windows_while_the_phase_is_loose() -> None
     assert slope.wait(20.0) == pytest.approx(oldest + 10.0 - 20.0)
 
 
+def test_an_edge_well_inside_the_allowance_teaches_nothing_until_it_repeats() -> None:
+    """Growth 2 learned. At 25 s the window from 20 s holds 100 of its 236 allowed, and a
+    shared pool's 429 (confirmed by a second) ends in an "edge" at 25.5 s: read as one, it
+    would move the phase and teach the steady rate around it as a growth. It is ignored;
+    another such edge within two windows is taken (the provider may have lowered its rule)."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
+    for i in range(100):
+        log.sent(20.0 + i * 0.05)
+    assert slope.inside(25.0)
+    assert not slope.edge(25.0, 25.5)
+    assert slope.growth == pytest.approx(2.0)
+    assert slope.predicted(26.0) == pytest.approx(4.0)  # the phase at 0 s stands
+    slope.edge(25.5, 26.0)  # the second word: taken, and no window fits phase 0 with it
+    assert slope.predicted(26.5) != pytest.approx(3.5)
+
+
 def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120])
