@@ -187,7 +187,6 @@ class BurstAnswer(SendPath):
                 self._pause.turned_away()
             if admitted_at is not None:
                 slope.turned(admitted_at)
-                self._turned = max(self._turned, admitted_at)
             if self._old_news(generation, self._pause.lasts(now)):
                 return None
             old = self._applied
@@ -249,7 +248,7 @@ class BurstAnswer(SendPath):
                 # Capped at pause_s even to a pinned edge: a window told from noise (a
                 # shared pool's 429s, or the test soak's random ones) pins edges too, and
                 # held to them uncapped the soak's fleet stood a minute with pause_s 1 ms.
-                pause = min(self._pause_s, slope.hold(now, self._turned))
+                pause = min(self._pause_s, slope.hold(now, slope.last_turned))
             else:
                 pause = self._pause_s
             # A probe turned away (after its grace ended the pause, too) tells how fast
@@ -339,8 +338,9 @@ class BurstAnswer(SendPath):
         pause = self._pause
         edge = pause.take_edge()
         sends = self._sends
-        if edge is not None and self._turned < edge:
-            sends.edge(self._turned, edge)
+        turned = sends.slope.last_turned
+        if edge is not None and turned < edge:
+            sends.edge(turned, edge)
         release = pause.take_release()
         # A herd: most of those it holds were turned away. A few 429s among many held (a
         # shared pool's noise) let everyone go, as before: paced by doubling waves after

@@ -117,6 +117,12 @@ class SlopeLimit:
             del turned[: len(turned) // 2]
 
     @property
+    def last_turned(self) -> float:
+        """The latest send a burst 429 turned away (``-inf``: none)."""
+        turned = self._turned
+        return turned[-1] if turned else -math.inf
+
+    @property
     def known(self) -> bool:
         """Whether a growth was learned (sends are held to it)."""
         return self.growth is not None

@@ -74,7 +74,6 @@ class AdaptiveState:
         "_stale",
         "_suspect",
         "_throttles",
-        "_turned",
         "_unreported",
     )
 
@@ -118,7 +117,6 @@ class AdaptiveState:
         self._pace = pace_burst_rate
         # The windows a send is held to: slope, release, tokens and requests (issue 30).
         self._sends = Sends()
-        self._turned = -math.inf  # the latest send a burst 429 turned away
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
