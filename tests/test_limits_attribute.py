@@ -134,6 +134,42 @@ def _plain() -> ResponseError:
     return ResponseError(429)  # no body, no headers: "HTTP 429"
 
 
+class _FullSlots:
+    """A provider with ``slots`` slots: each call is served for 1 s, and one that finds
+    them all taken gets a bare 429 after 0.05 s (``turned`` counts them)."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.in_service = 0
+        self.turned = 0
+
+    async def __call__(self) -> str:
+        if self.in_service >= self.slots:
+            self.turned += 1
+            await anyio.sleep(0.05)
+            raise _plain()
+        self.in_service += 1
+        try:
+            await anyio.sleep(1.0)
+        finally:
+            self.in_service -= 1
+        return "ok"
+
+
+async def _agents(policy: Policy, provider: _FullSlots, *, spacing: float) -> list[str]:
+    """40 agents starting ``spacing`` s apart, each making 8 calls in a row: the answers."""
+    results: list[str] = []
+
+    async def agent(index: int) -> None:
+        await anyio.sleep(index * spacing)
+        results.extend([await policy.call(provider) for _ in range(8)])
+
+    async with anyio.create_task_group() as tg:
+        for index in range(40):
+            tg.start_soon(agent, index)
+    return results
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
 async def test_a_policy_learns_the_slots_from_plain_429s() -> None:
@@ -142,40 +178,18 @@ async def test_a_policy_learns_the_slots_from_plain_429s() -> None:
     policy takes the 429s at a new high for the slots and holds its gate near 12; most
     calls see no 429 at all."""
     slots = 12
-    in_service = 0
-    turned = 0
-
-    async def provider() -> str:
-        nonlocal in_service, turned
-        if in_service >= slots:
-            turned += 1
-            await anyio.sleep(0.05)
-            raise _plain()
-        in_service += 1
-        try:
-            await anyio.sleep(1.0)
-        finally:
-            in_service -= 1
-        return "ok"
+    provider = _FullSlots(slots)
 
     policy = Policy(
         name="plain-slots",
         clock=anyio.current_time,
         retry=RetryConfig(throttle_attempts=20, max_attempts=20),
     )
-    results: list[str] = []
-
-    async def agent(index: int) -> None:
-        await anyio.sleep(index * 0.05)
-        results.extend([await policy.call(provider) for _ in range(8)])
-
-    async with anyio.create_task_group() as tg:
-        for index in range(40):
-            tg.start_soon(agent, index)
+    results = await _agents(policy, provider, spacing=0.05)
     assert results == ["ok"] * 320
     assert policy.adaptive_limit.limit <= slots + 1
     # 6 here; taken for a per-minute 429 (before), 111 (a third of the calls).
-    assert turned <= 16, turned
+    assert provider.turned <= 16, provider.turned
 
 
 def test_a_slot_got_before_a_cut_waits_until_the_others_are_below_the_new_limit() -> None:
@@ -332,21 +346,7 @@ async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() 
     taken. Before, it was taken for a slope rule: two pauses, 7 calls turned away and
     34.4 s instead of 1 and 27.7 s."""
     slots = 12
-    in_service = 0
-    turned = 0
-
-    async def provider() -> str:
-        nonlocal in_service, turned
-        if in_service >= slots:
-            turned += 1
-            await anyio.sleep(0.05)
-            raise _plain()
-        in_service += 1
-        try:
-            await anyio.sleep(1.0)
-        finally:
-            in_service -= 1
-        return "ok"
+    provider = _FullSlots(slots)
 
     events: list[Any] = []
     gate = Gate(math.inf, name="ramp", clock=anyio.current_time)  # paced: on the policy's clock
@@ -357,18 +357,10 @@ async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() 
         hooks=[events.append],
         retry=RetryConfig(throttle_attempts=20, max_attempts=20),
     )
-    results: list[str] = []
-
-    async def agent(index: int) -> None:
-        await anyio.sleep(index * 0.1)
-        results.extend([await policy.call(provider) for _ in range(8)])
-
     start = anyio.current_time()
-    async with anyio.create_task_group() as tg:
-        for index in range(40):
-            tg.start_soon(agent, index)
+    results = await _agents(policy, provider, spacing=0.1)
     assert results == ["ok"] * 320
     assert [e.reason for e in events if isinstance(e, LimitChanged)] == ["concurrency"]
     assert gate.capacity == slots
-    assert turned == 1
+    assert provider.turned == 1
     assert anyio.current_time() - start < 30.0
