@@ -132,6 +132,37 @@ def test_the_checks_probe_is_kept_for_the_throttled_call() -> None:
     assert limit.pass_pause(fresh) == (0.0, True)
 
 
+def test_a_pauses_probe_is_kept_for_the_call_turned_away() -> None:
+    """A confirmed pause's probe is the retry of the call whose 429 started it, as a
+    check's is: the same question asked again, and no fresh call gets a 429 for it. While
+    the pause lasts that call owns the probe (its retry queues for a slot ahead of fresh
+    calls); when it ends, a fresh caller asking first waits ``PROBE_RESERVE_S`` for it. Its
+    probe turned away again starts the next pause, and keeps the role."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner, fresh = object(), object()
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    assert limit.pass_pause(owner) == (0.0, True)  # the check's probe
+    change = limit.on_throttle(
+        limit.generation, None, probe=True, admitted_at=clock.now, caller=owner
+    )
+    assert change is not None
+    pause = limit.pause_left()
+    assert pause > 0
+    assert limit.owns_probe(owner)
+    assert not limit.owns_probe(fresh)
+    clock.now += pause
+    wait, probe = limit.pass_pause(fresh)
+    assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+    assert limit.owns_probe(owner)  # turned away again: the next probe is its too
+    limit.disown(owner)  # out of budget: the first to ask probes
+    assert not limit.owns_probe(owner)
+    clock.now += limit.pause_left()
+    assert limit.pass_pause(fresh) == (0.0, True)
+
+
 def test_the_checks_probe_succeeding_ends_the_check() -> None:
     """The probe's call succeeded: everyone goes, nothing changed."""
     limit, gate, clock = _paced()

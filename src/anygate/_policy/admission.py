@@ -68,11 +68,12 @@ async def admit(
             ),
         )
     permit = run.permit
-    if permit is not None and permit._probe:
+    if (permit is not None and permit._probe) or adaptive.owns_probe(run):
         # The breaker's half-open probe decides for every caller waiting on the
         # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
         # token-paced backlog of ~2 minutes, it held the breaker half-open so long
-        # that callers gave up as circuit_open).
+        # that callers gave up as circuit_open). So does the retry of a call turned away
+        # by a burst 429: the next probe is kept for it (anygate._limits.pause).
         token = await gate.acquire(
             timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=1
         )
@@ -150,8 +151,9 @@ def admit_sync(
             ),
         )
     permit = run.permit
-    # The breaker's half-open probe goes ahead of the gate's queue (see admit).
-    priority = 1 if permit is not None and permit._probe else 0
+    # The breaker's half-open probe, and a burst pause's kept for this call, go ahead of
+    # the gate's queue (see admit).
+    priority = 1 if (permit is not None and permit._probe) or adaptive.owns_probe(run) else 0
     token = gate.acquire_sync(
         timeout=timeout, tokens=tokens, output_tokens=output_tokens, priority=priority
     )

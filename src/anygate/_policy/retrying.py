@@ -201,6 +201,11 @@ class Retrier:
             return decision
         tally = decision.tally
         run.failures, run.throttles, run.prev_ms = tally.failures, tally.throttles, tally.prev_ms
+        if self.adaptive is not None and 2 * decision.used > decision.max_attempts:
+            # A pause's probe is kept for the throttled call's retry; past half its budget
+            # the call asks no more for the others (it kept all twelve 429s of a 30 s
+            # window's first minute and gave up, and its agent's later calls never ran).
+            self.adaptive.disown(run)
         if self.hooks:
             self._retry_scheduled(run, decision)
         return decision.wait_s
