@@ -26,8 +26,9 @@ from anygate._config.limit_values import (
     check_grace,
     probe_grace,
 )
+from anygate._limits.pause import YIELD
 from tests.conftest import mock_clock
-from tests.policy_helpers import FakeClock, burst
+from tests.policy_helpers import FakeClock, SyncScript, burst
 
 # --------------------------------------------------------------------------- arithmetic
 
@@ -134,10 +135,10 @@ def test_the_checks_probe_is_kept_for_the_throttled_call() -> None:
 
 def test_a_pauses_probe_is_kept_for_the_call_turned_away() -> None:
     """A confirmed pause's probe is the retry of the call whose 429 started it, as a
-    check's is: the same question asked again, and no fresh call gets a 429 for it. While
-    the pause lasts that call owns the probe (its retry queues for a slot ahead of fresh
-    calls); when it ends, a fresh caller asking first waits ``PROBE_RESERVE_S`` for it. Its
-    probe turned away again starts the next pause, and keeps the role."""
+    check's is: the same question asked again, and no fresh call gets a 429 for it. When
+    the pause ends, a fresh caller asking first waits ``PROBE_RESERVE_S`` for it; its probe
+    turned away again starts the next pause, and keeps the role. Past half its budget the
+    call gives the role up (``disown``) and the first to ask probes."""
     limit, gate, clock = _paced()
     _admit(limit, gate, clock, per_s=6, seconds=10)
     owner, fresh = object(), object()
@@ -152,7 +153,7 @@ def test_a_pauses_probe_is_kept_for_the_call_turned_away() -> None:
     assert limit.owns_probe(owner)
     assert not limit.owns_probe(fresh)
     clock.now += pause
-    wait, probe = limit.pass_pause(fresh)
+    wait, probe = limit.pass_pause(fresh, can_yield=False)
     assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
     assert limit.pass_pause(owner) == (0.0, True)
     limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
@@ -161,6 +162,75 @@ def test_a_pauses_probe_is_kept_for_the_call_turned_away() -> None:
     assert not limit.owns_probe(owner)
     clock.now += limit.pause_left()
     assert limit.pass_pause(fresh) == (0.0, True)
+
+
+def test_a_held_caller_hands_its_slot_to_the_probes_owner() -> None:
+    """The probe's owner has no slot (its attempt gave its slot back) and every slot is
+    held by callers the pause holds back: the first of them to ask once the probe is due
+    is told to ``YIELD`` and hands its token over; the owner takes that very token, and
+    the gate's count never changes. Only one yields; the rest wait for the owner's probe.
+    If nobody hands one over in time, the owner gets ``None`` and queues."""
+    limit, gate, clock = _paced(capacity=2)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner, first, second = object(), object(), object()
+    held = [gate.acquire_nowait(), gate.acquire_nowait()]
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+    pause = limit.pause_left()
+    assert pause > 0
+    assert limit.ask_for_slot(fresh := object()) is None  # kept for the owner only
+    assert limit.ask_for_slot(owner) == pytest.approx(pause + PROBE_RESERVE_S)
+    clock.now += pause
+    assert limit.pass_pause(first) == (YIELD, False)
+    assert limit.hand_slot(held[0])
+    wait, probe = limit.pass_pause(second)
+    assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
+    assert limit.pass_pause(fresh, can_yield=True)[1] is False
+    assert limit.slot_handed_sync(owner, 0.0) is held[0]
+    assert gate.in_flight == 2
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+
+    assert limit.ask_for_slot(owner) is not None
+    assert limit.slot_handed_sync(owner, 0.0) is None  # nobody handed one: it queues
+    assert not limit.hand_slot(held[1])  # it no longer waits: the caller keeps its slot
+    for token in held:
+        token.release()
+
+
+def test_a_blocking_probe_owner_takes_the_slot_a_held_caller_hands_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``call_sync``: a burst 429 pauses the gate of one slot, and another caller takes
+    that slot before the throttled call's retry asks (a hook on the retry's event takes
+    it). The retry, the pause's probe, waits for a slot handed over (the wait itself
+    stands in for the other thread: the pause ends, the holder asks, is told to ``YIELD``
+    and hands its token over). The retry goes out on that very token and releases it."""
+    clock = FakeClock()
+    gate = Gate(1, name="sync-handoff", clock=clock)
+    held: list[anygate.Token] = []
+
+    def take_the_slot(event: object) -> None:
+        if isinstance(event, anygate.RetryScheduled):
+            held.append(gate.acquire_nowait())
+
+    policy = Policy(gate=gate, clock=clock, hooks=[take_the_slot])
+    limit = policy.adaptive_limit
+    holder = object()
+    handed: list[bool] = []
+
+    def the_holder_yields(self: object, seconds: float) -> None:
+        clock.now += seconds  # the pause is over: the holder asks
+        assert limit.pass_pause(holder) == (YIELD, False)
+        handed.append(limit.hand_slot(held[0]))
+
+    monkeypatch.setattr("anygate._limits.handoff.SlotHandoff.wait_sync", the_holder_yields)
+    script = SyncScript(burst())
+    assert policy.call_sync(script) == "ok"
+    assert (script.calls, handed) == (2, [True])
+    assert held[0].released
+    assert gate.in_flight == 0
 
 
 def test_the_checks_probe_succeeding_ends_the_check() -> None:
@@ -333,6 +403,45 @@ async def test_throttles_answered_in_zero_time_do_not_stall_the_gate(callers: in
     # No pause: at most one reservation of the probe per caller, never a pause_s.
     assert max(finished) <= callers * PROBE_RESERVE_S
     assert policy.adaptive_limit.statistics().throttles == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_pauses_probes_are_the_retries_of_the_call_turned_away() -> None:
+    """Issue 30: a provider that takes 4 requests per aligned 10 s window, 40 callers on a
+    paced gate of 4 slots. Each window's first 429 goes to a call the gate could not know
+    would be turned away; every probe after it is that call's retry, handed a slot the
+    pause holds back (YIELD), never a fresh call's first attempt. So about one call per
+    window gets a 429 (one more where a call's half budget runs out): 10 in a run of 10
+    windows. Before, each probe was the next fresh call (20); with the probe kept for the
+    call but no slot handed to it, the reservation ran out while it queued (13)."""
+    gate = Gate(
+        4, name="owner-probes", rate=Rate(requests_per_minute=600), clock=anyio.current_time
+    )
+    policy = Policy(gate=gate, clock=anyio.current_time)
+    start = anyio.current_time()
+    sent: dict[int, int] = {}
+    turned_away: set[int] = set()
+
+    async def one(caller: int) -> None:
+        async def provider() -> str:
+            window = int((anyio.current_time() - start) // 10.0)
+            if sent.get(window, 0) >= 4:
+                turned_away.add(caller)
+                raise burst()
+            sent[window] = sent.get(window, 0) + 1
+            await anyio.sleep(1.0)
+            return "ok"
+
+        assert await policy.call(provider) == "ok"
+
+    with anyio.fail_after(3600):
+        async with anyio.create_task_group() as tg:
+            for caller in range(40):
+                tg.start_soon(one, caller)
+    windows = math.ceil((anyio.current_time() - start) / 10.0)
+    assert sum(sent.values()) == 40
+    assert len(turned_away) <= windows + 1, (len(turned_away), windows)
 
 
 @pytest.mark.anyio

@@ -46,10 +46,12 @@ from .._config.limit_values import (
     check_grace,
 )
 from .._gate.waiters import ki_protected
+from .pause import YIELD
 from .release import Release
 from .sending import SendPath
 
 if TYPE_CHECKING:
+    from .._gate.token import Token
     from .pause import BurstPause
 
 __all__ = ["BurstAnswer"]
@@ -75,7 +77,9 @@ class BurstAnswer(SendPath):
             return self._pause.left(self._clock())
 
     @ki_protected
-    def pass_pause(self, caller: object | None = None) -> tuple[float, bool]:
+    def pass_pause(
+        self, caller: object | None = None, *, can_yield: bool = True
+    ) -> tuple[float, bool]:
         """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
 
         ``(0, False)``: no pause, go. While a burst-rate pause lasts: wait until it ends.
@@ -85,6 +89,8 @@ class BurstAnswer(SendPath):
         wait for its outcome (at most ``pause_s`` before asking again): a success ends
         the pause for everyone (:meth:`on_success` with ``probe=True``), another burst
         429 starts a new pause, anything else hands the probe on (:meth:`probe_ended`).
+        ``(YIELD, False)``: hand this slot to the probe's owner (:meth:`hand_slot`), if
+        ``can_yield`` (it is a slot of this limit's gate).
         """
         pause = self._pause
         if not pause.pausing:
@@ -95,12 +101,56 @@ class BurstAnswer(SendPath):
             if wait > 0:
                 return wait, False
             checking = pause.checking
-            answer = pause.passing(now, pause_s=self._pause_s, paced=self._paced(), caller=caller)
+            answer = pause.passing(
+                now,
+                pause_s=self._pause_s,
+                paced=self._paced(),
+                caller=caller,
+                can_yield=can_yield,
+            )
             self._check_ended(checking, now)
             self._learn_edge()
-            if answer[0] > 0 and caller is not None:
-                self._held.add(caller)
+            if caller is not None:
+                if answer[0] > 0:
+                    self._held.add(caller)
+                elif answer[0] == YIELD:  # it gives its slot up: held no more
+                    self._held.discard(caller)
             return answer
+
+    @ki_protected
+    def ask_for_slot(self, caller: object) -> float | None:
+        """``caller`` has no slot and is about to queue for one: if the probe of a burst
+        pause (or check) is kept for it, the seconds to wait for a held caller to hand
+        it one (:meth:`slot_handed`); ``None``: it is not (unlocked: every admission
+        asks)."""
+        pause = self._pause
+        if not pause.pausing or pause.owner is not caller:
+            return None
+        with self._lock:
+            return pause.await_hand(caller, self._clock())
+
+    async def slot_handed(self, caller: object, seconds: float) -> Token | None:
+        """Wait up to ``seconds`` for the slot :meth:`ask_for_slot` asked for: it, or
+        ``None`` (none was handed in time, or the probe is no longer kept: queue)."""
+        await self._pause.wait_hand(seconds)
+        return self._take_hand(caller)
+
+    def slot_handed_sync(self, caller: object, seconds: float) -> Token | None:
+        """The blocking twin of :meth:`slot_handed`."""
+        self._pause.wait_hand_sync(seconds)
+        return self._take_hand(caller)
+
+    @ki_protected
+    def _take_hand(self, caller: object) -> Token | None:
+        with self._lock:
+            return self._pause.take_hand(caller)
+
+    @ki_protected
+    def hand_slot(self, token: Token) -> bool:
+        """A caller :meth:`pass_pause` told to ``YIELD`` hands ``token`` to the probe's
+        owner; ``False``: it no longer waits, the caller keeps the slot."""
+        with self._lock:
+            return self._pause.hand(token)
 
     def owns_probe(self, caller: object) -> bool:
         """Whether the next probe of a burst pause (or check) is kept for ``caller`` (the

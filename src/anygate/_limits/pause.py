@@ -26,7 +26,8 @@ its probe turned away twice, which took the shared pool's 1.16x to 1.02x and lef
 storm benchmark's tuning set as it was.
 
 The probe is the throttled call's own retry, for a check and (issue 30) for a pause:
-the turned-away probe asks again, ahead of fresh calls at the gate, so a spent window
+the turned-away probe asks again, with a slot a held caller hands it (:mod:`.handoff`),
+ahead of fresh calls, so a spent window
 costs one call its 429s, not one fresh call per probe. Before, each pause's probe was
 the first attempt to ask; a 30 s burst window's first minute turned 12 calls away with
 19 probes (seed 3), and 1.04 % of the run's calls got a 429. A call past half its
@@ -41,12 +42,20 @@ which also guards the limit and the generation a throttle changes at the same mo
 from __future__ import annotations
 
 import math
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from .._config.limit_values import PROBE_RESERVE_S, probe_grace
 from .._gate.latch import Latch
+from .handoff import SlotHandoff
 
-__all__ = ["BurstPause"]
+if TYPE_CHECKING:
+    from .._gate.token import Token
+
+__all__ = ["YIELD", "BurstPause"]
+
+#: :meth:`BurstPause.passing`'s wait for "hand your slot to the call the probe is kept
+#: for, then queue again ahead of fresh calls" (:mod:`.handoff`; a wait is never < 0).
+YIELD = -1.0
 
 
 @final
@@ -59,6 +68,7 @@ class BurstPause:
 
     __slots__ = (
         "_check_grace",
+        "_handoff",
         "_herd",
         "_noisy",
         "_owner",
@@ -103,6 +113,8 @@ class BurstPause:
         # spent window from a turned-away request.
         self._owner: object | None = None
         self._owner_until = -math.inf
+        # The owner's retry, with no slot, waits for one a held caller hands over.
+        self._handoff = SlotHandoff(f"{name} (probe's slot)")
         #: The send time of the probe that ended the last confirmed pause (it got past the
         #: provider's spent window, so that window had ended by then), until the owner
         #: takes it (:meth:`take_edge`).
@@ -148,14 +160,23 @@ class BurstPause:
         return self._strikes >= (2 if self._noisy else 1)
 
     def passing(
-        self, now: float, *, pause_s: float, paced: bool, caller: object | None = None
+        self,
+        now: float,
+        *,
+        pause_s: float,
+        paced: bool,
+        caller: object | None = None,
+        can_yield: bool = True,
     ) -> tuple[float, bool]:
         """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
 
         ``(0, False)``: go. While the pause lasts: wait until it ends. When it has ended,
-        the probe ``(0, True)`` is, for a check, the call whose throttle started it
+        the probe ``(0, True)`` is the call whose throttle started the check or pause
         (``caller`` is its Run) until it has not asked for ``PROBE_RESERVE_S``, else the
-        first attempt to ask; the others wait for its outcome (at most ``pause_s`` before asking again),
+        first attempt to ask. While that call waits for a slot (:meth:`await_hand`), the
+        first other caller to ask that ``can_yield`` gets ``(YIELD, False)``: it hands its
+        slot over (:meth:`hand`). The others wait for the probe's outcome (at most
+        ``pause_s`` before asking again),
         or, with the rate ``paced`` or during a check, only until the probe's grace is
         over, which ends the pause.
         """
@@ -166,8 +187,13 @@ class BurstPause:
             return left, False
         if not self._probe_out:
             owner = self._owner
-            if owner is not None and caller is not owner and now < self._owner_until:
-                return max(self._owner_until - now, 1e-3), False
+            if owner is not None and caller is not owner:
+                if can_yield and self._handoff.promise():
+                    self._owner_until = now + PROBE_RESERVE_S
+                    return YIELD, False
+                if now < self._owner_until:
+                    return min(max(self._owner_until - now, 1e-3), PROBE_RESERVE_S), False
+            self._handoff.drop()
             self._owner = None
             self._probe_out = True
             self._probe_sent = now
@@ -223,6 +249,34 @@ class BurstPause:
         self._until = now
         self._shut(now)
 
+    def await_hand(self, caller: object, now: float) -> float | None:
+        """``caller``, with no slot, is about to queue for one: if the probe is kept for
+        it, the seconds to wait for a held caller to hand it one (until the probe is due,
+        and ``PROBE_RESERVE_S`` more); ``None``: it is not (queue as usual)."""
+        if caller is not self._owner:
+            return None
+        self._handoff.ask()
+        opens = max(self._until, now)
+        self._owner_until = max(self._owner_until, opens + PROBE_RESERVE_S)
+        return opens - now + PROBE_RESERVE_S
+
+    def hand(self, token: Token) -> bool:
+        """A caller told to ``YIELD`` hands ``token`` to the owner; ``False``: it no
+        longer waits, the caller keeps its slot."""
+        return self._handoff.hand(token)
+
+    def take_hand(self, caller: object) -> Token | None:
+        """``caller`` stops waiting for a slot: the one handed to it (``None``: queue)."""
+        return self._handoff.take() if caller is self._owner else None
+
+    async def wait_hand(self, seconds: float) -> None:
+        """Wait ``seconds`` or until a slot is handed to the owner (no lock)."""
+        await self._handoff.wait(seconds)
+
+    def wait_hand_sync(self, seconds: float) -> None:
+        """The blocking twin of :meth:`wait_hand`."""
+        self._handoff.wait_sync(seconds)
+
     @property
     def owner(self) -> object | None:
         """The call the next probe is kept for (read without the lock by ``disown``)."""
@@ -232,8 +286,10 @@ class BurstPause:
         """``caller`` ended: the probe kept for it goes to the first to ask."""
         if self._owner is caller:
             self._owner = None
+            self._handoff.drop()
 
     def _reserve(self, owner: object | None, opens: float) -> None:
+        self._handoff.drop()
         self._owner = owner
         self._owner_until = opens + PROBE_RESERVE_S if owner is not None else -math.inf
 
@@ -290,4 +346,5 @@ class BurstPause:
         self._check_grace = None
         self._until = -math.inf
         self._owner = None
+        self._handoff.drop()
         self._resume.open()

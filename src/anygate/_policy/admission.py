@@ -27,16 +27,22 @@ import anyio
 
 from .._errors import Busy
 from .._events.events import SlotAdmitted, SlotWaiting, emit
+from .._limits.pause import YIELD
 from .run import hand_on_probe
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
     from .._gate.token import Token
+    from .._limits.adaptive import AdaptiveLimit
     from .attempts import Attempts
     from .retrying import Run
     from .testing_switch import TestingState
 
 __all__ = ["admit", "admit_sync", "check_pause"]
+
+#: The gate priority ahead of fresh calls (0): the breaker's half-open probe, the retry a
+#: burst pause's probe is kept for, and a caller that yielded its slot to that retry.
+_AHEAD = 1
 
 
 async def admit(
@@ -68,19 +74,25 @@ async def admit(
             ),
         )
     permit = run.permit
-    if (permit is not None and permit._probe) or adaptive.owns_probe(run):
+    own_gate = gate is loop.gate  # the adaptive limit's: its held slots may be handed over
+    if own_gate and adaptive.owns_probe(run):
+        # A burst pause's probe is kept for this call: a caller the pause holds back
+        # hands it a slot (anygate._limits.handoff).
+        token = await _probe_slot(gate, run, adaptive, busy_wait, tokens, output_tokens)
+    elif (permit is not None and permit._probe) or adaptive.owns_probe(run):
         # The breaker's half-open probe decides for every caller waiting on the
         # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
         # token-paced backlog of ~2 minutes, it held the breaker half-open so long
         # that callers gave up as circuit_open). So does the retry of a call turned away
         # by a burst 429: the next probe is kept for it (anygate._limits.pause).
         token = await gate.acquire(
-            timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=1
+            timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=_AHEAD
         )
     elif output_tokens is None:
         token = await gate.acquire(timeout=busy_wait, tokens=tokens)
     else:
         token = await gate.acquire(timeout=busy_wait, tokens=tokens, output_tokens=output_tokens)
+    held: Token | None = token  # ours to give back (not once handed to the probe's owner)
     try:
         # As admitted, not as now: the acquire's schedule point comes after admission
         # (issue 26), and peers admitted during it are no part of this attempt's count.
@@ -90,7 +102,17 @@ async def admit(
             # Holding the slot while paused is the point: when the pause ends, one probe
             # goes, and after its success at most the capacity's worth at once.
             while True:
-                pause, run.burst_probe = adaptive.pass_pause(run)
+                pause, run.burst_probe = adaptive.pass_pause(run, can_yield=own_gate)
+                if pause == YIELD:
+                    if adaptive.hand_slot(token):  # the probe's owner's now
+                        held = None
+                        token = held = await gate.acquire(
+                            timeout=busy_wait,
+                            tokens=tokens,
+                            output_tokens=output_tokens,
+                            priority=_AHEAD,
+                        )
+                    continue
                 if pause <= 0:
                     break
                 check_pause(gate, pause, busy_wait)
@@ -117,10 +139,62 @@ async def admit(
         # Cancellation in the pause, Busy, or a hook raising KeyboardInterrupt: the
         # slot is ours until the caller has it, so it is ours to give back (and the
         # probe role, if this attempt had claimed it).
-        token.release()
+        if held is not None:
+            held.release()
         hand_on_probe(run, adaptive)
         raise
     return token
+
+
+async def _probe_slot(
+    gate: Gate,
+    run: Run,
+    adaptive: AdaptiveLimit,
+    busy_wait: float | None,
+    tokens: int | None,
+    output_tokens: int | None,
+) -> Token:
+    """The slot of the attempt a burst pause's probe is kept for: a free one, else one
+    a caller the pause holds back hands over once the probe is due, else one taken ahead
+    of the gate's queue."""
+    try:
+        token = _free(gate, tokens, output_tokens)
+        if token is not None:
+            return token
+        seconds = adaptive.ask_for_slot(run)
+        if seconds is not None:
+            check_pause(gate, seconds, busy_wait)
+            token = await adaptive.slot_handed(run, seconds)
+        if token is None:
+            return await gate.acquire(
+                timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=_AHEAD
+            )
+        _charge(token, tokens, output_tokens)
+    except BaseException:
+        adaptive.disown(run)  # the probe goes to the first to ask, and a handed slot back
+        raise
+    return token
+
+
+def _free(gate: Gate, tokens: int | None, output_tokens: int | None) -> Token | None:
+    """A slot free now, ahead of the gate's queue (``None``: none)."""
+    try:
+        return gate.acquire_nowait(tokens=tokens, output_tokens=output_tokens, priority=_AHEAD)
+    except Busy:
+        return None
+
+
+def _charge(token: Token, tokens: int | None, output_tokens: int | None) -> None:
+    """A handed slot was charged for the caller that yielded it: charge it for this
+    attempt's tokens instead (that caller's new slot is charged for its own). Settled, not
+    waited for: at most one call's estimate a pause may run over the token budget."""
+    if tokens is None:
+        return
+    try:
+        token.settle(tokens=tokens, output_tokens=output_tokens)
+    except BaseException:
+        token.release()
+        raise
 
 
 def admit_sync(
@@ -151,17 +225,35 @@ def admit_sync(
             ),
         )
     permit = run.permit
-    # The breaker's half-open probe, and a burst pause's kept for this call, go ahead of
-    # the gate's queue (see admit).
-    priority = 1 if (permit is not None and permit._probe) or adaptive.owns_probe(run) else 0
-    token = gate.acquire_sync(
-        timeout=timeout, tokens=tokens, output_tokens=output_tokens, priority=priority
-    )
+    own_gate = gate is loop.gate
+    if own_gate and adaptive.owns_probe(run):  # a held caller hands it a slot (see admit)
+        token = _probe_slot_sync(gate, run, adaptive, timeout, tokens, output_tokens)
+    else:
+        # The breaker's half-open probe, and a burst pause's kept for this call, go
+        # ahead of the gate's queue (see admit).
+        ahead = (permit is not None and permit._probe) or adaptive.owns_probe(run)
+        token = gate.acquire_sync(
+            timeout=timeout,
+            tokens=tokens,
+            output_tokens=output_tokens,
+            priority=_AHEAD if ahead else 0,
+        )
+    held: Token | None = token
     try:
         run.in_flight = in_flight = gate.in_flight
         run.saturated = in_flight >= gate.capacity or gate.waiting > 0
         while not testing.enabled:
-            pause, run.burst_probe = adaptive.pass_pause(run)
+            pause, run.burst_probe = adaptive.pass_pause(run, can_yield=own_gate)
+            if pause == YIELD:
+                if adaptive.hand_slot(token):  # the probe's owner's now (see admit)
+                    held = None
+                    token = held = gate.acquire_sync(
+                        timeout=_left(deadline, busy_wait),
+                        tokens=tokens,
+                        output_tokens=output_tokens,
+                        priority=_AHEAD,
+                    )
+                continue
             if pause <= 0:
                 break
             check_pause(gate, pause, busy_wait)
@@ -189,10 +281,50 @@ def admit_sync(
             emit(hooks, SlotAdmitted(loop.name, gate.name, run.attempt, waited))
         run.phase = "attempt"
     except BaseException:
-        token.release()
+        if held is not None:
+            held.release()
         hand_on_probe(run, adaptive)
         raise
     return token
+
+
+def _probe_slot_sync(
+    gate: Gate,
+    run: Run,
+    adaptive: AdaptiveLimit,
+    timeout: float | None,
+    tokens: int | None,
+    output_tokens: int | None,
+) -> Token:
+    """The blocking twin of :func:`_probe_slot`; ``timeout`` bounds the whole wait."""
+    try:
+        token = _free(gate, tokens, output_tokens)
+        if token is not None:
+            return token
+        seconds = adaptive.ask_for_slot(run)
+        if seconds is not None:
+            check_pause(gate, seconds, timeout)
+            started = time.monotonic()
+            token = adaptive.slot_handed_sync(run, seconds)
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
+        if token is None:
+            return gate.acquire_sync(
+                timeout=timeout, tokens=tokens, output_tokens=output_tokens, priority=_AHEAD
+            )
+        _charge(token, tokens, output_tokens)
+    except BaseException:
+        adaptive.disown(run)
+        raise
+    return token
+
+
+def _left(deadline: float, busy_wait: float | None) -> float | None:
+    """A blocking slot wait's bound: the deadline's time left, within ``busy_wait``."""
+    if deadline == math.inf:
+        return busy_wait
+    left = max(0.0, deadline - time.monotonic())
+    return left if busy_wait is None else min(busy_wait, left)
 
 
 def _past_deadline(loop: Attempts, run: Run, gate: Gate, since: float) -> Busy:
