@@ -153,7 +153,7 @@ def test_a_pauses_probe_is_kept_for_the_call_turned_away() -> None:
     assert limit.owns_probe(owner)
     assert not limit.owns_probe(fresh)
     clock.now += pause
-    wait, probe = limit.pass_pause(fresh, can_yield=False)
+    wait, probe = limit.pass_pause(fresh)
     assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
     assert limit.pass_pause(owner) == (0.0, True)
     limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
@@ -182,11 +182,12 @@ def test_a_held_caller_hands_its_slot_to_the_probes_owner() -> None:
     assert limit.ask_for_slot(fresh := object()) is None  # kept for the owner only
     assert limit.ask_for_slot(owner) == pytest.approx(pause + PROBE_RESERVE_S)
     clock.now += pause
-    assert limit.pass_pause(first) == (YIELD, False)
-    assert limit.hand_slot(held[0])
-    wait, probe = limit.pass_pause(second)
+    wait, probe = limit.pass_pause(fresh)  # not a slot of this gate: it cannot yield
     assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
-    assert limit.pass_pause(fresh, can_yield=True)[1] is False
+    assert limit.pass_pause(first, can_yield=True) == (YIELD, False)
+    assert limit.hand_slot(held[0])
+    wait, probe = limit.pass_pause(second, can_yield=True)  # only one yields
+    assert (wait, probe) == (pytest.approx(PROBE_RESERVE_S), False)
     assert limit.slot_handed_sync(owner, 0.0) is held[0]
     assert gate.in_flight == 2
     assert limit.pass_pause(owner) == (0.0, True)
@@ -222,7 +223,7 @@ def test_a_blocking_probe_owner_takes_the_slot_a_held_caller_hands_it(
 
     def the_holder_yields(self: object, seconds: float) -> None:
         clock.now += seconds  # the pause is over: the holder asks
-        assert limit.pass_pause(holder) == (YIELD, False)
+        assert limit.pass_pause(holder, can_yield=True) == (YIELD, False)
         handed.append(limit.hand_slot(held[0]))
 
     monkeypatch.setattr("anygate._limits.handoff.SlotHandoff.wait_sync", the_holder_yields)

@@ -78,7 +78,7 @@ class BurstAnswer(SendPath):
 
     @ki_protected
     def pass_pause(
-        self, caller: object | None = None, *, can_yield: bool = True
+        self, caller: object | None = None, *, can_yield: bool = False
     ) -> tuple[float, bool]:
         """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
 

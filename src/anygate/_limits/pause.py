@@ -166,7 +166,7 @@ class BurstPause:
         pause_s: float,
         paced: bool,
         caller: object | None = None,
-        can_yield: bool = True,
+        can_yield: bool = False,
     ) -> tuple[float, bool]:
         """An attempt about to call the provider: ``(seconds to wait, is the probe)``.
 
