@@ -123,6 +123,26 @@ def test_bad_gate_arguments_leave_the_gate_unchanged() -> None:
     assert token.tokens == 0
 
 
+def test_acquire_tokens_limit_is_a_minute_of_budget_rounded_down() -> None:
+    """acquire()'s quick int check accepts exactly what the full check accepts: a whole
+    minute of the token (and input-token) budget rounded down, 2**53 without a rate, and
+    it follows a live rate change."""
+    gate = Gate(rate=Rate(tokens_per_minute=1000.5, input_tokens_per_minute=700.9))
+    gate.acquire(tokens=700)
+    with pytest.raises(ValueError, match=r"input_tokens_per_minute \(700\.9\).*701"):
+        gate.acquire(tokens=701)
+    gate.acquire(tokens=1000, output_tokens=300)
+    gate.rate = Rate(tokens_per_minute=1000.5)
+    gate.acquire(tokens=1000)
+    with pytest.raises(ValueError, match=r"tokens_per_minute \(1000\.5\).*1001"):
+        gate.acquire(tokens=1001)
+    gate.rate = None
+    gate.acquire(tokens=2**53)
+    with pytest.raises(ValueError, match=r"tokens must be >= 0 and <= 2\*\*53"):
+        gate.acquire(tokens=2**53 + 1)
+    assert gate.statistics().admitted == 0
+
+
 def test_busy_carries_retry_after_and_pickles() -> None:
     """Busy keeps retry_after_s through pickling and says it in the message."""
     busy = Busy(gate="g", capacity=4, in_flight=1, waited=2.0, retry_after_s=7.5)

@@ -20,6 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .budget_sync import BudgetSync
+from .gate_args import max_cost
 from .rate import RateStatistics
 from .rate_math import EPSILON, TICKS, admission_time, charge, slope_allowance
 from .split import Bucket
@@ -129,8 +130,8 @@ class Budgets(BudgetSync):
         self.req_ready = -math.inf
         self.tok_interval = self.tok_tau = self.tok_tat = 0.0
         rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
-        # The largest cost one admission may state: a whole minute of the token budget.
-        self.max_tokens = math.inf if tpm is None else tpm
+        # The largest cost one admission may state (Gate.acquire's check).
+        self.max_tokens = max_cost(rate)
         # The split budgets (ITPM / OTPM): objects, off the inline fast path; see split.py.
         itpm, otpm = rate.input_tokens_per_minute, rate.output_tokens_per_minute
         split_tau = max(burst, SPLIT_BURST_S)
@@ -139,9 +140,6 @@ class Budgets(BudgetSync):
         self.inp = None if itpm is None else Bucket(itpm, split_tau, now, old_in)
         self.outp = None if otpm is None else Bucket(otpm, split_tau, now, old_out)
         self.split = self.inp is not None or self.outp is not None
-        if itpm is not None:
-            # A cost stating no output part is all input: at most a minute of ITPM.
-            self.max_tokens = min(self.max_tokens, itpm)
         if rpm is not None:
             self.req_interval = 60.0 / rpm
             self.req_tau = burst
