@@ -249,7 +249,7 @@ class Budgets(BudgetSync):
                 return self.try_take_split(now, tokens, 0)
             tat = self.tok_tat
             tau = self.tok_tau
-            cost = tokens * tok_interval
+            cost = tok_interval * tokens  # float first: no int.__mul__ tried and refused
             if late < tat - tau + (cost if cost < tau else tau):
                 return False
             if tokens:
