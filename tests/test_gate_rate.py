@@ -9,8 +9,10 @@ order, never durations.
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import pickle
+import random
 import threading
 from collections import Counter
 from typing import Any
@@ -19,6 +21,7 @@ import anyio
 import pytest
 
 from anygate import Busy, Gate, Rate, RateStatistics, Token
+from anygate._gate.budgets import Budgets
 from anygate._gate.ledger import OVERTAKES
 
 from .conftest import mock_clock
@@ -123,6 +126,26 @@ def test_bad_gate_arguments_leave_the_gate_unchanged() -> None:
     assert token.tokens == 0
 
 
+def test_acquire_tokens_limit_is_a_minute_of_budget_rounded_down() -> None:
+    """acquire()'s quick int check accepts exactly what the full check accepts: a whole
+    minute of the token (and input-token) budget rounded down, 2**53 without a rate, and
+    it follows a live rate change."""
+    gate = Gate(rate=Rate(tokens_per_minute=1000.5, input_tokens_per_minute=700.9))
+    gate.acquire(tokens=700)
+    with pytest.raises(ValueError, match=r"input_tokens_per_minute \(700\.9\).*701"):
+        gate.acquire(tokens=701)
+    gate.acquire(tokens=1000, output_tokens=300)
+    gate.rate = Rate(tokens_per_minute=1000.5)
+    gate.acquire(tokens=1000)
+    with pytest.raises(ValueError, match=r"tokens_per_minute \(1000\.5\).*1001"):
+        gate.acquire(tokens=1001)
+    gate.rate = None
+    gate.acquire(tokens=2**53)
+    with pytest.raises(ValueError, match=r"tokens must be >= 0 and <= 2\*\*53"):
+        gate.acquire(tokens=2**53 + 1)
+    assert gate.statistics().admitted == 0
+
+
 def test_busy_carries_retry_after_and_pickles() -> None:
     """Busy keeps retry_after_s through pickling and says it in the message."""
     busy = Busy(gate="g", capacity=4, in_flight=1, waited=2.0, retry_after_s=7.5)
@@ -134,6 +157,54 @@ def test_busy_carries_retry_after_and_pickles() -> None:
 
 
 # ----------------------------------------------------------------------------- budgets
+
+
+def _budget_fields(budgets: Budgets, now: float) -> dict[str, object]:
+    """Every field of ``budgets`` as seen at ``now`` (the tick ring rolled on a copy: the
+    paths roll it at different steps, to the same ring)."""
+    budgets = copy.deepcopy(budgets)
+    budgets._roll(now)
+    fields: dict[str, object] = {}
+    for cls in type(budgets).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if name == "_allow" and not budgets._ramp:
+                continue  # read only with a ramp; the fast path does not keep it without
+            value = getattr(budgets, name)
+            fields[name] = tuple(value) if isinstance(value, list) else value
+    return fields
+
+
+def test_fast_admission_decides_and_charges_as_the_general_path() -> None:
+    """Budgets.try_take (the uncontended path, spelled out inline) admits exactly when
+    when() says now and charges exactly what take() charges, over random rates, costs,
+    gaps and settles: the inline arithmetic is the general path's, reordered."""
+    rng = random.Random(20261205)
+    for _ in range(60):
+        kwargs: dict[str, float] = {}
+        if rng.random() < 0.7:
+            kwargs["requests_per_minute"] = rng.choice([1, 6, 60, 600, 6000, 1e6])
+        if rng.random() < 0.7:
+            kwargs["tokens_per_minute"] = rng.choice([100, 1000, 1e5, 1e7])
+        if rng.random() < 0.4:
+            kwargs["ramp"] = rng.choice([1.5, 2.0, 3.0])
+        if rng.random() < 0.5:
+            kwargs["burst_s"] = rng.choice([0.1, 1.0, 10.0, 60.0])
+        if not kwargs.keys() & {"requests_per_minute", "tokens_per_minute", "ramp"}:
+            kwargs["requests_per_minute"] = 60
+        now = rng.choice([0.0, 12345.678])
+        budgets = Budgets(Rate(**kwargs), now)
+        for _ in range(200):
+            now += rng.choice([0.0, 1e-6, 1e-3, 0.01, 0.1, 0.5, 1.0, rng.random()])
+            most = min(budgets.max_tokens, 10**5)
+            tokens = min(rng.choice([0, 1, 10, 100, rng.randint(0, most)]), most)
+            general = copy.deepcopy(budgets)
+            admitted = budgets.try_take(now, tokens)
+            assert admitted == (general.when(now, tokens) <= now + 1e-9)
+            if admitted:
+                general.take(now, tokens)
+            assert _budget_fields(budgets, now) == _budget_fields(general, now)
+            if rng.random() < 0.1:
+                budgets.settle(rng.randint(-50, 50), now)
 
 
 @pytest.mark.parametrize("anyio_backend", VIRTUAL)

@@ -20,6 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .budget_sync import BudgetSync
+from .gate_args import max_cost
 from .rate import RateStatistics
 from .rate_math import EPSILON, TICKS, admission_time, charge, slope_allowance
 from .split import Bucket
@@ -129,8 +130,8 @@ class Budgets(BudgetSync):
         self.req_ready = -math.inf
         self.tok_interval = self.tok_tau = self.tok_tat = 0.0
         rpm, tpm = rate.requests_per_minute, rate.tokens_per_minute
-        # The largest cost one admission may state: a whole minute of the token budget.
-        self.max_tokens = math.inf if tpm is None else tpm
+        # The largest cost one admission may state (Gate.acquire's check).
+        self.max_tokens = max_cost(rate)
         # The split budgets (ITPM / OTPM): objects, off the inline fast path; see split.py.
         itpm, otpm = rate.input_tokens_per_minute, rate.output_tokens_per_minute
         split_tau = max(burst, SPLIT_BURST_S)
@@ -139,9 +140,6 @@ class Budgets(BudgetSync):
         self.inp = None if itpm is None else Bucket(itpm, split_tau, now, old_in)
         self.outp = None if otpm is None else Bucket(otpm, split_tau, now, old_out)
         self.split = self.inp is not None or self.outp is not None
-        if itpm is not None:
-            # A cost stating no output part is all input: at most a minute of ITPM.
-            self.max_tokens = min(self.max_tokens, itpm)
         if rpm is not None:
             self.req_interval = 60.0 / rpm
             self.req_tau = burst
@@ -230,6 +228,15 @@ class Budgets(BudgetSync):
         late = now + 1e-9  # EPSILON, as a constant
         if late < self.req_ready:
             return False
+        # The slope first, so that the token budget is asked and charged in one place: a
+        # tick's roll is due whatever the answer, and no budget is charged before all
+        # three allow it. Without a ramp ``_allow`` is never read (``_slope_time`` runs
+        # only with one, and a new ramp recounts it), so it is not kept up either.
+        if late >= self._tick_end:
+            self._roll(now)
+        ramp = self._ramp
+        if ramp and self._allow < 1:
+            return False
         tok_interval = self.tok_interval
         if tok_interval:
             if (
@@ -240,14 +247,18 @@ class Budgets(BudgetSync):
                 # The general path draws the credit, charges the sliding window, or widens
                 # the spare for a new largest.
                 return self.try_take_split(now, tokens, 0)
+            tat = self.tok_tat
             tau = self.tok_tau
-            cost = tokens * tok_interval
-            if late < self.tok_tat - tau + (cost if cost < tau else tau):
+            cost = tok_interval * tokens  # float first: no int.__mul__ tried and refused
+            if late < tat - tau + (cost if cost < tau else tau):
                 return False
-        if late >= self._tick_end:
-            self._roll(now)
-        if self._allow < 1 and self._ramp:
-            return False
+            if tokens:
+                if tat < now:
+                    tat = now
+                self.tok_tat = tat + cost
+                self.tok_spent += tokens
+                if tokens > self.tok_largest:
+                    self.tok_largest = tokens
         interval = self.req_interval
         if interval:
             tat = self.req_tat
@@ -256,17 +267,10 @@ class Budgets(BudgetSync):
             tat += interval
             self.req_tat = tat
             self.req_ready = tat + self._req_step
-            self.req_spent += 1
-        if tokens and tok_interval:
-            tat = self.tok_tat
-            if tat < now:
-                tat = now
-            self.tok_tat = tat + tokens * tok_interval
-            self.tok_spent += tokens
-            if tokens > self.tok_largest:
-                self.tok_largest = tokens
+            self.req_spent += 1.0  # a float add, not an int's conversion: same sum
         self._current += 1
-        self._allow -= 1
+        if ramp:
+            self._allow -= 1
         return True
 
     def try_take_split(self, now: float, tokens: int, out: int) -> bool:

@@ -351,11 +351,10 @@ class Gate(Parking):
         else:
             budgets = self._budgets
             # The common valid case in one line (a function call costs a tenth of the
-            # rate path's budget); anything else gets the full check and its message.
-            if (
-                type(tokens) is int
-                and 0 <= tokens <= MAX_TOKENS
-                and (budgets is None or tokens <= budgets.max_tokens)
+            # rate path's budget), against an int limit (gate_args.max_cost); anything
+            # else gets the full check and its message.
+            if type(tokens) is int and 0 <= tokens <= (
+                MAX_TOKENS if budgets is None else budgets.max_tokens
             ):
                 cost = tokens
             else:

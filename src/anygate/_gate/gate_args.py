@@ -27,6 +27,7 @@ __all__ = [
     "check_timeout",
     "check_tokens",
     "check_tokens_type",
+    "max_cost",
 ]
 
 
@@ -72,6 +73,21 @@ def check_timeout(value: object) -> float | None:
 # Token counts stay exactly representable as floats in the budget arithmetic.
 MAX_TOKENS = 2**53
 _MAX_PRIORITY = 10**9
+
+
+def max_cost(rate: Rate) -> int:
+    """The largest ``tokens=`` one admission may state under ``rate``, in whole tokens.
+
+    A whole minute of the token budget, and of the input budget (a cost stating no output
+    part is all input), rounded down; ``MAX_TOKENS`` without either. An int, so that the
+    uncontended ``acquire(tokens=)`` checks a cost with one int comparison (an int against
+    a float rate compares slower; an int is at most a float ``x`` iff at most ``floor(x)``).
+    """
+    limit = MAX_TOKENS
+    for per_minute in (rate.tokens_per_minute, rate.input_tokens_per_minute):
+        if per_minute is not None:
+            limit = min(limit, math.floor(per_minute))
+    return limit
 
 
 def check_tokens(value: object, gate: Ledger) -> int:

@@ -33,6 +33,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
+from .._gate.gate_args import max_cost
 from .._gate.rate import RateStatistics
 
 if TYPE_CHECKING:
@@ -108,11 +109,7 @@ class FleetBudgets:
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
-        tpm, itpm = rate.tokens_per_minute, rate.input_tokens_per_minute
-        self.max_tokens = math.inf if tpm is None else tpm
-        if itpm is not None:
-            # A cost stating no output part is all input (as ``Budgets``).
-            self.max_tokens = min(self.max_tokens, itpm)
+        self.max_tokens = max_cost(rate)  # as ``Budgets``
         #: Split input/output budgets: the ledger then passes each cost's output part.
         self.split = rate.split
         self.permits = 0  # admissions the fleet GCRA charged for us, not yet used
