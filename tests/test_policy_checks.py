@@ -179,7 +179,8 @@ def test_a_held_caller_hands_its_slot_to_the_probes_owner() -> None:
     limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
     pause = limit.pause_left()
     assert pause > 0
-    assert limit.ask_for_slot(fresh := object()) is None  # kept for the owner only
+    fresh = object()
+    assert limit.ask_for_slot(fresh) is None  # kept for the owner only
     assert limit.ask_for_slot(owner) == pytest.approx(pause + PROBE_RESERVE_S)
     clock.now += pause
     wait, probe = limit.pass_pause(fresh)  # not a slot of this gate: it cannot yield
