@@ -22,9 +22,9 @@
     the cost per admission + wake-up when the rate is lifted, next to (d)'s cost per
     cancelled waiter (reported, no target of its own).
 
-Timings are best-of-N on a shared machine: read ratios, not absolute numbers. Sections (a)
-and (b) run on one thread and time it by its CPU time (``time.thread_time``), so that time the
-machine gives to other processes does not count; the other sections use wall time.
+Timings are best-of-N on a shared machine: read ratios, not absolute numbers. Sections (a),
+(b) and (e) run on one thread and time it by its CPU time (``time.thread_time``), so that time
+the machine gives to other processes does not count; the other sections use wall time.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 
-_cpu = time.thread_time  # (a) and (b): this thread's CPU time, see the module docstring
+_cpu = time.thread_time  # (a), (b), (e): this thread's CPU time, see the module docstring
 
 
 def report(name: str, value: float, target: float, unit: str = "x") -> None:
