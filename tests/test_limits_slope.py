@@ -238,6 +238,30 @@ def test_a_run_another_limit_turned_away_rules_nothing_out() -> None:
     assert slope.window_s == WINDOW_S
 
 
+@pytest.mark.parametrize(
+    ("retry_after", "window"),
+    [(None, WINDOW_S), (23.0, 30.0), (22.95, 30.0), (2.0, WINDOW_S)],
+    ids=["none", "whole-seconds", "fractional", "too-short-to-tell"],
+)
+def test_a_retry_after_says_no_edge_falls_before_it(
+    retry_after: float | None, window: float
+) -> None:
+    """A 30 s window spent 7 s in, with Retry-After on: the 429 says when it frees, so the
+    fleet holds until then and no probe runs to tell the window (one send turned away at
+    7 s, the next through at 30 s). The provider's word is the run: no edge in (7, 30),
+    which no 10 s window fits, and 30 s is taken. 23 whole seconds may be rounded up (an
+    edge from 29 s on); without it, or with one too short to rule 10 s out, 10 s stays."""
+    log = SentLog(60.0)
+    _ramp(log, [60], window=7.0)
+    slope = SlopeLimit(log)
+    last = _full_run(log, slope, 7.0, 7.0)
+    if retry_after is not None:
+        slope.said_full(last, retry_after)
+    log.sent(30.05)
+    slope.edge(last, 30.05)
+    assert slope.window_s == window
+
+
 def test_a_short_run_leaves_the_assumed_window() -> None:
     """A run of 3 s says nothing against 10 s: it stays the window used."""
     log = SentLog(60.0)

@@ -244,6 +244,8 @@ class BurstAnswer(SendPath):
                 self._pause.turned_away()
             if admitted_at is not None:
                 slope.turned(admitted_at)
+                if retry_after is not None:
+                    slope.said_full(admitted_at, retry_after)
             if self._old_news(generation, self._pause.lasts(now)):
                 return None
             old = self._applied

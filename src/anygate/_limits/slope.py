@@ -90,6 +90,7 @@ class SlopeLimit:
         "_fits",
         "_log",
         "_noise_edge_at",
+        "_said",
         "_span",
         "_turned",
         "floor",
@@ -108,6 +109,7 @@ class SlopeLimit:
         # by the slots, says nothing of this window's edges), within the log's horizon.
         self._turned: list[float] = []
         self._noise_edge_at = -math.inf  # the last edge ignored as noise (see edge)
+        self._said: tuple[float, float] | None = None  # see said_full
 
     def turned(self, at: float) -> None:
         """A burst 429 turned away the send made at ``at``."""
@@ -115,6 +117,18 @@ class SlopeLimit:
         insort(turned, at)
         if len(turned) > _TURNED_KEPT:
             del turned[: len(turned) // 2]
+
+    def said_full(self, at: float, retry_after: float) -> None:
+        """A burst 429 for the send made at ``at`` said ``Retry-After: retry_after``: the
+        provider's window stays full until then, so none of its edges lies in between.
+        Sends held through it leave no run turned away to say so, and a 30 s window (with
+        Retry-After on) kept fitting 10 s: the fleet went at 10 s's edge at 40 s, and 26
+        sends were turned away at once (seed 1; 1.25 % of calls with a 429). A whole
+        number of seconds is a count rounded up (RFC 9110's delay-seconds): the edge may
+        come up to a second sooner."""
+        until = at + retry_after - (1.0 if float(retry_after).is_integer() else 0.0)
+        if until > at:
+            self._said = (at, until)
 
     @property
     def last_turned(self) -> float:
@@ -146,6 +160,10 @@ class SlopeLimit:
         log = self._log
         fits = self._fits.values()
         run = self._run(after)
+        said = self._said
+        if said is not None and said[0] <= after and said[1] <= at:
+            # The provider's word joins the run: no edge from its 429's send until then.
+            run = said if run is None else (min(run[0], said[0]), max(run[1], said[1]))
         for fit in fits:
             fit.add(log, after, at, run)
         if not any(fit.fits for fit in fits):  # no window fits every edge: start over
