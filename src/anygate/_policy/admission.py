@@ -213,10 +213,7 @@ def admit_sync(
     now = run.slot_started = time.monotonic()
     if now >= deadline and run.verdict is not None:
         loop.retrier.fail(run, "deadline", loop.max_attempts, run.exc)
-    timeout = busy_wait
-    if deadline != math.inf:
-        left = max(0.0, deadline - now)
-        timeout = left if timeout is None else min(timeout, left)
+    timeout = _left(deadline, busy_wait)
     if hooks and (gate.waiting or gate.in_flight >= gate.capacity):
         emit(
             hooks,
