@@ -27,11 +27,11 @@ storm benchmark's tuning set as it was.
 
 The probe is the throttled call's own retry, for a check and (issue 30) for a pause:
 the turned-away probe asks again, with a slot a held caller hands it (:mod:`.handoff`),
-ahead of fresh calls, so a spent window
-costs one call its 429s, not one fresh call per probe. Before, each pause's probe was
-the first attempt to ask; a 30 s burst window's first minute turned 12 calls away with
-19 probes (seed 3), and 1.04 % of the run's calls got a 429. A call past half its
-throttle budget hands the role on (:meth:`disown`), so it is never spent on the others.
+so a spent window costs one call its 429s, not one fresh call per probe. Before, each
+pause's probe was the first attempt to ask; a 30 s burst window's first minute turned 12
+calls away with 19 probes (seed 3), and 1.04 % of the run's calls got a 429. A call past
+half its throttle budget hands the role on (:meth:`disown`), so it is never spent on the
+others.
 
 What. One :class:`BurstPause` per :class:`~anygate._limits.adaptive.AdaptiveLimit`: the
 pause's state and its transitions. Every method except :attr:`pausing` (a flag read
