@@ -261,7 +261,7 @@ def main() -> None:
         if "c" in sections:
             rate_bound(server)
     finally:
-        server.stop()
+        server.close()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
@@ -40,22 +40,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and redis-server cannot be started: {reason}")
     pytest.skip(f"redis-server cannot be started here: {reason}")
 
 
+def _started() -> RedisProc:
+    """A started server, or the test skipped (failed under ``CI=true``)."""
+    try:
+        server = RedisProc()
+    except RedisUnavailable as exc:
+        _unavailable(str(exc))
+    try:
+        server.start()
+    except RedisUnavailable as exc:
+        server.close()
+        _unavailable(str(exc))
+    return server
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisProc]:
     """One redis-server for the whole session (tests use distinct gate names)."""
-    try:
-        server = RedisProc()
-        server.start()
-    except RedisUnavailable as exc:
-        _unavailable(str(exc))
+    server = _started()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture
@@ -64,17 +74,13 @@ def redis_factory() -> Iterator[Callable[[], RedisProc]]:
     started: list[RedisProc] = []
 
     def make() -> RedisProc:
-        try:
-            server = RedisProc()
-            server.start()
-        except RedisUnavailable as exc:
-            _unavailable(str(exc))
+        server = _started()
         started.append(server)
         return server
 
     yield make
     for server in started:
-        server.stop()
+        server.close()
     gc.collect()
 
 

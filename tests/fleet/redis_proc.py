@@ -24,7 +24,8 @@ def free_port() -> int:
 
 
 class RedisProc:
-    """One redis-server process; ``stop()`` kills it, ``start()`` brings it back empty."""
+    """One redis-server process; ``stop()`` kills it, ``start()`` brings it back empty,
+    ``close()`` kills it and removes its directory."""
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1") -> None:
         binary = shutil.which("redis-server") or (
@@ -91,6 +92,12 @@ class RedisProc:
             proc.wait(10)
         if proc is not None and proc.stderr:
             proc.stderr.close()
+
+    def close(self) -> None:
+        """Stop the server for good and remove its directory (``stop()`` keeps it for a
+        restart): each server's directory was left in the temp dir, thousands of them."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def command(self, *args: str | int) -> bytes:
         """One command over a raw socket (RESP), returning the raw reply (tests only)."""

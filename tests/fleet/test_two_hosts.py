@@ -86,6 +86,7 @@ def test_fleet_across_two_network_namespaces(two_hosts: tuple[str, str, bool]) -
     try:
         _start_in(server, a)
     except RedisUnavailable as exc:
+        server.close()
         pytest.skip(str(exc))
     try:
         common = {
@@ -124,7 +125,7 @@ def test_fleet_across_two_network_namespaces(two_hosts: tuple[str, str, bool]) -
             check=True,
         ).stdout.strip()
     finally:
-        server.stop()
+        server.close()
     print(f"netem delay: {'2 ms each way' if netem else 'not available on this kernel'}")
     print("grants per worker:", [r["grants"] for r in results])
     assert 0 < int(reply) <= 8
