@@ -19,6 +19,7 @@ from anygate import (
     RetryConfig,
 )
 from anygate._limits.slope import WINDOW_S, SlopeLimit
+from anygate._limits.slope_fit import between
 from anygate._limits.window import SentLog
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst
@@ -260,6 +261,59 @@ def test_a_retry_after_says_no_edge_falls_before_it(
     log.sent(30.05)
     slope.edge(last, 30.05)
     assert slope.window_s == window
+
+
+def test_a_retry_after_in_milliseconds_is_a_count_rounded_up_to_one() -> None:
+    """A 10 s window's edges at 10 and 20 s. The second 429's ``retry-after-ms`` from
+    17.31516 s said 2.685 s, 0.16 ms past the edge (rounded up to the millisecond): the
+    edge at 20.0 s still fits, and the phase stays pinned there. Taken as exact, it
+    refuted every window and the fit started over with the phase lost."""
+    log = SentLog(60.0)
+    _ramp(log, [60], window=7.0)
+    slope = SlopeLimit(log)
+    slope.said_full(_full_run(log, slope, 7.0, 7.0), 3.0)
+    log.sent(10.03)
+    slope.edge(7.0, 10.03)
+    _ramp(log, [120], window=7.0, start=10.1)
+    last = _full_run(log, slope, 17.31516, 17.31516)
+    slope.said_full(last, 2.685)
+    log.sent(20.059)
+    slope.edge(last, 20.059)
+    assert slope.window_s == WINDOW_S
+    assert slope.predicted(21.0) == pytest.approx(9.0, abs=0.2)
+
+
+def test_the_whole_second_windows_two_edges_allow() -> None:
+    # Edges in (42, 45.05] and (89, 90.05]: 43.95-48.05 s apart, or a whole number of
+    # windows of a half, a third... of that, down to the shortest window (5 s).
+    assert between((42.0, 45.05), (89.0, 90.05)) == [
+        5.0, 6.0, 8.0, 9.0, 11.0, 12.0, 15.0, 16.0, 22.0, 23.0, 24.0,
+        44.0, 45.0, 46.0, 47.0, 48.0,
+    ]  # fmt: skip
+    assert between((9.9, 10.0), (19.9, 20.0)) == [5.0, 10.0]
+    assert between((0.0, 0.1), (100.0, 100.1)) == [5.0, 10.0, 20.0, 25.0, 50.0]
+
+
+def test_a_window_none_of_the_listed_fits_is_found_from_its_edges() -> None:
+    """A 45 s window, growth 2, floor 60: turned away from 10 s to 44 s (no window of
+    34 s or less fits), through at 45.05 s: 60 s is the one listed that fits. The next
+    edge, in (89, 90.05], fits no listed window; of the whole-second windows the two
+    edges allow, only 45 s fits them and the first run, and its growth is read off the
+    counts. It started over at 10 s before, and learned no growth for the whole run."""
+    log = SentLog(60.0)
+    _ramp(log, [60])
+    slope = SlopeLimit(log)
+    last = _full_run(log, slope, 10.0, 44.0)
+    log.sent(45.05)
+    slope.edge(last, 45.05)
+    assert (slope.window_s, slope.growth, slope.floor) == (60.0, None, 60)
+    _ramp(log, [119], window=40.0, start=45.1)
+    last = _full_run(log, slope, 86.0, 89.0)
+    log.sent(90.05)
+    slope.edge(last, 90.05)
+    assert slope.window_s == 45.0
+    assert slope.growth == pytest.approx(2.0)
+    assert slope.predicted(100.0) == pytest.approx(35.0, abs=45 / 10)
 
 
 def test_a_short_run_leaves_the_assumed_window() -> None:

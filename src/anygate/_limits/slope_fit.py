@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, final
 if TYPE_CHECKING:
     from .window import SentLog
 
-__all__ = ["BINS", "MIN_PREVIOUS", "WINDOWS", "WindowFit", "span"]
+__all__ = ["BINS", "MIN_PREVIOUS", "WINDOWS", "WindowFit", "between", "span"]
 
 #: The windows considered (seconds): round lengths a provider states a burst window in.
 WINDOWS = (5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
@@ -87,33 +87,43 @@ class WindowFit:
             return max(edges)
         return max(now + tenth, min(edges))
 
+    def _fitting(
+        self, index: int, after: float, at: float, run: tuple[float, float] | None
+    ) -> float | None:
+        """Bin ``index``'s edge in ``(after, at]`` (``None``: it has none there, or
+        ``run`` refutes it). An interval shorter than a bin may hold no bin's end: the bin
+        holding ``at`` fits then, with ``at`` as its edge."""
+        if self.refuted(index, run):
+            return None
+        edge = self.edge_after(index, after)
+        if edge > at + 1e-9 and not (
+            edge - self.window_s / BINS < at and at - after < self.window_s / BINS
+        ):
+            return None
+        return min(edge, at)
+
+    def constrain(self, after: float, at: float, run: tuple[float, float] | None) -> None:
+        """Keep the phases an edge in ``(after, at]`` and ``run`` allow (no counts: an
+        edge older than the log, replayed by :meth:`.SlopeLimit.edge`)."""
+        self.phases = [
+            ok and self._fitting(i, after, at, run) is not None for i, ok in enumerate(self.phases)
+        ]
+
     def add(
         self, log: SentLog, after: float, at: float, run: tuple[float, float] | None = None
     ) -> None:
         window = self.window_s
-        width = window / BINS
         counts: _Counts = []
         for index in range(BINS):
-            if self.refuted(index, run):
-                counts.append(None)
-                continue
-            edge = self.edge_after(index, after)
-            # A bin fits if its edge is in (after, at]; an interval shorter than a bin may
-            # hold no bin's end: the bin holding ``at`` fits then, with ``at`` as its edge.
-            if edge > at + 1e-9 and not (edge - width < at and at - after < width):
+            edge = self._fitting(index, after, at, run)
+            if edge is None:
                 counts.append(None)
             else:
-                edge = min(edge, at)
                 full = log.count(edge - window, edge)
                 counts.append((full, log.count(edge - 2 * window, edge - window)))
         self.phases = [ok and c is not None for ok, c in zip(self.phases, counts, strict=True)]
         self.episodes.append(counts)
         del self.episodes[:-_EPISODES]
-
-    def restart(self, log: SentLog, after: float, at: float) -> None:
-        self.phases = [True] * BINS
-        self.episodes.clear()
-        self.add(log, after, at)  # without the run: it may be what contradicted the rest
 
     def quiet(self) -> bool:
         """Whether the latest full window read at an allowed phase followed a quiet one
@@ -140,6 +150,19 @@ class WindowFit:
             if ok and pair and pair[1] < MIN_PREVIOUS and pair[0] > 0
         ]
         return (None if growth == math.inf else growth), (min(quiet) if quiet else None)
+
+
+def between(first: tuple[float, float], second: tuple[float, float]) -> list[float]:
+    """The whole-second windows (within :data:`WINDOWS`' range) that put a whole number
+    of windows between an edge in ``first`` and one in ``second`` (``(after, at]`` each):
+    the candidates two edges no window of :data:`WINDOWS` fits suggest."""
+    low, high = second[0] - first[1], second[1] - first[0]
+    shortest, longest = WINDOWS[0], WINDOWS[-1]
+    found: set[float] = set()
+    for k in range(1, math.floor(high / shortest) + 1):
+        start = max(math.ceil(low / k), math.ceil(shortest))
+        found.update(float(w) for w in range(start, math.floor(min(high / k, longest)) + 1))
+    return sorted(found)
 
 
 def span(fit: WindowFit) -> tuple[float, float] | None:
