@@ -432,6 +432,54 @@ def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
 # --------------------------------------------------------------------------- on a gate
 
 
+def _learned(clock: FakeClock) -> tuple[Gate, AdaptiveLimit]:
+    """A paced limit that learned growth 2 (windows of 60 and 120 sends, edges at 10
+    and 20 s), then sent 50 in 20-25 s: well inside the 240 the window from 20 s allows."""
+    gate = Gate(32, name="noise", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    slope = limit._sends.slope
+    for at in [i / 6 for i in range(60)] + [10 + i / 12 for i in range(120)]:
+        clock.now = at
+        assert limit.reserve_send(at) == 0.0
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
+    assert slope.growth == pytest.approx(2.0)
+    for i in range(50):
+        clock.now = 20.0 + i * 0.1
+        assert limit.reserve_send(clock.now) == 0.0
+    return gate, limit  # the limit holds its gate weakly
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["within-grace", "after-grace"])
+def test_a_checks_probe_turned_away_well_inside_the_slope_is_checked_again(late: bool) -> None:
+    """A shared pool's 429s well inside the learned slope: the first is ignored, the
+    second (within a window) checked. Its probe, turned away too, is as likely the pool's
+    again: checked once more, no pause. Within its grace that is the strike rule; after
+    it (the check ended, the fleet went on), a late answer is a first throttle again.
+    Either one taken as a pause held the fleet 5 s with the slots idle (shared pool 5 %,
+    seeds 6-10: 1.027x the oracle; checked, 1.007x)."""
+    clock = FakeClock()
+    _gate, limit = _learned(clock)
+    first, second = object(), object()
+    clock.now = 25.1
+    assert limit.on_throttle(limit.generation, None, admitted_at=25.0, caller=first) is None
+    assert limit.statistics().checked_throttles == 0  # noise, once: ignored
+    clock.now = 25.3
+    assert limit.on_throttle(limit.generation, None, admitted_at=25.2, caller=second) is None
+    assert limit.statistics().checked_throttles == 1
+    assert limit.pass_pause(second) == (0.0, True)  # the check's probe: the call's retry
+    assert limit.reserve_send(25.3) == 0.0
+    if late:
+        clock.now = 26.0  # its grace is over: the next to ask ends the check
+        assert limit.pass_pause(first) == (0.0, False)
+    clock.now = 26.1
+    change = limit.on_throttle(limit.generation, None, probe=True, admitted_at=25.3, caller=second)
+    assert change is None
+    assert limit.pause_left() == 0.0
+    assert limit.statistics().checked_throttles == 2
+    assert limit.pass_pause(second) == (0.0, True)  # checked again, by the same call
+
+
 def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:
     """A confirmed burst 429 on a paced gate: no concurrency cut, a pause of a tenth of a
     window (the next probe), and the probe getting through marks the window's edge."""

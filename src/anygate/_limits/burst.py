@@ -251,12 +251,14 @@ class BurstAnswer(SendPath):
             old = self._applied
             burst = self._pause
             gate = self._pace_gate()
-            if (
-                not probe
-                and not burst.pausing
-                and admitted_at is not None
-                and slope.inside(admitted_at)
-            ):
+            inside = admitted_at is not None and slope.inside(admitted_at)
+            if probe and not burst.pausing and inside:
+                # A check's probe turned away after its grace ended the check, sent well
+                # inside the learned slope: a first throttle again, not a pause's. Taken
+                # as one, a shared pool's late 429 paused the fleet 5 s with the slots
+                # idle (shared pool 5 %, seed 7: 73.2 s and 133.7 s; 1.041x the oracle).
+                probe = False
+            if not probe and not burst.pausing and inside:
                 # Well inside the learned slope: noise (a shared pool's), until it repeats
                 # within a window.
                 repeated = now - self._noise_at <= slope.window_s
@@ -270,7 +272,7 @@ class BurstAnswer(SendPath):
                 and admitted_at is not None
                 and slope.known
                 and slope.predicted(now) is not None
-                and not slope.inside(admitted_at)
+                and not inside
             )
             if (
                 not probe
@@ -284,8 +286,9 @@ class BurstAnswer(SendPath):
                 self._check_at = now
                 self._check(burst, now, admitted_at, caller)
                 return None
-            if probe and burst.checking and not burst.confirms():
-                # After noise, a check needs its probe turned away twice: ask once more.
+            if probe and burst.checking and not burst.confirms(inside=inside):
+                # After noise, or with the probe well inside the learned slope, a check
+                # needs its probe turned away twice: ask once more.
                 self._check(burst, now, admitted_at, caller)
                 return None
             # The pause's probe throttled again: the same episode, a new pause, but the
