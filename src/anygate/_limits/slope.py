@@ -18,7 +18,9 @@ What.
   keeps the phases (in :data:`BINS` bins) that every edge and every such run allow: a
   wrong window soon allows none, and a window shorter than a run allows no phase at all.
   The window used is :data:`WINDOW_S` while it fits, else the shortest longer one that
-  fits, else the longest shorter one. Without the runs a 30 s window's edges (30, 60,
+  fits, else the longest shorter one. When none fits every edge, the latest edges are
+  replayed against the list and the whole-second windows between the last two
+  (:meth:`SlopeLimit._refit`). Without the runs a 30 s window's edges (30, 60,
   90 s) fit 10 s for ever: it was paced as one, its growth never learned, and each hold
   probed a 10 s edge that was not one (morning peak, burst window 30 s: 33 calls with a
   429, 23 of them in its first window).
