@@ -219,7 +219,7 @@ class SlopeLimit:
         fits two, start :data:`WINDOWS` over from the latest edge alone (without its run:
         it may be what contradicted the rest).
 
-        A 45 s window's first edge, after a run of 35 s, fit only 60 s; its second fit
+        A 45 s window's first edge, after a run of over 30 s, fit only 60 s; its second fit
         none, and started over at 10 s, where no growth was read again for the rest of
         the run (window 45 s: 0.59 % of calls with a 429, seeds 1-5)."""
         log, edges = self._log, self._edges
