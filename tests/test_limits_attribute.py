@@ -282,6 +282,39 @@ def test_a_suspect_429s_check_waits_for_a_slot_and_a_pass_teaches_the_slots() ->
         token.release()
 
 
+def test_a_tentative_lesson_is_undone_by_a_pass_above_it_and_confirmed_by_a_second() -> None:
+    """A bare 429 at a new high, 9 calls out, attributed to the slots: the limit becomes
+    8 with no hold. A shared pool's 429 lands there as readily: a call that then gets
+    through with 10 at the provider undoes it (the gate is uncapped again). The slots'
+    lesson is confirmed by a second 429 at the same level instead: then it holds."""
+    clock = FakeClock()
+    clock.now = 10.0
+    gate = Gate(math.inf, name="tentative", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    change = limit.on_concurrency(limit.generation, 9, exact=True, tentative=True)
+    assert change is not None
+    assert gate.capacity == 8
+    assert not limit._slots.holding(clock.now)  # grows back at once
+    limit.passed(10.5, sending=10)
+    assert gate.capacity == math.inf
+    # The slots' lesson: a second 429 at the level confirms it, with the usual hold.
+    limit.on_concurrency(limit.generation, 12, exact=True, tentative=True)
+    assert gate.capacity == 11
+    clock.now = 11.0
+    assert limit.on_concurrency(None, 12, exact=True, tentative=True) is None  # no lower
+    while gate.capacity < 12:  # grown back by saturated successes, no hold
+        limit.on_success(saturated=True)
+    limit.on_concurrency(limit.generation, 13, exact=True, tentative=True)
+    assert gate.capacity == 12
+    assert limit._slots.holding(clock.now)
+    limit.passed(11.5, sending=11)  # below the lesson: nothing to undo
+    assert gate.capacity == 12
+    # A worded concurrency 429 is never tentative.
+    worded = AdaptiveLimit(Gate(math.inf, name="worded", clock=clock), clock=clock)
+    worded.on_concurrency(worded.generation, 9, exact=True)
+    assert worded._slots.holding(clock.now)
+
+
 def test_a_suspect_429s_probe_turned_away_confirms_the_slope_rule() -> None:
     """The same check, its probe turned away with a slot free: the slope rule's window is
     spent. A pause follows, as for any confirmed throttle, and no slot is cut."""
@@ -344,7 +377,8 @@ async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() 
     first 429 at a new high is a suspect). Its check's probe goes once a call has left and
     gets through: the 429 was the slots', the limit becomes 12, and no burst pause is
     taken. Before, it was taken for a slope rule: two pauses, 7 calls turned away and
-    34.4 s instead of 1 and 27.7 s."""
+    34.4 s instead of 1 and 27.7 s. A bare 429's lesson is tentative: the limit grows
+    back to 13 at once, and that call's 429 confirms 12 (2 calls turned away)."""
     slots = 12
     provider = _FullSlots(slots)
 
@@ -360,7 +394,9 @@ async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() 
     start = anyio.current_time()
     results = await _agents(policy, provider, spacing=0.1)
     assert results == ["ok"] * 320
-    assert [e.reason for e in events if isinstance(e, LimitChanged)] == ["concurrency"]
+    changes = [(e.reason, e.new) for e in events if isinstance(e, LimitChanged)]
+    # Tentative (a bare 429), grown back at once, confirmed by the regrowth's 429.
+    assert changes == [("concurrency", 12), ("recovered", 13), ("concurrency", 12)]
     assert gate.capacity == slots
-    assert provider.turned == 1
+    assert provider.turned == 2
     assert anyio.current_time() - start < 30.0

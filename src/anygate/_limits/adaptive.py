@@ -170,7 +170,7 @@ class AdaptiveLimit(BurstAnswer):
 
     @ki_protected
     def on_concurrency(
-        self, generation: int | None, in_flight: int, *, exact: bool
+        self, generation: int | None, in_flight: int, *, exact: bool, tentative: bool = False
     ) -> LimitChange | None:
         """The provider turned an attempt away for load: learn its concurrency.
 
@@ -184,6 +184,10 @@ class AdaptiveLimit(BurstAnswer):
                 answer (529, 503 with Retry-After: the limit becomes
                 ``min(limit, in_flight) * decrease_factor``, and a lone call teaches
                 nothing).
+            tentative: the 429 did not say it was the slots' (a plain one attributed to
+                them): the first lesson at a level holds nothing and is undone by a pass
+                above it; a second there confirms it
+                (:meth:`anygate._limits.concurrency.ConcurrencyLimit.cut`).
 
         One cut per generation, as for burst-rate throttles. After a cut the limit holds
         for a while before it grows again (each probe upward costs a throttle): 30 s,
@@ -204,7 +208,7 @@ class AdaptiveLimit(BurstAnswer):
             if self._old_news(generation, slots.holding(now)):
                 return None
             old = self._applied
-            if not slots.cut(in_flight, now, exact=exact):
+            if not slots.cut(in_flight, now, exact=exact, tentative=tentative):
                 return None
             self._generation += 1
             self._throttles += 1

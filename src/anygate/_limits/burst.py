@@ -361,7 +361,7 @@ class BurstAnswer(SendPath):
         self._below = None
         self._pause.not_noise()
         old = self._applied
-        if self._slots.cut(below, now, exact=True):
+        if self._slots.cut(below, now, exact=True, tentative=True):
             self._generation += 1
             self._throttles += 1
             self._apply()

@@ -66,6 +66,7 @@ class ConcurrencyLimit:
         "_hold_s",
         "_learned",
         "_rejections",
+        "_tentative",
         "factor",
         "floor",
         "held_until",
@@ -91,6 +92,9 @@ class ConcurrencyLimit:
         # recent 429s' (send, answer) times that correct that count.
         self.most_passed = 0
         self._rejections: deque[tuple[float, float]] = deque()
+        # A tentative lesson's (limit taught, limit before it), until a pass above it
+        # refutes it or a second lesson there confirms it (see cut).
+        self._tentative: tuple[float, float] | None = None
 
     # ------------------------------------------------------------------ reading
 
@@ -123,12 +127,23 @@ class ConcurrencyLimit:
 
     # ------------------------------------------------------------------ lessons
 
-    def cut(self, in_flight: int, now: float, *, exact: bool) -> bool:
+    def cut(self, in_flight: int, now: float, *, exact: bool, tentative: bool = False) -> bool:
         """A concurrency 429 (``exact``) or an overload answer with ``in_flight`` calls at
         the provider, the rejected one included; whether the limit went down.
 
         ``exact``: the others held every slot, the limit becomes ``in_flight - 1``.
-        Otherwise ``min(limit, in_flight) x factor``, and a lone call teaches nothing."""
+        Otherwise ``min(limit, in_flight) x factor``, and a lone call teaches nothing.
+
+        ``tentative``: the 429 did not say it was the slots' (a plain one the counts
+        attribute to them, :mod:`.attribute`). The first such lesson at a level holds
+        nothing: the limit grows back at once, and a pass above it (:meth:`passed`)
+        undoes it; a second there confirms it, as does one where a confirmed lesson
+        was (a regrowth's probe of the slots). A shared pool's random 429 lands at a new
+        high as readily as anywhere: taken for the slots, the first (8 calls out, a
+        ramp's) held a 32-slot provider to 8, and each regrowth's 429 held it longer
+        (plain 429s with a 3 % shared pool, seed 2: 2.9x the oracle). The slots turn
+        every call above them away, so their lesson is confirmed at its first regrowth:
+        one 429 more."""
         floor = self.floor_now
         if exact:
             target = float(max(floor, in_flight - 1))
@@ -138,8 +153,24 @@ class ConcurrencyLimit:
             target = max(float(floor), min(self.limit, in_flight) * self.factor)
         if target >= self.limit:
             return False
-        # A probe that lands where the last lesson did confirms it: hold longer.
-        if target >= self._learned - 1 and now < self.held_until + 4 * self._hold_s:
+        pending, self._tentative = self._tentative, None
+        if (
+            tentative
+            and target < self._learned - 1
+            and (pending is None or target < pending[0] - 1)
+        ):
+            self._tentative = (target, pending[1] if pending is not None else self.limit)
+            self.herd = False
+            self.held_until = now
+            self.limit = target
+            return True
+        # A probe that lands where the last lesson did confirms it: hold longer (a
+        # tentative one's confirmation holds as a first lesson does).
+        if (
+            pending is None
+            and target >= self._learned - 1
+            and now < self.held_until + 4 * self._hold_s
+        ):
             self._hold_s = min(self._hold_s * 2, DEFAULT_MAX_HOLD_S)
         else:
             self._hold_s = DEFAULT_HOLD_S
@@ -198,6 +229,12 @@ class ConcurrencyLimit:
         429s)."""
         pending = sum(1 for sent, answered in self._rejections if sent <= at <= answered)
         self.most_passed = max(self.most_passed, sending - pending)
+        tentative = self._tentative
+        if tentative is not None and self.most_passed > tentative[0]:
+            # More got through at once than a tentative lesson allowed: it was noise.
+            self._tentative = None
+            self.limit = max(self.limit, tentative[1])
+            self.held_until = -math.inf
 
     # ------------------------------------------------------------------ configuring
 

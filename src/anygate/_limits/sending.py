@@ -111,6 +111,7 @@ class SendPath(AdaptiveState):
         if sending > self._slots.most_passed:  # unlocked: a stale read locks once more
             with self._lock:
                 self._slots.passed(at, sending)
+                self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
         # Unlocked: no estimate (no per-minute 429 yet), no work.
         if sends.requests.limit is not None or (tokens and sends.tokens.limit is not None):

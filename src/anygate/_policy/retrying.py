@@ -223,6 +223,7 @@ class Retrier:
         if kind is not None and run.admitted_at is not None:
             adaptive.rejected(run.admitted_at)
         unit = rate_unit(judgement.verdict) if kind == "rate" else None
+        tentative = False  # the slots' by our counts, not by the answer
         if kind == "rate" and unit is None and run.admitted_at is not None:
             # A 429 that does not say what it counted: the limit our counts say was full
             # (issue 30). With a code (OpenAI's rate_limit_exceeded is per-minute) it is
@@ -237,6 +238,7 @@ class Retrier:
                 unit = attributed
             else:
                 kind = attributed
+                tentative = True
         status = judgement.verdict.status
         throttled = kind is not None and kind != "rate"
         server_error = kind is None and status is not None and status >= 500
@@ -251,7 +253,7 @@ class Retrier:
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
         if kind in ("concurrency", "overload"):
-            return self.learn_concurrency(run, exact=kind == "concurrency")
+            return self.learn_concurrency(run, exact=kind == "concurrency", tentative=tentative)
         if unit is not None and run.admitted_at is not None:
             adaptive.on_rate(unit, run.admitted_at, caller=run, tokens=run.tokens)
         return False
@@ -292,12 +294,15 @@ class Retrier:
         # not there (AdaptiveLimit.sending).
         return min(run.sending, adaptive.sending(self.gate.in_flight) + 1)
 
-    def learn_concurrency(self, run: Run, *, exact: bool) -> bool:
-        """Tell the adaptive limit the provider turned an attempt away for load; whether
-        the gate's limit is now below what the attempt was admitted under."""
+    def learn_concurrency(self, run: Run, *, exact: bool, tentative: bool = False) -> bool:
+        """Tell the adaptive limit the provider turned an attempt away for load
+        (``tentative``: by our counts, the answer did not say); whether the gate's limit
+        is now below what the attempt was admitted under."""
         adaptive = self.adaptive
         assert adaptive is not None
-        change = adaptive.on_concurrency(run.generation, self._in_flight(run), exact=exact)
+        change = adaptive.on_concurrency(
+            run.generation, self._in_flight(run), exact=exact, tentative=tentative
+        )
         if change is not None:
             self.report_change(change)
         return adaptive.limit < run.in_flight
