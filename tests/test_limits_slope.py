@@ -450,34 +450,89 @@ def _learned(clock: FakeClock) -> tuple[Gate, AdaptiveLimit]:
     return gate, limit  # the limit holds its gate weakly
 
 
+def test_a_shared_pools_429s_well_inside_the_slope_are_noise_unless_they_run() -> None:
+    """Growth 2 learned, the window well inside its allowance. A 429 whose send came
+    right after one that got through (or is still out) is a shared pool's: ignored, however
+    many come within a window (each one checked held the fleet its grace: shared pool 8 %,
+    1.018x the oracle). Two sends in a row turned away are a full window's sign: checked."""
+    clock = FakeClock()
+    _gate, limit = _learned(clock)
+    for sent in (25.0, 25.05, 25.1):  # 25.05 is still out
+        assert limit.reserve_send(sent) == 0.0
+    for sent in (25.0, 25.1):
+        clock.now = sent + 0.1
+        limit.rejected(sent)
+        assert limit.on_throttle(limit.generation, None, admitted_at=sent) is None
+    assert limit.statistics().checked_throttles == 0
+    assert limit.pause_left() == 0.0
+    for sent in (25.15, 25.2, 25.25):  # 25.15 got through
+        assert limit.reserve_send(sent) == 0.0
+    clock.now = 25.3
+    limit.rejected(25.2)
+    assert limit.on_throttle(limit.generation, None, admitted_at=25.2) is None
+    assert limit.statistics().checked_throttles == 0  # the one before it got through
+    limit.rejected(25.25)
+    assert limit.on_throttle(limit.generation, None, admitted_at=25.25) is None
+    assert limit.statistics().checked_throttles == 1  # two in a row: checked
+
+
 @pytest.mark.parametrize("late", [False, True], ids=["within-grace", "after-grace"])
 def test_a_checks_probe_turned_away_well_inside_the_slope_is_checked_again(late: bool) -> None:
-    """A shared pool's 429s well inside the learned slope: the first is ignored, the
-    second (within a window) checked. Its probe, turned away too, is as likely the pool's
-    again: checked once more, no pause. Within its grace that is the strike rule; after
-    it (the check ended, the fleet went on), a late answer is a first throttle again.
-    Either one taken as a pause held the fleet 5 s with the slots idle (shared pool 5 %,
-    seeds 6-10: 1.027x the oracle; checked, 1.007x)."""
+    """Two sends in a row turned away well inside the learned slope start a check. Its
+    probe, turned away too, is as likely a shared pool's: checked once more, no pause.
+    Within its grace that is the strike rule; after it (the check ended, the fleet went
+    on), a late answer is a first throttle again. Either one taken as a pause held the
+    fleet 5 s with the slots idle (shared pool 5 %, seeds 6-10: 1.027x the oracle;
+    checked, 1.007x)."""
     clock = FakeClock()
     _gate, limit = _learned(clock)
     first, second = object(), object()
-    clock.now = 25.1
+    for sent in (25.0, 25.2):
+        assert limit.reserve_send(sent) == 0.0
+    clock.now = 25.25
+    limit.rejected(25.0)
     assert limit.on_throttle(limit.generation, None, admitted_at=25.0, caller=first) is None
-    assert limit.statistics().checked_throttles == 0  # noise, once: ignored
-    clock.now = 25.3
+    assert limit.statistics().checked_throttles == 0  # alone so far
+    limit.rejected(25.2)
     assert limit.on_throttle(limit.generation, None, admitted_at=25.2, caller=second) is None
     assert limit.statistics().checked_throttles == 1
+    clock.now = 25.3
     assert limit.pass_pause(second) == (0.0, True)  # the check's probe: the call's retry
     assert limit.reserve_send(25.3) == 0.0
     if late:
         clock.now = 26.0  # its grace is over: the next to ask ends the check
         assert limit.pass_pause(first) == (0.0, False)
     clock.now = 26.1
+    limit.rejected(25.3)
     change = limit.on_throttle(limit.generation, None, probe=True, admitted_at=25.3, caller=second)
     assert change is None
     assert limit.pause_left() == 0.0
     assert limit.statistics().checked_throttles == 2
     assert limit.pass_pause(second) == (0.0, True)  # checked again, by the same call
+
+
+def test_a_429_taken_for_noise_sends_its_call_ahead_of_fresh_calls_once() -> None:
+    """A burst 429 well inside the learned slope, its send's predecessor not turned
+    away: noise, no check. The provider would have served the call: its retry queues ahead of fresh
+    calls, once (a check's probe, the throttled call's retry, always did). The mark goes
+    with the call's end, retried or not."""
+    clock = FakeClock()
+    _gate, limit = _learned(clock)
+    noisy, other = object(), object()
+    assert limit.reserve_send(25.0) == 0.0
+    clock.now = 25.1
+    limit.rejected(25.0)
+    assert limit.on_throttle(limit.generation, None, admitted_at=25.0, caller=noisy) is None
+    assert limit.statistics().checked_throttles == 0
+    assert not limit.goes_ahead(other)
+    assert limit.goes_ahead(noisy)
+    assert not limit.goes_ahead(noisy)  # once
+    assert limit.reserve_send(39.9) == 0.0
+    clock.now = 40.0  # another: noise again
+    limit.rejected(39.9)
+    assert limit.on_throttle(limit.generation, None, admitted_at=39.9, caller=noisy) is None
+    limit.disown(noisy)  # the call ended (out of attempts, or its 429 handed back)
+    assert not limit.goes_ahead(noisy)
 
 
 def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:

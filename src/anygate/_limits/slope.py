@@ -52,7 +52,7 @@ safe, no clock of its own: the caller passes times and holds a lock.
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, final
 
 from .slope_fit import BINS, MIN_PREVIOUS, WINDOWS, WindowFit, between, span
@@ -249,6 +249,19 @@ class SlopeLimit:
             for fit in kept.values():
                 fit.add(log, after, at)
         self._fits = kept
+
+    def repeated(self, at: float | None) -> bool:
+        """Whether the send at ``at``, turned away by a burst 429, ends a run of two or
+        more of ours all turned away: the one sent before it was too. A shared pool's
+        random 429s come alone (the sends between them get through, or are still out); a
+        full window turns away every send after it (``None``: unknown, no run)."""
+        if at is None:
+            return False
+        since = self._log.run_since(at, self._turned)
+        if since is None:
+            return False
+        turned = self._turned
+        return since < at or bisect_right(turned, at) - bisect_left(turned, at) >= 2
 
     def _run(self, until: float) -> tuple[float, float] | None:
         """``(since, until]``: the run of our sends up to ``until`` that were all turned

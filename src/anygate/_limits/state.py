@@ -52,6 +52,7 @@ class AdaptiveState:
 
     __slots__ = (
         "__weakref__",
+        "_ahead",
         "_applied",
         "_below",
         "_check_at",
@@ -65,7 +66,6 @@ class AdaptiveState:
         "_latency_on",
         "_lock",
         "_name",
-        "_noise_at",
         "_pace",
         "_pause",
         "_pause_s",
@@ -120,7 +120,8 @@ class AdaptiveState:
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
-        self._noise_at = -math.inf  # the last burst 429 taken for noise (well inside)
+        # Calls whose burst 429 was taken for noise: their retry goes ahead (goes_ahead).
+        self._ahead: set[object] = set()
         # A plain 429 taken for the slope rule's at a new high of calls at the provider:
         # (its send time, those calls), until its throttle is checked (see burst.py).
         self._suspect: tuple[float, int] | None = None

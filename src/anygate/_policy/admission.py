@@ -79,12 +79,17 @@ async def admit(
         # A burst pause's probe is kept for this call: a caller the pause holds back
         # hands it a slot (anygate._limits.handoff).
         token = await _probe_slot(gate, run, adaptive, busy_wait, tokens, output_tokens)
-    elif (permit is not None and permit._probe) or adaptive.owns_probe(run):
+    elif (
+        (permit is not None and permit._probe)
+        or adaptive.owns_probe(run)
+        or adaptive.goes_ahead(run)
+    ):
         # The breaker's half-open probe decides for every caller waiting on the
         # breaker: it goes ahead of the gate's queue (issue 30: queued behind a
         # token-paced backlog of ~2 minutes, it held the breaker half-open so long
         # that callers gave up as circuit_open). So does the retry of a call turned away
-        # by a burst 429: the next probe is kept for it (anygate._limits.pause).
+        # by a burst 429: the next probe is kept for it (anygate._limits.pause), or the
+        # 429 was a shared pool's noise (goes_ahead).
         token = await gate.acquire(
             timeout=busy_wait, tokens=tokens, output_tokens=output_tokens, priority=_AHEAD
         )
@@ -228,7 +233,11 @@ def admit_sync(
     else:
         # The breaker's half-open probe, and a burst pause's kept for this call, go
         # ahead of the gate's queue (see admit).
-        ahead = (permit is not None and permit._probe) or adaptive.owns_probe(run)
+        ahead = (
+            (permit is not None and permit._probe)
+            or adaptive.owns_probe(run)
+            or adaptive.goes_ahead(run)
+        )
         token = gate.acquire_sync(
             timeout=timeout,
             tokens=tokens,
