@@ -382,6 +382,47 @@ def test_sends_are_held_to_the_learned_growth_over_the_providers_windows() -> No
     assert slope.wait(30.0 + 1e-6) == 0.0
 
 
+def test_a_rule_that_holds_sends_for_six_windows_with_no_429_is_forgotten() -> None:
+    """Growth 1.1 and floor 3, learned wrong (a shared pool's 429s taught the peak x10 such
+    a rule): held to ``max(3, 1.1 x the window before)``, sends never grow. After six
+    windows in a row that each held a send, with no burst 429 meanwhile, the rule is
+    forgotten and sends go until the provider says otherwise. A burst 429 within the
+    stretch, or a window with nothing held, starts it over."""
+    log = SentLog(60.0)
+    _ramp(log, [30, 33])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
+    slope.growth, slope.floor = 1.1, 3
+    at = 20.0
+    held_at = []
+    while at < 200.0 and slope.growth is not None:
+        wait = slope.wait(at)
+        if wait == 0.0:
+            log.sent(at)
+            at += 0.01
+        else:
+            held_at.append(at)
+            at += wait
+    assert slope.growth is None
+    assert slope.floor == 0
+    assert held_at[0] < 21.0  # held from the start
+    assert held_at[0] + 6 * 10.0 <= at <= held_at[0] + 7 * 10.0  # forgotten six windows on
+    assert slope.wait(at) == 0.0
+    # A burst 429 within the stretch keeps the rule.
+    kept = SlopeLimit(log)
+    kept.edge(9.9, 10.0)
+    kept.edge(19.9, 20.0)
+    kept.growth, kept.floor = 1.1, 3
+    for k in range(12):
+        now = 200.0 + k * 10.0
+        kept.turned(now)  # the provider turns one away each window
+        for i in range(40):
+            if kept.wait(now + i * 0.01) == 0.0:
+                log.sent(now + i * 0.01)
+    assert kept.growth == 1.1
+
+
 def test_sends_are_held_over_trailing_windows_while_the_phase_is_loose() -> None:
     """Edges known only to within 5 s: the trailing window counts. Right after the edge it
     is the full one (120 of 2 x 60): a send waits until its oldest send leaves it."""

@@ -79,6 +79,10 @@ _INSIDE = 0.9
 #: windows (1.040x the oracle and 9 calls with a 429; counted, 1.037x and 8).
 _SPAN = 0.5
 
+#: Windows in a row with a send held and no burst 429 before a learned rule is forgotten
+#: (:meth:`SlopeLimit._held_too_long`).
+_PATIENCE = 6
+
 #: Edges remembered for a refit (:meth:`SlopeLimit._refit`): a few windows' worth.
 _EDGES = 4
 
@@ -102,6 +106,8 @@ class SlopeLimit:
     __slots__ = (
         "_edges",
         "_fits",
+        "_held_last",
+        "_held_since",
         "_log",
         "_noise_edge_at",
         "_said",
@@ -126,6 +132,9 @@ class SlopeLimit:
         self._turned: list[float] = []
         self._noise_edge_at = -math.inf  # the last edge ignored as noise (see edge)
         self._said: tuple[float, float] | None = None  # see said_full
+        # The stretch of windows each with a send held (see _held_too_long).
+        self._held_since = -math.inf
+        self._held_last = -math.inf
 
     def turned(self, at: float) -> None:
         """A burst 429 turned away the send made at ``at``."""
@@ -419,6 +428,32 @@ class SlopeLimit:
         previous = log.count(start_hi - window, start_lo)
         return current, previous, start_hi + window
 
+    def _held_too_long(self, at: float) -> bool:
+        """Whether the rule has held sends in every window for :data:`_PATIENCE` windows
+        with no burst 429 meanwhile: then it is forgotten (no growth, no floor) and sends
+        go until the provider turns one away, which teaches the rule again.
+
+        A rule learned wrong can hold for ever: a shared pool's 429s taught the peak x10
+        a 5 s window, growth 1.12 and floor 3 (the provider's: 10 s, 2 and 60), and held
+        to ``max(3, 1.12 x the window before)`` its sends never grew past 40 a minute
+        (seed 3: 2,080 calls unfinished after an hour). A rule the provider keeps lets
+        the sends it holds grow ``growth ** 6`` in six windows (11x at 1.5): a ramp
+        held that long with no 429 is nearly over, or its rule is not the provider's."""
+        window = self.window_s
+        if at - self._held_last > 2 * window or (
+            math.floor(at / window) > math.floor(self._held_last / window) + 1
+        ):
+            self._held_since = at  # a window (of ours) with nothing held: a new stretch
+        self._held_last = at
+        if at - self._held_since < _PATIENCE * window or at - self.last_turned < (
+            _PATIENCE * window
+        ):
+            return False
+        self.growth = None
+        self.floor = 0
+        self._held_since = at
+        return True
+
     def inside(self, at: float) -> bool:
         """Whether a send at ``at`` went with the current window well inside the learned
         allowance (below :data:`_INSIDE` of it): a 429 for it did not come from a full
@@ -436,6 +471,8 @@ class SlopeLimit:
             return 0.0
         current, allowed, edge = self._allowance(at + 1e-9)
         if current + 1 <= allowed:
+            return 0.0
+        if self._held_too_long(at):
             return 0.0
         if edge is not None:  # ask again once the next window has surely begun
             return max(edge - at, 1e-3)
