@@ -457,6 +457,46 @@ def test_an_edge_well_inside_the_allowance_teaches_nothing_until_it_repeats() ->
     assert slope.predicted(26.5) != pytest.approx(3.5)
 
 
+def _pinned_at_its_allowance() -> tuple[SentLog, SlopeLimit]:
+    """Growth 2 learned from edges at 10 and 20 s; the window from 20 s holds 238 of its
+    240 allowed by 21.7 s: a 429 then is not inside the allowance."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
+    for i in range(238):
+        log.sent(20.0 + i * 0.007)
+    assert not slope.inside(21.7)
+    return log, slope
+
+
+def test_an_edge_against_a_pinned_window_waits_for_a_second_within_two_windows() -> None:
+    """At its allowance, a shared pool's 429 at 21.7 s and a probe through at 26.8 s put an
+    "edge" where the 10 s window (pinned by two full windows) has none. Taken at once, the
+    peak x10 with a 5 % pool moved to an 8 s window there and let a herd go into the
+    provider's full one. It is held as a suspect: a second such edge within two windows
+    is taken with it."""
+    log, slope = _pinned_at_its_allowance()
+    assert not slope.edge(21.7, 26.8)
+    assert (slope.window_s, slope.growth) == (10.0, pytest.approx(2.0))
+    assert slope.predicted(27.0) == pytest.approx(3.0)  # the phase at 0 s stands
+    for i in range(30):
+        log.sent(27.0 + i * 0.1)
+    for i in range(520):  # 536 allowed from 30 s (2 x 268)
+        log.sent(30.0 + i * 0.005)
+    assert not slope.inside(32.6)
+    assert slope.edge(32.6, 37.6)  # the second word: no 10 s phase fits both
+    assert slope.window_s != 10.0
+
+
+def test_a_suspect_edge_is_forgotten_after_two_windows() -> None:
+    _, slope = _pinned_at_its_allowance()
+    assert not slope.edge(21.7, 26.8)
+    assert not slope.edge(53.6, 57.6)  # more than two windows on: a suspect of its own
+    assert slope.window_s == 10.0
+
+
 def test_a_rejection_well_inside_the_allowance_is_told_apart() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120])
@@ -752,9 +792,6 @@ def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_
     320 slots to the end that way)."""
     clock = FakeClock()
     gate, limit = _herd(clock)
-    limit.passed(4.5, sending=20)
-    limit.on_success(saturated=True)
-    assert gate.capacity == 20  # the slope is not known yet: 20 + 1/20
     limit._sends.slope.growth = 2.0  # learned (as the slope tests above learn it)
     limit.passed(5.0, sending=20)
     limit.on_success(saturated=True)
@@ -764,6 +801,34 @@ def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_
     assert gate.capacity == 24  # floor(1.1 x 22)
     limit.on_success(saturated=False)  # slots stood free: no evidence
     assert gate.capacity == 24
+
+
+def test_the_herds_limit_doubles_each_round_trip_once_no_throttle_came_for_two_windows() -> None:
+    """With no slope rule learned nothing holds the rate and nothing said the slots were
+    full: once no burst throttle came for two windows, each saturated success raises the
+    herd's limit by one, so a round trip of successes doubles it (slow start). By 1 / limit
+    instead, a herd of 4 taken at a shared pool's 429 was 101 of 320 slots four minutes on
+    (the morning peak x10). Sooner it is 1 / limit: a ramp's next edge is near."""
+    clock = FakeClock()
+    gate, limit = _herd(clock)  # the throttle was confirmed at 3.9 s
+    assert not limit._sends.slope.known
+    clock.now = 23.8  # not two windows yet
+    for _ in range(10):
+        limit.on_success(saturated=True)
+    assert gate.capacity == 20  # 20 + 10 x ~1/20
+    clock.now = 23.9
+    for _ in range(20):  # one round trip: the 20 admitted on the full gate come back
+        limit.on_success(saturated=True)
+    assert gate.capacity == 40
+    limit.on_success(saturated=False)  # slots stood free: no evidence
+    assert gate.capacity == 40
+    limit.passed(9.0, sending=40)
+    assert limit.on_concurrency(limit.generation, 40, exact=True) is not None
+    assert gate.capacity == 39  # the slots: in flight less one
+    for _ in range(10):  # a lesson about the slots: additive again, after its hold
+        clock.now += 3600.0
+        limit.on_success(saturated=True)
+    assert gate.capacity == 39  # 39 + 10 x ~1/39
 
 
 def test_a_concurrency_lesson_ends_the_herds_growth() -> None:

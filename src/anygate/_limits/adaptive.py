@@ -255,7 +255,8 @@ class AdaptiveLimit(BurstAnswer):
             if not slots.active or slots.limit >= slots.maximum:
                 return change
             old = self._applied
-            slots.grow(self._clock(), slope_known=self._sends.slope.known)
+            slope = self._sends.slope
+            slots.grow(self._clock(), slope_known=slope.known, window_s=slope.window_s)
             self._apply()
             if self._applied == old:
                 return change

@@ -322,6 +322,7 @@ class BurstAnswer(SendPath):
                 slots.burst_cut()
             elif not continuing and math.isinf(slots.limit) and in_flight is not None:
                 slots.take_herd(in_flight)
+            slots.throttled(now)
             self._generation += 1
             self._throttles += 1
             if retry_after is not None:

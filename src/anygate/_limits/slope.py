@@ -112,6 +112,7 @@ class SlopeLimit:
         "_noise_edge_at",
         "_said",
         "_span",
+        "_suspect",
         "_turned",
         "floor",
         "growth",
@@ -132,6 +133,8 @@ class SlopeLimit:
         self._turned: list[float] = []
         self._noise_edge_at = -math.inf  # the last edge ignored as noise (see edge)
         self._said: tuple[float, float] | None = None  # see said_full
+        # An edge against the window used, until a second says the same (see edge).
+        self._suspect: tuple[float, float, tuple[float, float] | None] | None = None
         # The stretch of windows each with a send held (see _held_too_long).
         self._held_since = -math.inf
         self._held_last = -math.inf
@@ -174,6 +177,7 @@ class SlopeLimit:
         went at ``after``, the first to get through after it at ``at``): learn from the
         counts; whether the estimate changed."""
         before = (self.window_s, self.growth, self.floor)
+        repeated = False
         if self.growth is not None and self.inside(after):
             # The last send turned away went well inside the learned allowance: no full
             # window of ours turned it away, but a shared pool's noise, confirmed by a
@@ -185,18 +189,35 @@ class SlopeLimit:
             self._noise_edge_at = at
             if not repeated:
                 return False
-        log = self._log
-        fits = self._fits.values()
         run = self._run(after)
         said = self._said
         if said is not None and said[0] <= after and said[1] <= at:
             # The provider's word joins the run: no edge from its 429's send until then.
             run = said if run is None else (min(run[0], said[0]), max(run[1], said[1]))
-        edges = self._edges
-        edges.append((after, at, run))
-        del edges[:-_EDGES]
-        for fit in fits:
-            fit.add(log, after, at, run)
+        used = self._fits.get(self.window_s)
+        if (
+            not repeated
+            and self.growth is not None
+            and used is not None
+            and len(used.episodes) >= 2
+            and not used.allows(after, at, None)
+        ):
+            # Outside every edge of a window two full ones or more fit, whose growth is
+            # learned: noise (a shared pool's 429, then its check's probe turned away too)
+            # until the next edge within two windows says the same (one inside the
+            # allowance repeated already; a run of ours turned away across an edge the
+            # window predicts is taken at once). Taken at once, the peak x10 with a 5 %
+            # pool read an edge in (21.7, 26.8] as an 8 s window 6 s after its 10 s
+            # window's second edge, and the herd the new window let go was turned away.
+            suspect, self._suspect = self._suspect, (after, at, run)
+            if suspect is None or at - suspect[1] > 2 * self.window_s:
+                return False
+            self._suspect = None
+            self._add(*suspect)
+        else:
+            self._suspect = None
+        self._add(after, at, run)
+        fits = self._fits.values()
         if not any(fit.fits for fit in fits):  # no window fits every edge
             self._refit()
             fits = self._fits.values()
@@ -220,6 +241,14 @@ class SlopeLimit:
             self.floor = floor
         self._span = span(self._fits[self.window_s])
         return (self.window_s, self.growth, self.floor) != before
+
+    def _add(self, after: float, at: float, run: tuple[float, float] | None) -> None:
+        """Remember the edge in ``(after, at]`` and read it into every window's fit."""
+        edges = self._edges
+        edges.append((after, at, run))
+        del edges[:-_EDGES]
+        for fit in self._fits.values():
+            fit.add(self._log, after, at, run)
 
     def _refit(self) -> None:
         """No window fits every edge seen: keep the windows that fit the most recent

@@ -102,6 +102,12 @@ class WindowFit:
             return None
         return min(edge, at)
 
+    def allows(self, after: float, at: float, run: tuple[float, float] | None) -> bool:
+        """Whether a phase still allowed puts an edge in ``(after, at]`` outside ``run``."""
+        return any(
+            ok and self._fitting(i, after, at, run) is not None for i, ok in enumerate(self.phases)
+        )
+
     def constrain(self, after: float, at: float, run: tuple[float, float] | None) -> None:
         """Keep the phases an edge in ``(after, at]`` and ``run`` allow (no counts: an
         edge older than the log, replayed by :meth:`.SlopeLimit.edge`)."""
