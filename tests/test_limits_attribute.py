@@ -315,6 +315,35 @@ def test_a_tentative_lesson_is_undone_by_a_pass_above_it_and_confirmed_by_a_seco
     assert worded._slots.holding(clock.now)
 
 
+@pytest.mark.parametrize("tentative", [False, True])
+def test_an_overshoots_429s_answered_out_of_order_teach_the_least_bound(tentative: bool) -> None:
+    """A window's release sent 54 calls past 320 slots at once; their 429s come back in
+    any order. The first answered (374 out) teaches 373, and the others, sent before that
+    lesson, tighten it to the least count (321 out: 320 slots) instead of being old news.
+    One sent after the lesson, or after any other change, is old news again."""
+    clock = FakeClock()
+    clock.now = 30.0
+    gate = Gate(math.inf, name="overshoot", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    before = limit.generation
+    assert limit.on_concurrency(before, 374, exact=True, tentative=tentative) is not None
+    assert gate.capacity == 373
+    change = limit.on_concurrency(before, 321, exact=True, tentative=tentative)
+    assert change is not None
+    assert (change.old, change.new, change.reason) == (373, 320, "concurrency")
+    assert limit.on_concurrency(before, 330, exact=True, tentative=tentative) is None
+    assert gate.capacity == 320
+    assert limit.on_concurrency(before, 300, exact=False) is None  # an overload answer: no
+    assert gate.capacity == 320
+    assert limit._slots.holding(clock.now) is not tentative  # the lesson's hold is kept
+    if tentative:
+        limit.passed(30.5, sending=321)  # still undone by a pass above the tighter bound
+        assert gate.capacity == math.inf
+    limit.on_throttle(limit.generation, None, 300)  # another change since
+    assert limit.generation > before + 1
+    assert limit.on_concurrency(before, 310, exact=True, tentative=tentative) is None
+
+
 def test_a_suspect_429s_probe_turned_away_confirms_the_slope_rule() -> None:
     """The same check, its probe turned away with a slot free: the slope rule's window is
     spent. A pause follows, as for any confirmed throttle, and no slot is cut."""

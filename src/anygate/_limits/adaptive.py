@@ -189,7 +189,9 @@ class AdaptiveLimit(BurstAnswer):
                 above it; a second there confirms it
                 (:meth:`anygate._limits.concurrency.ConcurrencyLimit.cut`).
 
-        One cut per generation, as for burst-rate throttles. After a cut the limit holds
+        One cut per generation, as for burst-rate throttles; a concurrency 429 for an
+        attempt admitted just before the latest lesson (nothing else changed since) only
+        tightens it to its own count, if lower. After a cut the limit holds
         for a while before it grows again (each probe upward costs a throttle): 30 s,
         doubling each time a probe finds the same limit again, up to 10 minutes. Works
         without a configured cap: the learned limit becomes the gate's capacity.
@@ -205,13 +207,24 @@ class AdaptiveLimit(BurstAnswer):
             if slots.maximum < 1:
                 return None
             now = self._clock()
-            if self._old_news(generation, slots.holding(now)):
-                return None
             old = self._applied
-            if not slots.cut(in_flight, now, exact=exact, tentative=tentative):
+            if self._old_news(generation, slots.holding(now)):
+                # One sent before the lesson, nothing changed since: the same overshoot's
+                # 429s come back in any order, and the least count bounds the slots. Taken
+                # from the first answer alone, the peak x10's (plain 429s) read 373 of 320
+                # slots at 30 s, and its next window's release was turned away by the 53.
+                if not (
+                    exact
+                    and generation == self._lesson_generation == self._generation - 1
+                    and slots.tighten(in_flight)
+                ):
+                    return None
+            elif slots.cut(in_flight, now, exact=exact, tentative=tentative):
+                self._lesson_generation = self._generation
+                self._generation += 1
+                self._throttles += 1
+            else:
                 return None
-            self._generation += 1
-            self._throttles += 1
             self._apply()
             return LimitChange(old, self._applied, slots.maximum, "concurrency", 0.0)
 

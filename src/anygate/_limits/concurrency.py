@@ -183,6 +183,22 @@ class ConcurrencyLimit:
         self.limit = target
         return True
 
+    def tighten(self, in_flight: int) -> bool:
+        """A concurrency 429 for an attempt sent before the latest lesson, with
+        ``in_flight`` at the provider (itself included): the same overshoot's, whose 429s
+        come back in any order. Its bound, if lower, replaces the lesson's (tentative or
+        not, the hold kept); whether the limit went down."""
+        target = max(float(self.floor_now), in_flight - 1.0)
+        if target >= self.limit:
+            return False
+        pending = self._tentative
+        if pending is not None:
+            self._tentative = (target, pending[1])
+        else:
+            self._learned = target
+        self.limit = target
+        return True
+
     def holding(self, now: float) -> bool:
         """Whether a cut's hold is on (below the maximum): no growth, and a throttle of an
         unknown generation is taken for one the cut already answered."""

@@ -64,6 +64,7 @@ class AdaptiveState:
         "_held",
         "_latency",
         "_latency_on",
+        "_lesson_generation",
         "_lock",
         "_name",
         "_pace",
@@ -109,6 +110,7 @@ class AdaptiveState:
         self._slots = ConcurrencyLimit(capacity, floor=min_concurrent_calls, factor=decrease_factor)
         self._applied = capacity  # what we last wrote to (or read from) the gate
         self._generation = 0
+        self._lesson_generation = -1  # the generation a concurrency lesson ended
         self._throttles = 0
         self._checks = 0  # first throttles checked (see on_throttle)
         self._stale = 0
