@@ -803,20 +803,20 @@ def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_
     assert gate.capacity == 24
 
 
-def test_the_herds_limit_doubles_each_round_trip_once_no_throttle_came_for_two_windows() -> None:
+def test_the_herds_limit_doubles_each_round_trip_once_no_throttle_came_for_a_window() -> None:
     """With no slope rule learned nothing holds the rate and nothing said the slots were
-    full: once no burst throttle came for two windows, each saturated success raises the
+    full: once no burst throttle came for a window, each saturated success raises the
     herd's limit by one, so a round trip of successes doubles it (slow start). By 1 / limit
     instead, a herd of 4 taken at a shared pool's 429 was 101 of 320 slots four minutes on
     (the morning peak x10). Sooner it is 1 / limit: a ramp's next edge is near."""
     clock = FakeClock()
     gate, limit = _herd(clock)  # the throttle was confirmed at 3.9 s
     assert not limit._sends.slope.known
-    clock.now = 23.8  # not two windows yet
+    clock.now = 13.8  # not a window yet
     for _ in range(10):
         limit.on_success(saturated=True)
     assert gate.capacity == 20  # 20 + 10 x ~1/20
-    clock.now = 23.9
+    clock.now = 13.9
     for _ in range(20):  # one round trip: the 20 admitted on the full gate come back
         limit.on_success(saturated=True)
     assert gate.capacity == 40
