@@ -205,8 +205,10 @@ class ConcurrencyLimit:
         return now < self.held_until and self.limit < self.maximum
 
     def burst_cut(self) -> None:
-        """A burst 429 with nothing else to answer it: ``limit x factor``."""
+        """A burst 429 with nothing else to answer it: ``limit x factor``, a lesson (a
+        herd's limit cut so no longer slow-starts, :meth:`grow`)."""
         self.limit = lowered_limit(self.limit, factor=self.factor, floor=self.floor_now)
+        self.herd = False
 
     def take_herd(self, in_flight: int) -> None:
         """An uncapped gate's first slope throttle with ``in_flight`` calls out: that is
