@@ -20,7 +20,7 @@ What.
   The window used is :data:`WINDOW_S` while it fits, else the shortest longer one that
   fits, else the longest shorter one. When none fits every edge, the latest edges are
   replayed against the list and the whole-second windows between the last two
-  (:meth:`SlopeLimit._refit`). Without the runs a 30 s window's edges (30, 60,
+  (:func:`.refit`). Without the runs a 30 s window's edges (30, 60,
   90 s) fit 10 s for ever: it was paced as one, its growth never learned, and each hold
   probed a 10 s edge that was not one (morning peak, burst window 30 s: 33 calls with a
   429, 23 of them in its first window).
@@ -55,7 +55,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, final
 
-from .slope_fit import BINS, MIN_PREVIOUS, WINDOWS, WindowFit, between, span
+from .slope_fit import BINS, MIN_PREVIOUS, WINDOWS, Edge, WindowFit, refit, span
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -83,7 +83,7 @@ _SPAN = 0.5
 #: (:meth:`SlopeLimit._held_too_long`).
 _PATIENCE = 6
 
-#: Edges remembered for a refit (:meth:`SlopeLimit._refit`): a few windows' worth.
+#: Edges remembered for a refit (:func:`.refit`): a few windows' worth.
 _EDGES = 4
 
 #: Burst rejections remembered (the oldest half dropped past this): runs are asked about
@@ -126,7 +126,7 @@ class SlopeLimit:
         self.floor = 0  # the least a full window after a quiet one held (0: not seen)
         self._fits = {window: WindowFit(window) for window in WINDOWS}
         # The latest edges, (after, at, the run turned away before after or None).
-        self._edges: list[tuple[float, float, tuple[float, float] | None]] = []
+        self._edges: list[Edge] = []
         self._span: tuple[float, float] | None = None  # the edges' span, see _aligned
         # Send times a burst 429 turned away, sorted (a send refused by another limit, or
         # by the slots, says nothing of this window's edges), within the log's horizon.
@@ -134,7 +134,7 @@ class SlopeLimit:
         self._noise_edge_at = -math.inf  # the last edge ignored as noise (see edge)
         self._said: tuple[float, float] | None = None  # see said_full
         # An edge against the window used, until a second says the same (see edge).
-        self._suspect: tuple[float, float, tuple[float, float] | None] | None = None
+        self._suspect: Edge | None = None
         # The stretch of windows each with a send held (see _held_too_long).
         self._held_since = -math.inf
         self._held_last = -math.inf
@@ -219,7 +219,7 @@ class SlopeLimit:
         self._add(after, at, run)
         fits = self._fits.values()
         if not any(fit.fits for fit in fits):  # no window fits every edge
-            self._refit()
+            self._fits = refit(self._log, self._edges)
             fits = self._fits.values()
         chosen = self._choose(fit for fit in fits if fit.fits)
         if chosen is None:  # not reached: every bin meets an interval of a window or more
@@ -249,44 +249,6 @@ class SlopeLimit:
         del edges[:-_EDGES]
         for fit in self._fits.values():
             fit.add(self._log, after, at, run)
-
-    def _refit(self) -> None:
-        """No window fits every edge seen: keep the windows that fit the most recent
-        edges (:data:`_EDGES`), of :data:`WINDOWS` and of the whole-second windows the
-        last two edges suggest (:func:`.between`), :data:`WINDOWS` first at a tie; if none
-        fits two, start :data:`WINDOWS` over from the latest edge alone (without its run:
-        it may be what contradicted the rest).
-
-        A 45 s window's first edge, after a run of over 30 s, fit only 60 s; its second fit
-        none, and started over at 10 s, where no growth was read again for the rest of
-        the run (window 45 s: 0.59 % of calls with a 429, seeds 1-5)."""
-        log, edges = self._log, self._edges
-        after, at, run = edges[-1]
-        windows = dict.fromkeys(WINDOWS, True)
-        if len(edges) > 1:
-            for window in between(edges[-2][:2], edges[-1][:2]):
-                windows.setdefault(window, False)
-        scored: list[tuple[tuple[int, bool], WindowFit]] = []
-        for window, listed in windows.items():
-            fit = WindowFit(window)
-            fit.add(log, after, at, run)
-            count = 1
-            for older in reversed(edges[:-1]):
-                phases = fit.phases
-                fit.constrain(*older)
-                if not fit.fits:
-                    fit.phases = phases
-                    break
-                count += 1
-            if fit.fits:
-                scored.append(((count, listed), fit))
-        top = max((score for score, _ in scored), default=(0, True))
-        kept = {fit.window_s: fit for score, fit in scored if score == top}
-        if top[0] < 2:
-            kept = {window: WindowFit(window) for window in WINDOWS}
-            for fit in kept.values():
-                fit.add(log, after, at)
-        self._fits = kept
 
     def repeated(self, at: float | None) -> bool:
         """Whether the send at ``at``, turned away by a burst 429, ends a run of two or
