@@ -437,16 +437,22 @@ def test_sends_are_held_over_trailing_windows_while_the_phase_is_loose() -> None
     assert slope.wait(20.0) == pytest.approx(oldest + 10.0 - 20.0)
 
 
-def test_an_edge_well_inside_the_allowance_teaches_nothing_until_it_repeats() -> None:
-    """Growth 2 learned. At 25 s the window from 20 s holds 100 of its 236 allowed, and a
-    shared pool's 429 (confirmed by a second) ends in an "edge" at 25.5 s: read as one, it
-    would move the phase and teach the steady rate around it as a growth. It is ignored;
-    another such edge within two windows is taken (the provider may have lowered its rule)."""
+def _growth_two_learned() -> tuple[SentLog, SlopeLimit]:
+    """Windows of 60 and 120 sends, edges at 10 and 20 s: a 10 s window, growth 2."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
     slope = SlopeLimit(log)
     slope.edge(9.9, 10.0)
     slope.edge(19.9, 20.0)
+    return log, slope
+
+
+def test_an_edge_well_inside_the_allowance_teaches_nothing_until_it_repeats() -> None:
+    """Growth 2 learned. At 25 s the window from 20 s holds 100 of its 236 allowed, and a
+    shared pool's 429 (confirmed by a second) ends in an "edge" at 25.5 s: read as one, it
+    would move the phase and teach the steady rate around it as a growth. It is ignored;
+    another such edge within two windows is taken (the provider may have lowered its rule)."""
+    log, slope = _growth_two_learned()
     for i in range(100):
         log.sent(20.0 + i * 0.05)
     assert slope.inside(25.0)
@@ -460,11 +466,7 @@ def test_an_edge_well_inside_the_allowance_teaches_nothing_until_it_repeats() ->
 def _pinned_at_its_allowance() -> tuple[SentLog, SlopeLimit]:
     """Growth 2 learned from edges at 10 and 20 s; the window from 20 s holds 238 of its
     240 allowed by 21.7 s: a 429 then is not inside the allowance."""
-    log = SentLog(60.0)
-    _ramp(log, [60, 120])
-    slope = SlopeLimit(log)
-    slope.edge(9.9, 10.0)
-    slope.edge(19.9, 20.0)
+    log, slope = _growth_two_learned()
     for i in range(238):
         log.sent(20.0 + i * 0.007)
     assert not slope.inside(21.7)
