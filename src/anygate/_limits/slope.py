@@ -112,7 +112,7 @@ class SlopeLimit:
         "_noise_edge_at",
         "_said",
         "_span",
-        "_suspect",
+        "_suspect_edge",
         "_turned",
         "floor",
         "growth",
@@ -134,7 +134,7 @@ class SlopeLimit:
         self._noise_edge_at = -math.inf  # the last edge ignored as noise (see edge)
         self._said: tuple[float, float] | None = None  # see said_full
         # An edge against the window used, until a second says the same (see edge).
-        self._suspect: Edge | None = None
+        self._suspect_edge: Edge | None = None
         # The stretch of windows each with a send held (see _held_too_long).
         self._held_since = -math.inf
         self._held_last = -math.inf
@@ -209,13 +209,13 @@ class SlopeLimit:
             # window predicts is taken at once). Taken at once, the peak x10 with a 5 %
             # pool read an edge in (21.7, 26.8] as an 8 s window 6 s after its 10 s
             # window's second edge, and the herd the new window let go was turned away.
-            suspect, self._suspect = self._suspect, (after, at, run)
+            suspect, self._suspect_edge = self._suspect_edge, (after, at, run)
             if suspect is None or at - suspect[1] > 2 * self.window_s:
                 return False
-            self._suspect = None
+            self._suspect_edge = None
             self._add(*suspect)
         else:
-            self._suspect = None
+            self._suspect_edge = None
         self._add(after, at, run)
         fits = self._fits.values()
         if not any(fit.fits for fit in fits):  # no window fits every edge
