@@ -648,6 +648,82 @@ def test_a_burst_throttle_holds_a_tenth_of_a_window_and_cuts_nothing() -> None:
     assert gate.capacity == 32
 
 
+def _paused(clock: FakeClock) -> tuple[Gate, AdaptiveLimit, object]:
+    """60 sends in 0-6 s, then a burst 429 at 6 s confirmed by its check's probe: a pause
+    of a tenth of a window, its probe kept for the throttled call (returned)."""
+    gate = Gate(32, name="slope", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    call = object()
+    for i in range(60):
+        clock.now = i * 0.1
+        assert limit.reserve_send(clock.now) == 0.0
+    clock.now = 6.0
+    limit.rejected(5.9)
+    assert limit.on_throttle(limit.generation, None, admitted_at=5.9, caller=call) is None
+    assert limit.pass_pause(call) == (0.0, True)  # the check's probe
+    assert limit.reserve_send(6.0, call) == 0.0
+    limit.rejected(6.0)
+    assert limit.on_throttle(None, None, probe=True, admitted_at=6.0, caller=call) is not None
+    assert limit.pause_left() == pytest.approx(WINDOW_S / 10)
+    return gate, limit, call
+
+
+def test_a_pauses_probe_finds_the_edge_where_it_went_not_where_it_got_the_role() -> None:
+    """The pause's probe is given its role at 7 s and held (by the slope, the slots) until
+    7.5 s: the window's edge lies before 7.5 s, not 7 s. Taken from the role, a probe
+    held 2.6 s put the edge 0.2 s before the provider's, and the herd aligned to it went
+    into the full window (the peak x10 with a 5 s window, seed 3: 486 calls turned
+    away)."""
+    clock = FakeClock()
+    _gate, limit, call = _paused(clock)
+    clock.now = 7.0
+    assert limit.pass_pause(call) == (0.0, True)
+    other = object()
+    clock.now = 7.5
+    assert limit.pass_pause(other)[0] > 0  # the grace runs from the probe's send
+    assert limit.reserve_send(7.5, call) == 0.0
+    clock.now = 8.0
+    limit.on_success(probe=True, caller=call)
+    assert limit._sends.slope._edges[-1][:2] == (6.0, 7.5)
+
+
+@pytest.mark.parametrize("through", [True, False])
+def test_a_probe_its_grace_outlasted_is_an_edge_only_once_it_got_through(through: bool) -> None:
+    """Slope learned, a window filled to its allowance and a 429 at its end: the pause
+    holds to the predicted edge (30 s). Its probe unanswered for its grace (1 s), the
+    others go; the window's edge is the probe's send only once it gets through. Turned
+    away after its grace, its send was inside the full window: taken as the edge, the
+    window's phase would be off by that much."""
+    clock = FakeClock()
+    _gate, limit = _learned(clock)
+    slope = limit._sends.slope
+    call = object()
+    at = 25.0
+    while limit.reserve_send(at) == 0.0:  # up to the window's allowance
+        at += 0.025
+        clock.now = at
+    clock.now = 29.95
+    limit.rejected(29.9)
+    assert limit.on_throttle(limit.generation, None, admitted_at=29.9, caller=call) is not None
+    clock.now = 30.0
+    assert limit.pass_pause(call) == (0.0, True)
+    assert limit.reserve_send(30.0, call) == 0.0
+    before = list(slope._edges)
+    clock.now = 31.0
+    assert limit.pass_pause(object()) == (0.0, False)  # the grace is over: everyone goes
+    assert slope._edges == before
+    clock.now = 31.2
+    if through:
+        limit.on_success(probe=True, caller=call)
+        assert slope._edges[-1][:2] == (29.9, 30.0)
+    else:
+        limit.rejected(30.0)
+        limit.on_throttle(None, None, probe=True, admitted_at=30.0, caller=call)
+        assert slope._edges == before
+        limit.on_success(probe=True, caller=call)  # its retry got through: no late edge
+        assert all(edge[1] != 30.0 for edge in slope._edges)
+
+
 # --------------------------------------------------------------------------- a policy
 
 

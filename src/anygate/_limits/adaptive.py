@@ -235,6 +235,7 @@ class AdaptiveLimit(BurstAnswer):
         probe: bool = False,
         sent_at: float | None = None,
         in_flight: int = 0,
+        caller: object | None = None,
     ) -> LimitChange | None:
         """A successful call: grow the limit back by ``1 / limit``; a change if it crossed
         a whole slot.
@@ -248,11 +249,13 @@ class AdaptiveLimit(BurstAnswer):
             in_flight: the gate's calls at the provider when it was sent, itself
                 included. With :attr:`latency` on, these two feed the latency
                 estimate, a second ceiling on the gate (:meth:`_on_latency`).
+            caller: the call (the object it passed to :meth:`pass_pause`): a probe
+                whose pause's grace ended ends no later pause.
         """
         if probe:
             with self._lock:
                 checking, now = self._pause.checking, self._clock()
-                self._pause.probe_succeeded(now)
+                self._pause.probe_succeeded(now, caller)
                 self._check_ended(checking, now)
                 self._learn_edge()
         change = None

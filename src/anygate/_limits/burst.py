@@ -205,7 +205,7 @@ class BurstAnswer(SendPath):
                 return
             run.burst_probe = False
             checking, now = self._pause.checking, self._clock()
-            self._pause.probe_succeeded(now)
+            self._pause.probe_succeeded(now, run)
             self._check_ended(checking, now)
             self._learn_edge()
 
@@ -257,6 +257,8 @@ class BurstAnswer(SendPath):
             now = self._clock()
             suspect, self._suspect = self._suspect, None
             below = suspect[1] if suspect is not None and suspect[0] == admitted_at else None
+            if probe:
+                self._pause.turned(caller)
             if self._pause.pausing:
                 self._pause.turned_away()
             if admitted_at is not None:
@@ -421,9 +423,12 @@ class BurstAnswer(SendPath):
         pause = self._pause
         edge = pause.take_edge()
         sends = self._sends
-        turned = sends.slope.last_turned
-        if edge is not None and turned < edge:
-            sends.edge(turned, edge)
+        if edge is not None:
+            # The latest send turned away before the probe's: a probe accepted after its
+            # grace let the others go may come after sends of theirs turned away.
+            turned = sends.slope.turned_before(edge)
+            if turned > -math.inf:
+                sends.edge(turned, edge)
         release = pause.take_release()
         # A herd: most of those it holds were turned away. A few 429s among many held (a
         # shared pool's noise) let everyone go, as before: paced by doubling waves after

@@ -55,6 +55,8 @@ class SendPath(AdaptiveState):
                 wait = OVER_LIMIT_POLL_S
             if wait <= 0:
                 self._sends.sent(at, cost, caller)
+                if caller is not None:
+                    self._pause.went(caller, at)
             if caller is not None:
                 if wait > 0:
                     held.add(caller)

@@ -167,6 +167,12 @@ class SlopeLimit:
         turned = self._turned
         return turned[-1] if turned else -math.inf
 
+    def turned_before(self, at: float) -> float:
+        """The latest send before ``at`` a burst 429 turned away (``-inf``: none)."""
+        turned = self._turned
+        index = bisect_left(turned, at)
+        return turned[index - 1] if index else -math.inf
+
     @property
     def known(self) -> bool:
         """Whether a growth was learned (sends are held to it)."""

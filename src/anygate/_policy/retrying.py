@@ -142,6 +142,7 @@ class Retrier:
                     probe=probe,
                     sent_at=run.admitted_at,
                     in_flight=run.sending,
+                    caller=run,
                 )
             elif probe:
                 self.adaptive.probe_ended()
