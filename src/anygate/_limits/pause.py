@@ -9,9 +9,11 @@ pause that ended with everyone at once would send the whole queue into a window 
 still be spent.
 
 While the slope rule is known (:mod:`anygate._limits.slope`) the probe need not be waited
-for to the end: a probe not turned away within its grace got past the provider's rate
-check (a throttle comes back in a reject latency, a success may take the whole generation
-time), and the learned slope decides how fast the others go.
+for to the end: a probe not turned away within its grace (from when it went) has likely
+got past the provider's rate check (a throttle comes back in a reject latency, a success
+may take the whole generation time), and the learned slope decides how fast the others
+go. Its send is the spent window's edge (:attr:`BurstPause.edge`) only once it is accepted
+or succeeds: one turned away after its grace went inside the full window.
 
 With pacing, a first burst throttle is only *checked* (:meth:`BurstPause.check`): a pause
 of no length whose probe goes at once, the others waiting its grace (twice the throttle's
@@ -97,7 +99,7 @@ class BurstPause:
         self._probe_sent = -math.inf
         self._probe_caller: object | None = None  # who holds the probe (passing's caller)
         # A confirmed pause ended by its probe's grace: (the probe's caller, its send) until
-        # the probe is accepted (then its send is the edge, see late_success).
+        # the probe is accepted (then its send is the edge, see probe_succeeded).
         self._late: tuple[object | None, float] | None = None
         self._reject_s = 0.0  # the slowest burst 429 a probe got (pacing's probe grace)
         self._resume = Latch(name)  # shut while a pause lasts
@@ -322,7 +324,7 @@ class BurstPause:
     def probe_succeeded(self, now: float, caller: object | None = None) -> None:
         """The probe's call (``caller``'s) succeeded: the pause is over for everyone. The
         probe of a pause its grace ended (:meth:`passing`) ends none begun since, and its
-        send is the edge of that one's (:meth:`late_success`)."""
+        send is the edge of that one's."""
         late = self._late
         if late is not None and late[0] is caller:
             self._late = None
