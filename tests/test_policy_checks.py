@@ -201,6 +201,32 @@ def test_a_held_caller_hands_its_slot_to_the_probes_owner() -> None:
         token.release()
 
 
+def test_a_slot_handed_to_an_owner_that_does_not_take_it_goes_back_and_is_counted() -> None:
+    """A held caller hands its slot to the probe's owner, and the owner does not take it
+    within its reservation (a thread descheduled, a call that left): the next caller to
+    ask probes, and the handed slot goes back to the gate. It was admitted and reached no
+    provider; ``probe_slots_returned`` counts it (the soak's accounting of admissions
+    against provider calls needs it: a one-in-thirty flake until it did)."""
+    limit, gate, clock = _paced(capacity=2)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner, first, late = object(), object(), object()
+    held = [gate.acquire_nowait(), gate.acquire_nowait()]
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+    assert limit.ask_for_slot(owner) is not None
+    clock.now += limit.pause_left()
+    assert limit.pass_pause(first, can_yield=True) == (YIELD, False)
+    assert limit.hand_slot(held[0])
+    assert limit.statistics().probe_slots_returned == 0
+    clock.now += PROBE_RESERVE_S  # the owner never came for it
+    assert limit.pass_pause(late) == (0.0, True)  # the probe is the next to ask's
+    assert gate.in_flight == 1  # the handed slot went back
+    assert limit.slot_handed_sync(owner, 0.0) is None
+    assert limit.statistics().probe_slots_returned == 1
+    held[1].release()
+
+
 def test_a_blocking_probe_owner_takes_the_slot_a_held_caller_hands_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

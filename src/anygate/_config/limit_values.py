@@ -190,6 +190,10 @@ class AdaptiveStatistics:
         most_in_service: the most calls at the provider at once that got through: a
             success's count at its send, less the calls whose 429 came back after it
             went (what a plain 429 at a new high is told apart by; 0: none yet).
+        probe_slots_returned: slots a caller held back by a burst pause handed to the call
+            its probe is kept for, and that went back to the gate unused (that call left,
+            or its reservation ran out, before it took the slot): admissions of the gate
+            that reached no provider.
     """
 
     gate: str
@@ -213,3 +217,4 @@ class AdaptiveStatistics:
     latency_limit: float | None = None
     no_load_latency_s: float | None = None
     most_in_service: int = 0
+    probe_slots_returned: int = 0

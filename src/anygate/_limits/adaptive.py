@@ -152,6 +152,7 @@ class AdaptiveLimit(BurstAnswer):
                 latency_limit=self._latency.limit,
                 no_load_latency_s=self._latency.no_load_latency,
                 most_in_service=slots.most_passed,
+                probe_slots_returned=self._pause.slots_returned,
             )
 
     def __repr__(self) -> str:

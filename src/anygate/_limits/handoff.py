@@ -33,13 +33,16 @@ __all__ = ["SlotHandoff"]
 class SlotHandoff:
     """A slot handed from a held caller to the probe's owner (see the module docstring)."""
 
-    __slots__ = ("_handed", "_latch", "_promised", "_waits")
+    __slots__ = ("_handed", "_latch", "_promised", "_waits", "returned")
 
     def __init__(self, name: str) -> None:
         self._waits = False  # the owner waits for a slot
         self._promised = False  # a held caller was told to yield one
         self._handed: Token | None = None
         self._latch = Latch(name)  # shut while the owner waits and nothing was handed
+        #: Slots handed over and released unused (the owner left, or its reservation ran
+        #: out, first): each an admission with no provider call.
+        self.returned = 0
 
     def ask(self) -> None:
         """The owner, with no slot, starts waiting for one."""
@@ -75,6 +78,7 @@ class SlotHandoff:
         the gate, and a waiting owner stops waiting (it then queues)."""
         token = self.take()
         if token is not None:
+            self.returned += 1
             token.release()
 
     async def wait(self, seconds: float) -> None:

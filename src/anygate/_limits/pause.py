@@ -295,6 +295,11 @@ class BurstPause:
         self._handoff.wait_sync(seconds)
 
     @property
+    def slots_returned(self) -> int:
+        """Slots handed to the probe's owner and released unused (:mod:`.handoff`)."""
+        return self._handoff.returned
+
+    @property
     def owner(self) -> object | None:
         """The call the next probe is kept for (read without the lock by ``disown``)."""
         return self._owner
