@@ -724,6 +724,31 @@ def test_a_probe_its_grace_outlasted_is_an_edge_only_once_it_got_through(through
         assert all(edge[1] != 30.0 for edge in slope._edges)
 
 
+def test_a_probe_that_goes_after_its_grace_let_the_others_go_finds_the_edge_there() -> None:
+    """Named the probe at 30 s and held (by the slope, the slots) past its grace: the
+    others go at 31 s, the probe at 31.5 s, and once it gets through the edge is there."""
+    clock = FakeClock()
+    _gate, limit = _learned(clock)
+    slope = limit._sends.slope
+    call = object()
+    at = 25.0
+    while limit.reserve_send(at) == 0.0:
+        at += 0.025
+        clock.now = at
+    clock.now = 29.95
+    limit.rejected(29.9)
+    assert limit.on_throttle(limit.generation, None, admitted_at=29.9, caller=call) is not None
+    clock.now = 30.0
+    assert limit.pass_pause(call) == (0.0, True)
+    clock.now = 31.0
+    assert limit.pass_pause(object()) == (0.0, False)  # its grace is over: everyone goes
+    clock.now = 31.5
+    assert limit.reserve_send(31.5, call) == 0.0
+    clock.now = 32.0
+    limit.on_success(probe=True, caller=call)
+    assert slope._edges[-1][:2] == (29.9, 31.5)
+
+
 # --------------------------------------------------------------------------- a policy
 
 

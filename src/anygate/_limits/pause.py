@@ -378,6 +378,9 @@ class BurstPause:
         away at 29.8 s)."""
         if self._probe_out and caller is self._probe_caller:
             self._probe_sent = at
+        late = self._late
+        if late is not None and late[0] is caller:  # it went after its grace ended
+            self._late = (caller, at)
 
     def turned(self, caller: object | None) -> None:
         """``caller``'s attempt, a probe, was turned away: if its pause's grace ended it,
