@@ -164,19 +164,29 @@ def test_a_pauses_probe_is_kept_for_the_call_turned_away() -> None:
     assert limit.pass_pause(fresh) == (0.0, True)
 
 
+def _both_slots_held_and_paused() -> tuple[
+    AdaptiveLimit, Gate, FakeClock, object, list[anygate.Token]
+]:
+    """A paced gate of 2 whose slots are both held, and a confirmed burst pause whose
+    probe is kept for ``owner`` (its check's probe was turned away too)."""
+    limit, gate, clock = _paced(capacity=2)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner = object()
+    held = [gate.acquire_nowait(), gate.acquire_nowait()]
+    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
+    assert limit.pass_pause(owner) == (0.0, True)
+    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+    return limit, gate, clock, owner, held
+
+
 def test_a_held_caller_hands_its_slot_to_the_probes_owner() -> None:
     """The probe's owner has no slot (its attempt gave its slot back) and every slot is
     held by callers the pause holds back: the first of them to ask once the probe is due
     is told to ``YIELD`` and hands its token over; the owner takes that very token, and
     the gate's count never changes. Only one yields; the rest wait for the owner's probe.
     If nobody hands one over in time, the owner gets ``None`` and queues."""
-    limit, gate, clock = _paced(capacity=2)
-    _admit(limit, gate, clock, per_s=6, seconds=10)
-    owner, first, second = object(), object(), object()
-    held = [gate.acquire_nowait(), gate.acquire_nowait()]
-    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
-    assert limit.pass_pause(owner) == (0.0, True)
-    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+    limit, gate, clock, owner, held = _both_slots_held_and_paused()
+    first, second = object(), object()
     pause = limit.pause_left()
     assert pause > 0
     fresh = object()
@@ -207,13 +217,8 @@ def test_a_slot_handed_to_an_owner_that_does_not_take_it_goes_back_and_is_counte
     ask probes, and the handed slot goes back to the gate. It was admitted and reached no
     provider; ``probe_slots_returned`` counts it (the soak's accounting of admissions
     against provider calls needs it: a one-in-thirty flake until it did)."""
-    limit, gate, clock = _paced(capacity=2)
-    _admit(limit, gate, clock, per_s=6, seconds=10)
-    owner, first, late = object(), object(), object()
-    held = [gate.acquire_nowait(), gate.acquire_nowait()]
-    limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=owner)
-    assert limit.pass_pause(owner) == (0.0, True)
-    limit.on_throttle(limit.generation, None, probe=True, admitted_at=clock.now, caller=owner)
+    limit, gate, clock, owner, held = _both_slots_held_and_paused()
+    first, late = object(), object()
     assert limit.ask_for_slot(owner) is not None
     clock.now += limit.pause_left()
     assert limit.pass_pause(first, can_yield=True) == (YIELD, False)
