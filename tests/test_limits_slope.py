@@ -687,16 +687,12 @@ def test_a_pauses_probe_finds_the_edge_where_it_went_not_where_it_got_the_role()
     assert limit._sends.slope._edges[-1][:2] == (6.0, 7.5)
 
 
-@pytest.mark.parametrize("through", [True, False])
-def test_a_probe_its_grace_outlasted_is_an_edge_only_once_it_got_through(through: bool) -> None:
-    """Slope learned, a window filled to its allowance and a 429 at its end: the pause
-    holds to the predicted edge (30 s). Its probe unanswered for its grace (1 s), the
-    others go; the window's edge is the probe's send only once it gets through. Turned
-    away after its grace, its send was inside the full window: taken as the edge, the
-    window's phase would be off by that much."""
-    clock = FakeClock()
-    _gate, limit = _learned(clock)
-    slope = limit._sends.slope
+def _probe_named_at_the_edge(clock: FakeClock) -> tuple[Gate, AdaptiveLimit, object]:
+    """Growth 2 learned (:func:`_learned`), the window from 20 s filled to its allowance
+    and a burst 429 at its end: the pause holds to the predicted edge (30 s), where the
+    throttled call (returned) is named the probe, not yet sent. The gate is returned to
+    keep it alive (the limit holds it weakly)."""
+    gate, limit = _learned(clock)
     call = object()
     at = 25.0
     while limit.reserve_send(at) == 0.0:  # up to the window's allowance
@@ -707,6 +703,19 @@ def test_a_probe_its_grace_outlasted_is_an_edge_only_once_it_got_through(through
     assert limit.on_throttle(limit.generation, None, admitted_at=29.9, caller=call) is not None
     clock.now = 30.0
     assert limit.pass_pause(call) == (0.0, True)
+    return gate, limit, call
+
+
+@pytest.mark.parametrize("through", [True, False])
+def test_a_probe_its_grace_outlasted_is_an_edge_only_once_it_got_through(through: bool) -> None:
+    """Slope learned, a window filled to its allowance and a 429 at its end: the pause
+    holds to the predicted edge (30 s). Its probe unanswered for its grace (1 s), the
+    others go; the window's edge is the probe's send only once it gets through. Turned
+    away after its grace, its send was inside the full window: taken as the edge, the
+    window's phase would be off by that much."""
+    clock = FakeClock()
+    _gate, limit, call = _probe_named_at_the_edge(clock)
+    slope = limit._sends.slope
     assert limit.reserve_send(30.0, call) == 0.0
     before = list(slope._edges)
     clock.now = 31.0
@@ -728,18 +737,8 @@ def test_a_probe_that_goes_after_its_grace_let_the_others_go_finds_the_edge_ther
     """Named the probe at 30 s and held (by the slope, the slots) past its grace: the
     others go at 31 s, the probe at 31.5 s, and once it gets through the edge is there."""
     clock = FakeClock()
-    _gate, limit = _learned(clock)
+    _gate, limit, call = _probe_named_at_the_edge(clock)
     slope = limit._sends.slope
-    call = object()
-    at = 25.0
-    while limit.reserve_send(at) == 0.0:
-        at += 0.025
-        clock.now = at
-    clock.now = 29.95
-    limit.rejected(29.9)
-    assert limit.on_throttle(limit.generation, None, admitted_at=29.9, caller=call) is not None
-    clock.now = 30.0
-    assert limit.pass_pause(call) == (0.0, True)
     clock.now = 31.0
     assert limit.pass_pause(object()) == (0.0, False)  # its grace is over: everyone goes
     clock.now = 31.5
