@@ -106,6 +106,28 @@ def test_a_first_burst_throttle_is_only_checked() -> None:
     assert (gate.rate, limit.statistics().throttles) == (None, 0)
 
 
+def test_only_the_checks_probe_confirms_it() -> None:
+    """A check asks one question: is its probe turned away too? Another attempt admitted
+    meanwhile (a retry that goes ahead, its 429 taken for noise) and turned away by a
+    shared pool is no answer: it confirmed the check, and the fleet paused 5 s with its
+    slots idle (the peak x10 with a 5 % pool). The probe's own 429 still confirms it."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner, other = object(), object()
+    assert (
+        limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1, caller=owner) is None
+    )
+    assert limit.pass_pause(owner) == (0.0, True)
+    clock.now += 0.05
+    assert limit.on_throttle(limit.generation, None, admitted_at=clock.now, caller=other) is None
+    stats = limit.statistics()
+    assert (stats.checked_throttles, stats.throttles) == (1, 0)
+    assert limit.pass_pause(other)[1] is False  # still held: the check goes on
+    change = limit.on_throttle(limit.generation, None, probe=True, caller=owner)
+    assert change is not None  # the probe's own 429 confirms it
+    assert limit.statistics().throttles == 1
+
+
 def test_the_checks_probe_is_kept_for_the_throttled_call() -> None:
     """Issue 26: the check's probe is the throttled call's own retry, even when another
     caller asks first (a throttle answered in zero time comes back before the next caller
