@@ -345,6 +345,20 @@ def test_a_hold_tries_the_next_window_that_fits_when_a_predicted_edge_was_not_on
     assert 35.5 + slope.hold(35.5, probe) == pytest.approx(40.0, abs=0.5)
 
 
+def test_a_hold_probes_a_shorter_windows_edge_once_one_was_read_at_it() -> None:
+    """An edge at 10 s fits 10 s (the window used) and 5 s alike. A full window at 12 s
+    holds to the first edge either asks for: 5 s's at 15 s, not 10 s's at 20 s. Held to
+    the longer one only, the peak x10 with a 5 s window spent the provider's next window
+    idle (seed 3: 1.049x the oracle; 1.009x probing both)."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    assert slope.window_s == WINDOW_S
+    turned = _full_run(log, slope, 12.0, 12.0)
+    assert 12.0 + slope.hold(12.0, turned) == pytest.approx(15.0, abs=0.21)
+
+
 def test_the_phase_pins_the_next_edge_and_the_hold_lasts_until_it() -> None:
     log = SentLog(60.0)
     _ramp(log, [60, 120, 240])
