@@ -762,6 +762,58 @@ def test_a_probe_that_goes_after_its_grace_let_the_others_go_finds_the_edge_ther
     assert slope._edges[-1][:2] == (29.9, 31.5)
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["within-grace", "after-grace"])
+@pytest.mark.parametrize("case", ["a-run-at-an-edge-that-fits", "alone", "a-run-elsewhere"])
+def test_a_checks_probe_through_after_a_run_found_an_edge_where_one_fits(
+    case: str, late: bool
+) -> None:
+    """60 sends in 5-10 s and an edge at 10 s, then 120 in the next 5 s. A check's probe
+    that got through says the 429 was noise, or that the window ended between the two.
+    A full window turns away every send after it filled, a shared pool's 429s come alone:
+    after a run of two or more of ours turned away, and where a window that fits the
+    edges seen puts one, the probe's send is an edge (within its grace or accepted after
+    it): here at 15 s, and the 5 s window with growth 2 is learned. Read as noise, the
+    peak x10 with a 5 s window missed the edge a probe crossed at 10.0 s and learned the
+    window only at 17.7 s (as 15 s), its herd held to 48 calls meanwhile (seed 1: 1.046x
+    the oracle). A lone 429 is noise; so is a run where no window puts an edge (a shared
+    pool's runs of two fall anywhere)."""
+    clock = FakeClock()
+    gate = Gate(32, name="slope", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    slope = limit._sends.slope
+    end = 12.5 if case == "a-run-elsewhere" else 15.0
+    sends = [5 + i / 12 for i in range(60)] + [10 + i / 24 for i in range(int((end - 10.05) * 24))]
+    for at in [*sends, end - 0.05, end - 0.03]:
+        clock.now = at
+        assert limit.reserve_send(at) == 0.0
+    slope.edge(9.9, 10.0)
+    edges = list(slope._edges)
+    call, other = object(), object()
+    clock.now = end
+    limit.rejected(end - 0.05)
+    assert limit.on_throttle(limit.generation, None, admitted_at=end - 0.05, caller=call) is None
+    assert limit.pass_pause(call) == (0.0, True)  # the check's probe
+    assert limit.reserve_send(end, call) == 0.0
+    if case != "alone":  # the send after it was turned away too: its 429 comes meanwhile
+        clock.now = end + 0.02
+        limit.rejected(end - 0.03)
+        assert (
+            limit.on_throttle(limit.generation, None, admitted_at=end - 0.03, caller=other) is None
+        )
+    if late:
+        clock.now = end + 0.2  # the check's grace (0.1 s) is over: the next to ask ends it
+        assert limit.pass_pause(object()) == (0.0, False)
+    assert slope._edges == edges
+    clock.now = end + 0.3
+    limit.on_success(probe=True, caller=call)
+    assert limit.statistics().throttles == 0
+    if case == "a-run-at-an-edge-that-fits":
+        assert slope._edges[-1][:2] == (end - 0.03, end)
+        assert (slope.window_s, slope.growth) == (5.0, pytest.approx(2.0, rel=0.05))
+    else:
+        assert slope._edges == edges
+
+
 # --------------------------------------------------------------------------- a policy
 
 

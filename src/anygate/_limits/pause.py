@@ -25,7 +25,10 @@ confirms the throttle, and the pause and the cut follow. Its cost where the wind
 spent: one more call with a 429, and a reject latency. A check whose probe got through
 was noise (``BurstPause._noisy``): until a throttle is confirmed again, a check needs
 its probe turned away twice, which took the shared pool's 1.16x to 1.02x and left the
-storm benchmark's tuning set as it was.
+storm benchmark's tuning set as it was. Or the window ended between the throttle and the
+probe: the probe's send is still handed on as an edge (:attr:`BurstPause.edge`, marked a
+check's), and the owner takes it only after a run of sends turned away (see
+:meth:`anygate._limits.burst.BurstAnswer._learn_edge`).
 
 The probe is the throttled call's own retry, for a check and (issue 30) for a pause:
 the turned-away probe asks again, with a slot a held caller hands it (:mod:`.handoff`),
@@ -98,9 +101,10 @@ class BurstPause:
         self._probe_out = False
         self._probe_sent = -math.inf
         self._probe_caller: object | None = None  # who holds the probe (passing's caller)
-        # A confirmed pause ended by its probe's grace: (the probe's caller, its send) until
-        # the probe is accepted (then its send is the edge, see probe_succeeded).
-        self._late: tuple[object | None, float] | None = None
+        # A pause (or check) ended by its probe's grace: (the probe's caller, its send,
+        # whether it was a check) until the probe is accepted (then its send is the edge,
+        # see probe_succeeded).
+        self._late: tuple[object | None, float, bool] | None = None
         self._reject_s = 0.0  # the slowest burst 429 a probe got (pacing's probe grace)
         self._resume = Latch(name)  # shut while a pause lasts
         # A check (not a pause): its probe's grace; None for a pause.
@@ -123,10 +127,10 @@ class BurstPause:
         self._owner_until = -math.inf
         # The owner's retry, with no slot, waits for one a held caller hands over.
         self._handoff = SlotHandoff(f"{name} (probe's slot)")
-        #: The send time of the probe that ended the last confirmed pause (it got past the
-        #: provider's spent window, so that window had ended by then), until the owner
-        #: takes it (:meth:`take_edge`).
-        self.edge: float | None = None
+        #: The send time of the probe that ended the last pause or check (it got past the
+        #: provider's rate check, so a spent window had ended by then) and whether it was a
+        #: check's, until the owner takes it (:meth:`take_edge`).
+        self.edge: tuple[float, bool] | None = None
         # Burst 429s since the pause (or check) began, and, once a pause that turned more
         # than one away ended on its probe's answer, ``(when, the probe's round trip,
         # those 429s)`` until the owner takes it: its release (anygate._limits.release).
@@ -221,8 +225,8 @@ class BurstPause:
             return max(pause_s, 1e-3), False
         if now - self._probe_sent >= grace:
             self._cleared()
-            if self._check_grace is None:  # the edge once the probe is accepted
-                self._late = (self._probe_caller, self._probe_sent)
+            # The edge once the probe is accepted.
+            self._late = (self._probe_caller, self._probe_sent, self._check_grace is not None)
             self._mark_release(now)
             self.end(now)
             return 0.0, False
@@ -333,7 +337,7 @@ class BurstPause:
         late = self._late
         if late is not None and late[0] is caller:
             self._late = None
-            self.edge = late[1]
+            self.edge = late[1:]
             return
         if self.pausing and self._probe_out:
             self._cleared()
@@ -342,8 +346,7 @@ class BurstPause:
             self.end(now)
 
     def _mark_edge(self) -> None:
-        if self._check_grace is None:  # a confirmed pause, not a check's noise
-            self.edge = self._probe_sent
+        self.edge = (self._probe_sent, self._check_grace is not None)
 
     def _mark_release(self, now: float) -> None:
         if self._herd > 1:  # more than the one 429 that started it: a herd was held
@@ -354,7 +357,7 @@ class BurstPause:
         release, self.release = self.release, None
         return release
 
-    def take_edge(self) -> float | None:
+    def take_edge(self) -> tuple[float, bool] | None:
         """The edge :attr:`edge` holds, once (``None``: no new one)."""
         edge, self.edge = self.edge, None
         return edge
@@ -380,7 +383,7 @@ class BurstPause:
             self._probe_sent = at
         late = self._late
         if late is not None and late[0] is caller:  # it went after its grace ended
-            self._late = (caller, at)
+            self._late = (caller, at, late[2])
 
     def turned(self, caller: object | None) -> None:
         """``caller``'s attempt, a probe, was turned away: if its pause's grace ended it,
