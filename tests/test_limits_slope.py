@@ -867,6 +867,49 @@ async def test_a_policy_learns_a_slope_rule_and_keeps_to_it() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_an_attempt_the_slope_holds_waits_for_a_pause_that_began_meanwhile() -> None:
+    """Growth 2 learned (edges at -10 s and 0 s) and the window from 0 s filled to its
+    allowance: a call at 1 s is held by the slope until the next edge, 10 s. At 2 s a 429
+    with Retry-After 20 s pauses the fleet until 22 s. The held call's wait ends during
+    the pause: it passes the pause as everyone does, and goes (as its probe) at 22 s.
+    Before, it went at 10 s, into the window the provider said stayed spent (a release's
+    waves did the same: 21 sends turned away at once, reject latency 0.6 s, seed 1)."""
+    policy = Policy(
+        name="held-then-paused",
+        max_concurrent_calls=8,
+        clock=anyio.current_time,
+        adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True),
+    )
+    limit = policy.adaptive_limit
+    slope = limit._sends.slope
+    t0 = anyio.current_time()
+    for at in [t0 - 20 + i / 6 for i in range(60)] + [t0 - 10 + i / 12 for i in range(120)]:
+        assert limit.reserve_send(at) == 0.0
+    slope.edge(t0 - 10.1, t0 - 10.0)
+    slope.edge(t0 - 0.1, t0)
+    assert slope.growth == pytest.approx(2.0)
+    at = t0
+    while limit.reserve_send(at) == 0.0:  # the window from 0 s, to its allowance
+        at += 0.001
+    sent: list[float] = []
+
+    async def provider() -> str:
+        sent.append(anyio.current_time() - t0)
+        return "ok"
+
+    await anyio.sleep(1.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(policy.call, provider)
+        await anyio.sleep(1.0)
+        assert sent == []  # held by the slope
+        change = limit.on_throttle(limit.generation, 20.0, admitted_at=at)
+        assert change is not None
+        assert limit.pause_left() == pytest.approx(20.0)
+    assert sent == [pytest.approx(22.0)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
 async def test_sends_an_outage_answered_fill_no_window() -> None:
     """The slope provider above, down from 30 s to 50 s (every request answered 503,
     counted nowhere). Counted as sent, the outage's attempts made the window before the

@@ -288,6 +288,46 @@ def test_a_blocking_probe_owner_takes_the_slot_a_held_caller_hands_it(
     assert gate.in_flight == 0
 
 
+@pytest.mark.parametrize("turned", [2, 1], ids=["most-turned-away", "one-turned-away"])
+def test_a_check_whose_probe_is_unanswered_releases_a_full_windows_herd_in_waves(
+    turned: int,
+) -> None:
+    """A burst 429 for the send at 5.0 s is checked; three more sends went before its
+    probe (5.1 s), and ten callers are held. The probe is still unanswered when its grace
+    (0.2 s) ends. If burst 429s turned away most of those three sends, the window looks
+    full (a pool turns away a few): the held callers go in doubling waves, two at once
+    first, as after a pause that turned a herd away. One of three turned away: everyone
+    goes, as after noise. At a reject latency of 0.6 s the probe's own 429 came after
+    its grace and the whole herd went into the spent window (20 sends turned away at
+    one instant, seed 1)."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=5)
+    for at in (5.0, 5.02, 5.04, 5.06):
+        clock.now = at
+        assert limit.reserve_send(at) == 0.0
+    checked, probe = object(), object()
+    clock.now = 5.1
+    limit.rejected(5.0)
+    assert limit.on_throttle(limit.generation, None, admitted_at=5.0, caller=checked) is None
+    assert limit.pass_pause(checked) == (0.0, True)
+    assert limit.reserve_send(5.1, checked) == 0.0
+    held = [object() for _ in range(10)]
+    for caller in held:
+        assert limit.pass_pause(caller)[0] > 0
+    clock.now = 5.15
+    for at in (5.02, 5.04)[:turned]:  # their 429s come back during the check
+        limit.rejected(at)
+        assert limit.on_throttle(limit.generation, None, admitted_at=at, caller=probe) is None
+    clock.now = 5.3  # the grace is over, the probe unanswered: the check ends
+    assert [limit.pass_pause(caller) for caller in held] == [(0.0, False)] * 10
+    waits = [limit.reserve_send(clock.now, caller) for caller in held]
+    if turned == 2:
+        assert waits[:2] == [0.0, 0.0]
+        assert all(wait > 0 for wait in waits[2:])
+    else:
+        assert waits == [0.0] * 10
+
+
 def test_the_checks_probe_succeeding_ends_the_check() -> None:
     """The probe's call succeeded: everyone goes, nothing changed."""
     limit, gate, clock = _paced()

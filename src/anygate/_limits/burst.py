@@ -76,6 +76,19 @@ class BurstAnswer(SendPath):
         with self._lock:
             return self._pause.left(self._clock())
 
+    def paused_for(self, caller: _Probe) -> bool:
+        """Whether a burst pause (or check) is on that ``caller``'s attempt, held in
+        :meth:`reserve_send` meanwhile and not its probe, must pass again
+        (:meth:`pass_pause`) before it goes. Unlocked: a stale ``False`` lets one attempt
+        go that was held as the pause began, a stale ``True`` asks :meth:`pass_pause`.
+
+        Without this an attempt the slope, a release's wave or a per-minute estimate held
+        went when that wait ended, into the window the pause said was spent: after a
+        check's unanswered probe let the herd go in waves, a wave due at 8.94 s went
+        during the pause its probe's 429 began at 8.22 s, and 21 sends were turned away
+        at once (reject latency 0.6 s, seed 1)."""
+        return self._pause.pausing and not caller.burst_probe
+
     @ki_protected
     def pass_pause(
         self, caller: object | None = None, *, can_yield: bool = False
@@ -313,6 +326,7 @@ class BurstAnswer(SendPath):
                 # One throttle could be anyone's (a shared pool's): ask once more first.
                 self._below = below
                 self._check_at = now
+                self._check_sent = now if admitted_at is None else admitted_at
                 self._check(burst, now, admitted_at, caller)
                 return None
             if probe and burst.checking and not burst.confirms(inside=inside):
@@ -451,7 +465,14 @@ class BurstAnswer(SendPath):
         # A herd: most of those it holds were turned away. A few 429s among many held (a
         # shared pool's noise) let everyone go, as before: paced by doubling waves after
         # each of its checks, the storm benchmark's shared-pool cell went 1.004 -> 1.014.
+        # Or a check's probe still unanswered at its grace's end, with most of the sends
+        # since the throttle it checks turned away (a full window's sign; a pool turns
+        # away a few): its own 429 may come later than its grace (twice the first 429's
+        # answer time), and the herd let go at once went into the spent window (reject
+        # latency 0.6 s, seed 1: 20 sends turned away at one instant).
         if release is not None and not sends.slope.known:
-            now, round_trip, turned = release
-            if 2 * turned >= len(self._held):
+            now, round_trip, turned, unanswered = release
+            if 2 * turned >= len(self._held) or (
+                unanswered and sends.slope.mostly_turned(self._check_sent, now - round_trip)
+            ):
                 sends.release = Release(now, round_trip)

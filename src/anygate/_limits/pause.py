@@ -135,7 +135,7 @@ class BurstPause:
         # than one away ended on its probe's answer, ``(when, the probe's round trip,
         # those 429s)`` until the owner takes it: its release (anygate._limits.release).
         self._herd = 0
-        self.release: tuple[float, float, int] | None = None
+        self.release: tuple[float, float, int, bool] | None = None
 
     def left(self, now: float) -> float:
         """Seconds of pause left (0 while only the probe is out, or with no pause)."""
@@ -227,7 +227,7 @@ class BurstPause:
             self._cleared()
             # The edge once the probe is accepted.
             self._late = (self._probe_caller, self._probe_sent, self._check_grace is not None)
-            self._mark_release(now)
+            self._mark_release(now, unanswered=self._check_grace is not None)
             self.end(now)
             return 0.0, False
         return max(self._probe_sent + grace - now, 1e-3), False
@@ -348,11 +348,11 @@ class BurstPause:
     def _mark_edge(self) -> None:
         self.edge = (self._probe_sent, self._check_grace is not None)
 
-    def _mark_release(self, now: float) -> None:
+    def _mark_release(self, now: float, *, unanswered: bool = False) -> None:
         if self._herd > 1:  # more than the one 429 that started it: a herd was held
-            self.release = (now, now - self._probe_sent, self._herd)
+            self.release = (now, now - self._probe_sent, self._herd, unanswered)
 
-    def take_release(self) -> tuple[float, float, int] | None:
+    def take_release(self) -> tuple[float, float, int, bool] | None:
         """The release :attr:`release` holds, once (``None``: no new one)."""
         release, self.release = self.release, None
         return release

@@ -283,6 +283,13 @@ class SlopeLimit:
         run = self._run(after)
         return any(fit.episodes and fit.allows(after, at, run) for fit in self._fits.values())
 
+    def mostly_turned(self, lo: float, hi: float) -> bool:
+        """Whether burst 429s turned away two or more of our sends in ``(lo, hi)``, and at
+        least half of them (those still out count as not turned away)."""
+        turned = self._turned
+        count = bisect_left(turned, hi) - bisect_right(turned, lo)
+        return count >= 2 and 2 * count >= self._log.sends(lo, hi)
+
     def _run(self, until: float) -> tuple[float, float] | None:
         """``(since, until]``: the run of our sends up to ``until`` that were all turned
         away (``None``: the send at ``until`` was not)."""

@@ -56,6 +56,7 @@ class AdaptiveState:
         "_applied",
         "_below",
         "_check_at",
+        "_check_sent",
         "_checks",
         "_clock",
         "_enabled",
@@ -131,6 +132,7 @@ class AdaptiveState:
         # the provider (itself included); ``None``: no such check.
         self._below: int | None = None
         self._check_at = -math.inf  # when the current check began
+        self._check_sent = -math.inf  # when the send it checks went (now if unknown)
         # A change the limit made on its own, outside a throttle's call (such a check
         # whose probe got through), until the policy reports it (take_change).
         self._unreported: LimitChange | None = None

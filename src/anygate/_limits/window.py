@@ -140,6 +140,11 @@ class SentLog:
             turned += bisect_right(self._refused, at) - bisect_right(self._refused, lo)
         return max(0, count - turned)
 
+    def sends(self, lo: float, hi: float) -> int:
+        """Requests sent in ``(lo, hi)``, turned away or not."""
+        sent = self._sent
+        return max(0, bisect_left(sent, hi) - bisect_right(sent, lo))
+
     def count(self, lo: float, hi: float, *, refused: bool = False) -> int:
         """Requests sent in ``[lo, hi)`` and not (yet) known turned away, by a rule or the
         slots (``hi - lo`` at most two windows: older sends may be compacted away);

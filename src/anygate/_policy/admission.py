@@ -103,7 +103,7 @@ async def admit(
         # (issue 26), and peers admitted during it are no part of this attempt's count.
         run.in_flight = in_flight = token.in_flight_at_admission
         run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-        if not testing.enabled:
+        while not testing.enabled:
             # Holding the slot while paused is the point: when the pause ends, one probe
             # goes, and after its success at most the capacity's worth at once.
             while True:
@@ -131,6 +131,10 @@ async def admit(
                 # to free, holding ours as in a pause.
                 check_pause(gate, wait, busy_wait)
                 await anyio.sleep(wait)
+                if adaptive.paused_for(run):
+                    break  # a burst pause (or check) began meanwhile: it holds us too
+            else:
+                break
         else:
             at = adaptive.clock()
         run.generation = adaptive.generation
@@ -248,37 +252,43 @@ def admit_sync(
     try:
         run.in_flight = in_flight = gate.in_flight
         run.saturated = in_flight >= gate.capacity or gate.waiting > 0
-        while not testing.enabled:
-            pause, run.burst_probe = adaptive.pass_pause(run, can_yield=own_gate)
-            if pause == YIELD:
-                if adaptive.hand_slot(token):  # the probe's owner's now (see admit)
-                    held = None
-                    token = held = gate.acquire_sync(
-                        timeout=_left(deadline, busy_wait),
-                        tokens=tokens,
-                        output_tokens=output_tokens,
-                        priority=_AHEAD,
-                    )
-                continue
-            if pause <= 0:
-                break
-            check_pause(gate, pause, busy_wait)
-            if time.monotonic() + pause >= deadline:
-                raise _past_deadline(loop, run, gate, now)
-            # A thread sleeps (and asks again): the pause is measured on the policy's
-            # clock, and a probe's success is noticed within one pause_s.
-            time.sleep(pause)
-        if not testing.enabled and (change := adaptive.take_change()) is not None:
-            loop.retrier.report_change(change)
         at = adaptive.clock()
-        # The send time the per-minute estimate counted is the attempt's (see admit).
-        run.tokens = tokens
-        while not testing.enabled and (wait := adaptive.reserve_send(at, run, tokens)) > 0:
-            check_pause(gate, wait, busy_wait)
-            if time.monotonic() + wait >= deadline:
-                raise _past_deadline(loop, run, gate, now)
-            time.sleep(wait)
+        while not testing.enabled:
+            while True:
+                pause, run.burst_probe = adaptive.pass_pause(run, can_yield=own_gate)
+                if pause == YIELD:
+                    if adaptive.hand_slot(token):  # the probe's owner's now (see admit)
+                        held = None
+                        token = held = gate.acquire_sync(
+                            timeout=_left(deadline, busy_wait),
+                            tokens=tokens,
+                            output_tokens=output_tokens,
+                            priority=_AHEAD,
+                        )
+                    continue
+                if pause <= 0:
+                    break
+                check_pause(gate, pause, busy_wait)
+                if time.monotonic() + pause >= deadline:
+                    raise _past_deadline(loop, run, gate, now)
+                # A thread sleeps (and asks again): the pause is measured on the policy's
+                # clock, and a probe's success is noticed within one pause_s.
+                time.sleep(pause)
+            if (change := adaptive.take_change()) is not None:
+                loop.retrier.report_change(change)
             at = adaptive.clock()
+            # The send time the per-minute estimate counted is the attempt's (see admit).
+            run.tokens = tokens
+            while (wait := adaptive.reserve_send(at, run, tokens)) > 0:
+                check_pause(gate, wait, busy_wait)
+                if time.monotonic() + wait >= deadline:
+                    raise _past_deadline(loop, run, gate, now)
+                time.sleep(wait)
+                at = adaptive.clock()
+                if adaptive.paused_for(run):
+                    break  # a burst pause (or check) began meanwhile (see admit)
+            else:
+                break
         run.generation = adaptive.generation
         run.admitted_at = at
         run.sending = adaptive.sending(gate.in_flight)
