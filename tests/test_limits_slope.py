@@ -477,6 +477,29 @@ def test_an_edge_well_inside_the_allowance_teaches_nothing_until_it_repeats() ->
     assert slope.predicted(26.5) != pytest.approx(3.5)
 
 
+@pytest.mark.parametrize("run", [False, True], ids=["lone", "a-run"])
+def test_a_lone_429_that_ends_a_window_tells_its_edge_not_its_count(run: bool) -> None:
+    """Growth 2 learned. The window from 20 s holds 230 of its 240 allowed by 24.6 s, a
+    send at 25 s is turned away, and the probe at 30 s gets through. If the send before
+    it got through, the 429 was lone: a shared pool's as likely as a full window's (at
+    90-100 % of the allowance it is not told apart), so the edge pins the phase but
+    teaches no growth. Read as full, such windows taught ever lower growths (the least
+    ratio is kept): 2.0, 1.87, 1.69, ... 1.00 in ten windows at the peak x10 with a 5 %
+    pool. A run turned away is a full window's: 230 / 120 is learned."""
+    log, slope = _growth_two_learned()
+    for i in range(230):
+        log.sent(20.0 + i * 0.02)
+    turned = [25.0, 25.01] if run else [25.0]
+    for at in turned:
+        log.sent(at)
+        log.rejected(at)
+        slope.turned(at)
+    assert not slope.inside(turned[0])
+    slope.edge(turned[-1], 30.0)
+    assert slope.growth == pytest.approx(230 / 120 if run else 2.0)
+    assert slope.predicted(31.0) == pytest.approx(9.0)  # the phase at 0 s stands
+
+
 def _pinned_at_its_allowance() -> tuple[SentLog, SlopeLimit]:
     """Growth 2 learned from edges at 10 and 20 s; the window from 20 s holds 238 of its
     240 allowed by 21.7 s: a 429 then is not inside the allowance."""
@@ -571,6 +594,39 @@ def test_a_shared_pools_429s_well_inside_the_slope_are_noise_unless_they_run() -
     limit.rejected(25.25)
     assert limit.on_throttle(limit.generation, None, admitted_at=25.25) is None
     assert limit.statistics().checked_throttles == 1  # two in a row: checked
+
+
+@pytest.mark.parametrize("noise", [False, True], ids=["quiet", "after-noise"])
+def test_a_lone_429_at_the_allowance_is_noise_after_noise_within_a_window(noise: bool) -> None:
+    """Growth 2 learned, the window from 20 s filled to its allowance, and a lone 429 (the
+    send before it got through) at its end. With no noise seen it is the window's: the
+    fleet holds to the edge. After a 429 well inside the allowance within a window (a
+    shared pool's), it is as likely the pool's, and goes ahead as noise: at the peak x10
+    a 5 % pool's 429 lands in the last tenth of nearly every window's allowance, and each
+    held the fleet to the edge (seed 2: 1.45x the oracle). A full window's run still
+    holds (test above)."""
+    clock = FakeClock()
+    _gate, limit = _learned(clock)
+    if noise:
+        clock.now = 24.95
+        limit.rejected(24.9)
+        assert limit.on_throttle(limit.generation, None, admitted_at=24.9) is None
+    at = 25.0
+    while limit.reserve_send(at) == 0.0:  # up to the window's allowance
+        last, at = at, at + 0.01
+        clock.now = at
+    call = object()
+    clock.now = at + 0.05
+    limit.rejected(last)
+    change = limit.on_throttle(limit.generation, None, admitted_at=last, caller=call)
+    assert limit.statistics().checked_throttles == 0
+    if noise:
+        assert change is None
+        assert limit.pause_left() == 0.0
+        assert limit.goes_ahead(call)
+    else:
+        assert change is not None  # held to the predicted edge, 30 s
+        assert clock.now + limit.pause_left() == pytest.approx(30.0, abs=0.2)
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["within-grace", "after-grace"])

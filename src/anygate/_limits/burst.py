@@ -297,13 +297,26 @@ class BurstAnswer(SendPath):
                 # as one, a shared pool's late 429 paused the fleet 5 s with the slots
                 # idle (shared pool 5 %, seed 7: 73.2 s and 133.7 s; 1.041x the oracle).
                 probe = False
-            if not probe and not burst.pausing and inside and not slope.repeated(admitted_at):
+            lone = not slope.repeated(admitted_at)
+            if (
+                not probe
+                and not burst.pausing
+                and lone
+                and (inside or (slope.known and now - self._noise_at <= slope.window_s))
+            ):
                 # Well inside the learned slope, and the send before it got through (or
                 # is still out): noise, a shared pool's; a full window turns away every
                 # send after it. Before, a second such 429 within a window was checked:
                 # at 5 % of arrivals nearly every one, each check holding the fleet its
                 # grace (shared pool 8 %: 1.018x the oracle; 1.004x now). The provider
                 # would have served the call: its retry goes ahead (goes_ahead).
+                # Near the allowance too, while such noise came within a window: at the
+                # peak x10's scale a 5 % pool's 429 lands in the last tenth of nearly
+                # every window's allowance, and each held the fleet to the edge (the
+                # held windows read ever lower growths, or with the lesson refused, the
+                # holds alone: seed 2 1.45x the oracle). A full window's run says so.
+                if inside:
+                    self._noise_at = now
                 if caller is not None:
                     self._ahead.add(caller)
                 return None

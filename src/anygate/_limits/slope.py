@@ -222,7 +222,13 @@ class SlopeLimit:
             self._add(*suspect)
         else:
             self._suspect_edge = None
-        self._add(after, at, run)
+        # A lone 429 (the send before it got through) that ends a window once a growth is
+        # known says where the edge is, not what the window held: a shared pool's 429 at
+        # 90-100 % of the allowance holds the fleet to the edge too, and read as full the
+        # window showed a lower growth each time (the least ratio is kept): the peak x10
+        # with a 5 % pool read 2.0, 1.87, 1.69, ... 1.00 in ten windows (3.1x the oracle).
+        # A full window turns away every send after it filled: a run.
+        self._add(after, at, run, counts=repeated or self.growth is None or run is not None)
         fits = self._fits.values()
         if not any(fit.fits for fit in fits):  # no window fits every edge
             self._fits = refit(self._log, self._edges)
@@ -248,13 +254,19 @@ class SlopeLimit:
         self._span = span(self._fits[self.window_s])
         return (self.window_s, self.growth, self.floor) != before
 
-    def _add(self, after: float, at: float, run: tuple[float, float] | None) -> None:
-        """Remember the edge in ``(after, at]`` and read it into every window's fit."""
+    def _add(
+        self, after: float, at: float, run: tuple[float, float] | None, *, counts: bool = True
+    ) -> None:
+        """Remember the edge in ``(after, at]`` and read it into every window's fit (its
+        phases only, not ``counts``)."""
         edges = self._edges
         edges.append((after, at, run))
         del edges[:-_EDGES]
         for fit in self._fits.values():
-            fit.add(self._log, after, at, run)
+            if counts:
+                fit.add(self._log, after, at, run)
+            else:
+                fit.constrain(after, at, run)
 
     def repeated(self, at: float | None) -> bool:
         """Whether the send at ``at``, turned away by a burst 429, ends a run of two or

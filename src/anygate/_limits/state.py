@@ -68,6 +68,7 @@ class AdaptiveState:
         "_lesson_generation",
         "_lock",
         "_name",
+        "_noise_at",
         "_pace",
         "_pause",
         "_pause_s",
@@ -133,6 +134,7 @@ class AdaptiveState:
         self._below: int | None = None
         self._check_at = -math.inf  # when the current check began
         self._check_sent = -math.inf  # when the send it checks went (now if unknown)
+        self._noise_at = -math.inf  # the last burst 429 well inside the slope (noise)
         # A change the limit made on its own, outside a throttle's call (such a check
         # whose probe got through), until the policy reports it (take_change).
         self._unreported: LimitChange | None = None
