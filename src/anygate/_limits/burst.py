@@ -297,7 +297,7 @@ class BurstAnswer(SendPath):
                 # as one, a shared pool's late 429 paused the fleet 5 s with the slots
                 # idle (shared pool 5 %, seed 7: 73.2 s and 133.7 s; 1.041x the oracle).
                 probe = False
-            lone = not slope.repeated(admitted_at)
+            lone = admitted_at is not None and not slope.repeated(admitted_at)
             if (
                 not probe
                 and not burst.pausing

@@ -19,7 +19,8 @@ and the rest, five round trips instead of one instant.
 It applies only when the pause turned more than one attempt away (a lone 429, a shared
 pool's noise, ends as it did: everyone held goes at once), or a check's probe was still
 unanswered at its grace's end with most sends since the throttle turned away, and the
-slope rule is not yet known (:mod:`anygate._limits.slope` holds sends to the learned allowance, a better answer).
+slope rule is not yet known (:mod:`anygate._limits.slope` holds sends to the learned
+allowance, a better answer).
 A new throttle during the release ends it (its pause holds everyone).
 
 Pure arithmetic on the caller's clock; the owner (:class:`anygate.AdaptiveLimit`) calls it

@@ -103,6 +103,7 @@ async def admit(
         # (issue 26), and peers admitted during it are no part of this attempt's count.
         run.in_flight = in_flight = token.in_flight_at_admission
         run.saturated = in_flight >= gate.capacity or gate.waiting > 0
+        at = adaptive.clock()
         while not testing.enabled:
             # Holding the slot while paused is the point: when the pause ends, one probe
             # goes, and after its success at most the capacity's worth at once.
@@ -132,11 +133,9 @@ async def admit(
                 check_pause(gate, wait, busy_wait)
                 await anyio.sleep(wait)
                 if adaptive.paused_for(run):
-                    break  # a burst pause (or check) began meanwhile: it holds us too
+                    break  # a burst pause (or check) began meanwhile: pass it first
             else:
-                break
-        else:
-            at = adaptive.clock()
+                break  # counted as sent at ``at``
         run.generation = adaptive.generation
         run.admitted_at = at
         run.sending = adaptive.sending(gate.in_flight)
@@ -288,7 +287,7 @@ def admit_sync(
                 if adaptive.paused_for(run):
                     break  # a burst pause (or check) began meanwhile (see admit)
             else:
-                break
+                break  # counted as sent at ``at``
         run.generation = adaptive.generation
         run.admitted_at = at
         run.sending = adaptive.sending(gate.in_flight)
