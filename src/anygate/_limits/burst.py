@@ -374,7 +374,7 @@ class BurstAnswer(SendPath):
             # the provider answers a probe: what the next probe's grace must cover. The
             # next probe is the throttled call's retry (queued ahead of fresh calls, see
             # owns_probe): the same question again, and no other call gets a 429 for it.
-            self._pause.start(now, pause, probe=probe, owner=caller)
+            self._pause.start(now, pause, probe=probe, owner=caller, memory_s=2 * slope.window_s)
             self._sends.release = None
             self._apply()
             return LimitChange(old, self._applied, slots.maximum, "burst_rate", pause)
