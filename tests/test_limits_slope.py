@@ -21,6 +21,7 @@ from anygate import (
 from anygate._limits.slope import WINDOW_S, SlopeLimit
 from anygate._limits.slope_fit import between
 from anygate._limits.window import SentLog
+from anygate._policy import admission
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst
 
@@ -961,6 +962,56 @@ async def test_an_attempt_the_slope_holds_waits_for_a_pause_that_began_meanwhile
         change = limit.on_throttle(limit.generation, 20.0, admitted_at=at)
         assert change is not None
         assert limit.pause_left() == pytest.approx(20.0)
+    assert sent == [pytest.approx(22.0)]
+
+
+def test_a_blocking_attempt_the_slope_holds_waits_for_a_pause_that_began_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The test above on the blocking path (``call_sync``), whose waits are the thread's
+    sleeps: here they move the policy's clock instead, and the first (the slope's hold,
+    from 1 s to 10 s) is where a 429 with Retry-After 20 s arrives, at 2 s. The held call
+    passes that pause when its hold ends and goes at 22 s, not into the spent window at
+    10 s."""
+    clock = FakeClock()
+    clock.now = 100.0
+    policy = Policy(
+        name="held-then-paused-sync",
+        max_concurrent_calls=8,
+        clock=clock,
+        adaptive_concurrency=AdaptiveConfig(pace_burst_rate=True),
+    )
+    limit = policy.adaptive_limit
+    assert limit is not None
+    slope = limit._sends.slope
+    t0 = clock.now
+    for at in [t0 - 20 + i / 6 for i in range(60)] + [t0 - 10 + i / 12 for i in range(120)]:
+        assert limit.reserve_send(at) == 0.0
+    slope.edge(t0 - 10.1, t0 - 10.0)
+    slope.edge(t0 - 0.1, t0)
+    at = t0
+    while limit.reserve_send(at) == 0.0:  # the window from 0 s, to its allowance
+        at += 0.001
+    sleeps: list[tuple[float, float]] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append((clock.now - t0, seconds))
+        if len(sleeps) == 1:  # the slope's hold: a 429 comes back 1 s into it
+            clock.now += 1.0
+            assert limit.on_throttle(limit.generation, 20.0, admitted_at=at) is not None
+            seconds -= 1.0
+        clock.now += seconds
+
+    sent: list[float] = []
+
+    def provider() -> str:
+        sent.append(clock.now - t0)
+        return "ok"
+
+    monkeypatch.setattr(admission.time, "sleep", sleep)
+    clock.now = t0 + 1.0
+    assert policy.call_sync(provider) == "ok"
+    assert sleeps[0] == (1.0, pytest.approx(9.0))  # held by the slope until 10 s
     assert sent == [pytest.approx(22.0)]
 
 
