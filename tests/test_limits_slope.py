@@ -149,6 +149,22 @@ def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
     assert slope.window_s == WINDOW_S
 
 
+def test_a_full_window_that_held_the_floor_teaches_no_growth() -> None:
+    """The floor (60) is known from the first window. A full window of 60 after one of 40
+    held the floor, ``max(floor, growth x 40)``: 1.5 is no growth reading (read as one,
+    the least ratio kept it, and reject latency 1 s crawled at 1.4 where the provider
+    allowed 2). The next full window, 120 after 60, is one."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 40, 60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    assert (slope.growth, slope.floor) == (None, 60)
+    slope.edge(29.9, 30.0)
+    assert (slope.growth, slope.floor) == (None, 60)
+    slope.edge(39.9, 40.0)
+    assert slope.growth == pytest.approx(2.0)
+
+
 def test_a_window_that_grew_by_a_handful_teaches_no_growth() -> None:
     """A flat rate turned away (a shared pool's repeated 429) is not a slope: 128 over 125
     would hold the fleet to 1.02x a window."""

@@ -236,7 +236,7 @@ class SlopeLimit:
         chosen = self._choose(fit for fit in fits if fit.fits)
         if chosen is None:  # not reached: every bin meets an interval of a window or more
             return False
-        growth, floor = chosen.estimate()
+        growth, floor = chosen.estimate(self.floor)
         if any(fit.fits and fit.window_s > chosen.window_s and fit.quiet() for fit in fits):
             # A longer window that fits as well read a full window after a quiet one: the
             # growth of the one used may be the ramp's start read across that window. A

@@ -142,13 +142,20 @@ class WindowFit:
             for ok, pair in zip(self.phases, latest, strict=True)
         )
 
-    def estimate(self) -> tuple[float | None, int | None]:
-        """``(growth, floor)`` from the remembered windows; ``None`` where unknown."""
+    def estimate(self, floor: int = 0) -> tuple[float | None, int | None]:
+        """``(growth, floor)`` from the remembered windows; ``None`` where unknown.
+
+        ``floor``: the floor known already. A full window that held no more than it (by
+        :data:`MIN_PREVIOUS`) shows the floor, not the growth: the rule is ``max(floor,
+        growth x previous)``. Read as growth, reject latency 1 s read 1.4 off a window
+        that held the floor (56 of ours after 28-35, the provider's 2 and 60; seed 1,
+        1.08x the oracle)."""
         growth = math.inf
+        least = floor + MIN_PREVIOUS if floor else 0
         for counts in self.episodes:
             pairs = [p for ok, p in zip(self.phases, counts, strict=True) if ok and p]
             if pairs and all(previous >= MIN_PREVIOUS for _, previous in pairs):
-                ratios = [f / p for f, p in pairs if f - p >= MIN_PREVIOUS]
+                ratios = [f / p for f, p in pairs if f - p >= MIN_PREVIOUS and f > least]
                 if ratios:
                     growth = min(growth, *ratios)
         latest = self.episodes[-1] if self.episodes else []
