@@ -149,6 +149,19 @@ def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
     assert slope.window_s == WINDOW_S
 
 
+def test_a_full_windows_sends_the_slots_refused_count_in_its_growth() -> None:
+    """The provider's rate limiter counted the 13 sends its slots refused (it sits in
+    front of them): the full window held 120 after 60, a growth of 2, not 107 / 60."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    for i in range(13):
+        log.refused(10.0 + (i + 0.5) / 12)
+    slope = SlopeLimit(log)
+    slope.edge(9.9, 10.0)
+    slope.edge(19.9, 20.0)
+    assert slope.growth == pytest.approx(2.0)
+
+
 def test_a_full_window_that_held_the_floor_teaches_no_growth() -> None:
     """The floor (60) is known from the first window. A full window of 60 after one of 40
     held the floor, ``max(floor, growth x 40)``: 1.5 is no growth reading (read as one,

@@ -127,8 +127,8 @@ class WindowFit:
             if edge is None:
                 counts.append(None)
             else:
-                full = log.count(edge - window, edge)
-                counts.append((full, log.count(edge - 2 * window, edge - window)))
+                full = log.count(edge - window, edge, refused=True)
+                counts.append((full, log.count(edge - 2 * window, edge - window, refused=True)))
         self.phases = [ok and c is not None for ok, c in zip(self.phases, counts, strict=True)]
         self.episodes.append(counts)
         del self.episodes[:-_EPISODES]
