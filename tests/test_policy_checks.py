@@ -445,6 +445,43 @@ def test_without_pacing_the_others_wait_for_the_probes_outcome() -> None:
     assert limit.pass_pause() == (5.0, False)
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_probe_turned_away_wakes_those_waiting_for_its_outcome() -> None:
+    """The others wait up to a whole pause for the probe's outcome. When it is turned
+    away, a new pause begins whose probe (the owner's retry) needs a slot: when the
+    owner asks for one, they ask again at once, are told the new pause's length, and the
+    first to ask once the probe is due hands it one. Asleep for the old wait, they held
+    every slot and the probe went 3 s late (reject latency 1 s, morning peak seed 2: no
+    send from 9.8 s to 14.8 s)."""
+    limit, gate, clock = _paced(pace_burst_rate=False)
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    owner = object()
+    limit.on_throttle(limit.generation, None, caller=owner)
+    clock.now += 5.0
+    assert limit.pass_pause(owner) == (0.0, True)
+    clock.now += 0.5
+    assert limit.pass_pause() == (5.0, False)
+    start = anyio.current_time()
+    woke: list[float] = []
+
+    async def held() -> None:
+        await limit.wait_pause(5.0)
+        woke.append(anyio.current_time() - start)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(held)
+        await anyio.wait_all_tasks_blocked()
+        change = limit.on_throttle(limit.generation, 1.0, probe=True, caller=owner)
+        assert change is not None
+        await anyio.wait_all_tasks_blocked()
+        assert woke == []  # a new pause alone wakes nobody
+        assert limit.ask_for_slot(owner) == pytest.approx(1.0 + PROBE_RESERVE_S)
+    assert woke == [0.0]
+    assert limit.pass_pause() == (pytest.approx(1.0), False)  # the new pause, then the probe
+    assert limit.owns_probe(owner)
+
+
 # --------------------------------------------------------------------------- settings
 
 

@@ -294,6 +294,7 @@ class BurstPause:
         if caller is not self._owner:
             return None
         self._handoff.ask()
+        self._wake()
         opens = max(self._until, now)
         self._owner_until = max(self._owner_until, opens + PROBE_RESERVE_S)
         return opens - now + PROBE_RESERVE_S
@@ -345,6 +346,15 @@ class BurstPause:
             self._paused_since = now
             self._herd = 1
         self.pausing = True
+        self._resume.shut()
+
+    def _wake(self) -> None:
+        """The callers the pause holds ask again now: the owner waits for a slot one of
+        them hands over once the probe is due (:meth:`passing`). Those waiting for the
+        last probe's outcome sleep up to ``pause_s``: holding every slot, they kept the
+        next probe's retry from one (reject latency 1 s, seed 2: the probe due at 11.75 s
+        went at 14.77 s, no send in between)."""
+        self._resume.open()
         self._resume.shut()
 
     def probe_succeeded(self, now: float, caller: object | None = None) -> None:
