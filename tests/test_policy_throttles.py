@@ -97,6 +97,26 @@ def test_a_concurrency_throttle_sets_the_limit_below_the_calls_in_flight_uncappe
     assert gate.capacity == 32
 
 
+def test_an_overshoots_later_429_does_not_tighten_below_what_got_through() -> None:
+    """The same overshoot's 429s tighten the lesson to the least count, but a count below
+    the most calls that got through at once is not believed: it is the least of the
+    send's count and now's, and now comes after the lesson cut what went out (reject
+    latency 1 s, seed 1: 34 tightened to 28 for 32 slots, 31 seen through, and the gate
+    held at 28 for the lesson's 30 s)."""
+    gate = Gate()
+    limit = AdaptiveLimit(gate, clock=FakeClock())
+    limit.passed(0.0, sending=31)
+    before = limit.generation
+    assert limit.on_concurrency(before, 35, exact=True) is not None
+    assert gate.capacity == 34
+    assert limit.on_concurrency(before, 33, exact=True) is not None
+    assert gate.capacity == 32
+    assert limit.on_concurrency(before, 29, exact=True) is None
+    assert gate.capacity == 32
+    assert limit.on_concurrency(before, 32, exact=True) is not None  # at it: believed
+    assert gate.capacity == 31
+
+
 def test_an_overload_answer_cuts_by_the_factor_and_a_lone_call_teaches_nothing() -> None:
     gate = Gate(20)
     limit = AdaptiveLimit(gate, clock=FakeClock(), decrease_factor=0.5)
