@@ -201,6 +201,36 @@ def test_an_edge_known_loosely_reads_the_least_growth_its_phases_allow() -> None
     assert 1.0 < slope.growth <= 2.0
 
 
+def test_whole_second_neighbours_that_fit_alike_use_the_longer_until_an_edge_says() -> None:
+    """Three full windows of a provider's 45 s window, each a ramp then a run turned away
+    until the edge, read loosely (the first two within 5 s). The whole seconds between the
+    first two edges fit 39-47 s; the third keeps 44 and 45 s, alike, and the longer is
+    used (the shorter's edges come first: held to 44 s, a herd goes at 176 s into a window
+    full until 180 s). An edge only 44 s puts where one is expected is no noise: another
+    window that fits as well explains it, and it is used from then on."""
+    log = SentLog(200.0)
+    slope = SlopeLimit(log)
+
+    def full_window(start: float, ramp: int, ramp_s: float, last: float, through: float) -> bool:
+        for i in range(ramp):
+            log.sent(start + (i + 0.5) * ramp_s / ramp)
+        turned = [*(start + ramp_s + 0.5 + i for i in range(int(last - start - ramp_s))), last]
+        for at in turned:
+            log.sent(at)
+            log.rejected(at)
+            slope.turned(at)
+        log.sent(through)
+        return slope.edge(last, through)
+
+    full_window(0.0, 60, 13.0, 43.5, 48.5)
+    full_window(48.5, 120, 25.0, 86.9, 92.0)
+    assert full_window(92.0, 240, 30.0, 134.2, 135.5)
+    fitting = {window for window, fit in slope._fits.items() if fit.fits}
+    assert (fitting, slope.window_s) == ({44.0, 45.0}, 45.0)
+    assert full_window(135.5, 400, 30.0, 178.0, 178.6)
+    assert slope.window_s == 44.0
+
+
 def test_no_growth_is_read_while_a_longer_window_fits_and_read_a_floor() -> None:
     """One edge alone, at 20 s: read as 10 s windows the fleet's ramp shows a growth, but
     a 20 s window (or longer) fits it as well, and read that way its full window followed
