@@ -149,6 +149,29 @@ def test_a_full_window_after_a_busy_one_teaches_the_growth() -> None:
     assert slope.window_s == WINDOW_S
 
 
+def test_with_no_floor_known_a_quiet_window_holds_nothing_back() -> None:
+    """Growth 2 read off two busy windows, no floor (no full window followed a quiet
+    one). After a quiet stretch the provider allows its floor, unknown, not nothing:
+    ``growth x 0`` held every send until the rule was forgotten (an 8 % pool, seed 3:
+    the run's last call went 82 s late). A window with a few of ours before says as
+    little; one with enough says ``growth x`` it."""
+    log = SentLog(60.0)
+    _ramp(log, [30, 60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(19.9, 20.0)
+    slope.edge(29.9, 30.0)
+    assert (slope.growth, slope.floor) == (pytest.approx(2.0), 0)
+    assert slope.wait(100.0) == 0.0
+    for i in range(3):
+        log.sent(100.0 + i)
+    assert slope.wait(111.0) == 0.0  # three before: too few to read
+    for i in range(10):
+        log.sent(111.0 + i / 10)
+    for i in range(20):
+        log.sent(120.5 + i / 10)
+    assert slope.wait(122.6) > 0.0  # ten before, twenty now: held to growth x ten
+
+
 def test_a_full_windows_sends_the_slots_refused_count_in_its_growth() -> None:
     """The provider's rate limiter counted the 13 sends its slots refused (it sits in
     front of them): the full window held 120 after 60, a growth of 2, not 107 / 60."""

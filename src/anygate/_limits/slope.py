@@ -414,12 +414,22 @@ class SlopeLimit:
             current, previous, edge = aligned
             if growth is None:  # a recovery: the floor alone, after a quiet window
                 return current, (self.floor if previous < MIN_PREVIOUS else math.inf), edge
-            return current, max(self.floor, growth * previous), edge
+            return current, self._rule(growth, previous), edge
         current = log.count(at - window, at)
         if growth is None:
             return current, (self.floor if self._after_quiet(at) else math.inf), None
         previous = log.count(at - 2 * window, at - window)
-        return current, max(self.floor, growth * previous), None
+        return current, self._rule(growth, previous), None
+
+    def _rule(self, growth: float, previous: int) -> float:
+        """``max(floor, growth x previous)``; no bound after a window too quiet to read
+        (fewer than :data:`MIN_PREVIOUS` of ours) while no floor is known: the provider's
+        floor is then all it allows, unknown, not none. Held to ``growth x`` a handful,
+        the last calls of a run waited out every window until the rule was forgotten
+        (an 8 % shared pool, seed 3: the last call sent 82 s after the one before)."""
+        if previous < MIN_PREVIOUS and not self.floor:
+            return math.inf
+        return max(self.floor, growth * previous)
 
     def _after_quiet(self, at: float) -> bool:
         """Whether the trailing window at ``at`` follows a quiet stretch two windows long
