@@ -16,6 +16,7 @@ import pytest
 
 from anygate import AdaptiveLimit, Gate
 from anygate._config.limit_values import capacity_for, lowered_limit, raised_limit
+from anygate._limits.slope_fit import MIN_PREVIOUS
 from anygate._policy.sharing import adaptive_limit_for
 from tests.policy_helpers import FakeClock
 
@@ -199,7 +200,10 @@ def test_a_success_at_the_maximum_changes_nothing() -> None:
 
 def test_no_cap_pauses_and_takes_the_calls_in_flight_as_its_limit() -> None:
     """An uncapped gate: a burst throttle pauses it and makes the calls in flight its limit
-    (so the pause does not end in a herd); without that count, it only pauses."""
+    (so the pause does not end in a herd); without that count, it only pauses. Nor with
+    a handful out (fewer than MIN_PREVIOUS): a full window that small says little, and a
+    shared pool's two 429s 0.1 s into the peak x10 held it to 4 calls for a window (its
+    ramp a window behind the oracle's: 1.043x)."""
     limit, gate, _ = _limit(math.inf)
     assert "no cap" in repr(limit)
     change = limit.on_throttle(0, None)
@@ -209,6 +213,10 @@ def test_no_cap_pauses_and_takes_the_calls_in_flight_as_its_limit() -> None:
     other, gate2, _ = _limit(math.inf)
     assert other.on_throttle(0, None, in_flight=12) is not None
     assert gate2.capacity == 12
+    few, gate3, _ = _limit(math.inf)
+    assert few.on_throttle(0, None, in_flight=MIN_PREVIOUS - 1) is not None
+    assert few.pause_left() > 0
+    assert gate3.capacity == math.inf
 
 
 def test_disabled_does_nothing_and_disabling_restores_the_maximum() -> None:

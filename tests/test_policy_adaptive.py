@@ -260,16 +260,18 @@ async def test_the_testing_switch_skips_the_pause_but_not_the_cut() -> None:
     assert next((e.old, e.new, e.pause_s) for e in limit_events(events)) == (4, 3, 5.0)
 
 
-async def test_without_a_cap_a_throttle_sets_a_limit() -> None:
-    """No cap: the calls in flight at the throttle (here 1) become the limit, so the end of
-    the pause is no herd; the call retries and succeeds."""
+async def test_without_a_cap_a_throttle_with_a_handful_out_only_pauses() -> None:
+    """No cap: the calls in flight at a throttle become the limit (the end of the pause is
+    no herd, ``test_adaptive.py``), but not a handful (here 1): a full window that small
+    says little, and the pause alone answers it; the call retries and succeeds."""
     events: list[Any] = []
     policy = Policy(hooks=[events.append], clock=FakeClock())
     with anygate.set_testing(True):
         assert await policy.call(Script(burst())) == "ok"
     (cut, *_) = limit_events(events)
-    assert (cut.old, cut.new, cut.reason) == (math.inf, 1, "burst_rate")
-    assert policy.gate.capacity <= 2  # the retry's success on the full gate may grow it
+    assert (cut.old, cut.new, cut.reason) == (math.inf, math.inf, "burst_rate")
+    assert cut.pause_s > 0
+    assert policy.gate.capacity == math.inf
 
 
 async def test_turned_off_a_throttle_changes_nothing() -> None:

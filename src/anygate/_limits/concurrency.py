@@ -18,7 +18,8 @@ apart by, :mod:`.attribute`).
   same limit again, up to ``DEFAULT_MAX_HOLD_S`` (10 min).
 * :meth:`burst_cut` (with the slope not learned, ``pace_burst_rate`` off): a burst 429
   multiplies it by ``decrease_factor``; :meth:`take_herd`: an uncapped gate takes its
-  calls in flight at a first slope throttle as its limit (the *herd's*).
+  calls in flight at a first slope throttle as its limit (the *herd's*; not a handful,
+  :mod:`.burst`).
 * :meth:`grow`: a saturated success raises the limit by ``1 / limit`` (about a slot per
   limit's worth of successes); a herd limit, once the slope is learned, straight to
   ``HERD_GROWTH`` (1.1) times :attr:`most_passed`, and with none learned, once no burst
