@@ -33,7 +33,7 @@ What.
   no more than ``max(floor, growth x the window before)``: the provider's own windows once
   the edges seen pin their phase (to a tenth of a window; to half of one in a recovery,
   two windows after a quiet stretch that followed sends of ours), each count erring
-  toward holding back (:meth:`SlopeLimit._aligned`); else trailing windows (while the rate
+  toward holding back (:mod:`.slope_allowance`); else trailing windows (while the rate
   grows, the window before a trailing one holds no more than the aligned one's, so the
   bound errs low, never high; but it anchors on the first send after a quiet stretch, and
   after an outage that is the breaker's late probe). Before a growth is known, only the
@@ -55,7 +55,8 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, final
 
-from .slope_fit import BINS, MIN_PREVIOUS, WINDOWS, Edge, WindowFit, refit, span
+from .slope_allowance import allowance
+from .slope_fit import WINDOWS, Edge, WindowFit, refit, span
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -70,14 +71,6 @@ WINDOW_S = 10.0
 #: A rejection with the trailing window below this share of the allowance is noise until
 #: it repeats within a window.
 _INSIDE = 0.9
-#: In a recovery the provider's own windows are counted once the edges seen put every one
-#: within this share of a window. Any span under a window keeps the counts on the safe
-#: side (the current window from its earliest start, the previous one from its latest); a
-#: wider one only holds more back. Half a window: one edge found a tenth of a window
-#: closely (the pause's probe interval) plus its bin is enough, where a tenth (what
-#: :meth:`SlopeLimit.predicted` pins to) left the outage scenario's seed 3 on trailing
-#: windows (1.040x the oracle and 9 calls with a 429; counted, 1.037x and 8).
-_SPAN = 0.5
 
 #: Windows in a row with a send held and no burst 429 before a learned rule is forgotten
 #: (:meth:`SlopeLimit._held_too_long`).
@@ -127,7 +120,7 @@ class SlopeLimit:
         self._fits = {window: WindowFit(window) for window in WINDOWS}
         # The latest edges, (after, at, the run turned away before after or None).
         self._edges: list[Edge] = []
-        self._span: tuple[float, float] | None = None  # the edges' span, see _aligned
+        self._span: tuple[float, float] | None = None  # the edges' span (slope_allowance)
         # Send times a burst 429 turned away, sorted (a send refused by another limit, or
         # by the slots, says nothing of this window's edges), within the log's horizon.
         self._turned: list[float] = []
@@ -397,114 +390,16 @@ class SlopeLimit:
         return self.window_s / 10 if best == math.inf else best - now
 
     def _allowance(self, at: float) -> tuple[int, float, float | None]:
-        """``(the current window's count at at, what the learned slope allows it, when
-        the next window surely begins)``; the allowance is ``inf`` when nothing learned
-        bounds it, the next window ``None`` on trailing windows.
-
-        The provider's own windows once the edges seen pin their phase (:meth:`_aligned`).
-        Trailing windows otherwise: while the rate grows they err low too, but by up to a
-        window's sends, and a fleet that spends each window at its start saw its next
-        window's allowance only once the last burst left the trailing one (burst window
-        30 s, seed 3: 362 calls in 90-120 s where the oracle ran 433; aligned, 393).
-        Before a growth is known only the floor holds, after a quiet window."""
-        log, window, growth = self._log, self.window_s, self.growth
-        recovering = self._recovering(at)
-        aligned = self._aligned(at, recovering) if growth is not None or recovering else None
-        if aligned is not None:
-            current, previous, edge = aligned
-            if growth is None:  # a recovery: the floor alone, after a quiet window
-                return current, (self.floor if previous < MIN_PREVIOUS else math.inf), edge
-            return current, self._rule(growth, previous), edge
-        current = log.count(at - window, at)
-        if growth is None:
-            return current, (self.floor if self._after_quiet(at) else math.inf), None
-        previous = log.count(at - 2 * window, at - window)
-        return current, self._rule(growth, previous), None
-
-    def _rule(self, growth: float, previous: int) -> float:
-        """``max(floor, growth x previous)``; no bound after a window too quiet to read
-        (fewer than :data:`MIN_PREVIOUS` of ours) while no floor is known: the provider's
-        floor is then all it allows, unknown, not none. Held to ``growth x`` a handful,
-        the last calls of a run waited out every window until the rule was forgotten
-        (an 8 % shared pool, seed 3: the last call sent 82 s after the one before)."""
-        if previous < MIN_PREVIOUS and not self.floor:
-            return math.inf
-        return max(self.floor, growth * previous)
-
-    def _after_quiet(self, at: float) -> bool:
-        """Whether the trailing window at ``at`` follows a quiet stretch two windows long
-        (no send of ours the provider counted) after sends of ours, with the floor known.
-
-        Then the provider's window holding the stretch's first send followed a quiet one,
-        whatever its phase, and may hold the floor and no more, for any growth: the rule
-        is ``max(floor, growth x previous)``. Every window may hold the floor, so holding
-        the trailing one to it never sends too many. That is the recovery from an outage
-        or a lull, which the floor learned on the ramp predicts before any growth is
-        known; nothing held it, and the first window after the outage turned the floor's
-        excess away (the ``outage`` scenario, seeds 2 and 5: two burst 429s at 154 s, then
-        the pause's probe's). Two windows: the provider's window before the one holding a
-        send at ``q`` began as early as ``q - 2 x window``. None of ours in them, not a few
-        (the floor's "quiet" when it is learned): with a few allowed the trailing window
-        after the ramp's first full one, already past the floor, was held to it. A run's
-        start is no recovery (:meth:`_recovering`): its first full window is where the
-        floor is learned, and a floor read off a handful of calls then held the next for
-        a whole window (tests/test_config.py end to end: the held call's busy wait ran
-        out). (The log keeps two minutes: a 60 s window's stretch may read quiet early,
-        which only holds sends back.)"""
-        if not self.floor:
-            return False
-        window = self.window_s
-        return self._after_sends(at - 3 * window) and (
-            self._log.count(at - 3 * window, at - window) == 0
+        """The current window's count at ``at``, what the learned slope allows it and when
+        the next window surely begins (:func:`.slope_allowance.allowance`)."""
+        return allowance(
+            self._log,
+            at,
+            window=self.window_s,
+            growth=self.growth,
+            floor=self.floor,
+            span=self._span,
         )
-
-    def _after_sends(self, at: float) -> bool:
-        """Whether the log holds a send of ours before ``at``."""
-        start = self._log.first_after(-math.inf)
-        return start is not None and start < at
-
-    def _recovering(self, at: float) -> bool:
-        """Whether a quiet stretch two windows long (none of ours counted) after sends of
-        ours ended within the last two windows: a recovery, whose trailing windows anchor
-        on its first send (a breaker's late probe). A run's start is none: its ramp keeps
-        to trailing windows (counted in the provider's windows from its first edge, the
-        15 s burst window of the tuning set, taken for 10 s until its second edge, went
-        from 1.015x to 1.10x the oracle)."""
-        window = self.window_s
-        return self._after_sends(at - 4 * window) and (
-            self._log.count(at - 4 * window, at - 2 * window) == 0
-        )
-
-    def _aligned(self, at: float, recovering: bool) -> tuple[int, int, float] | None:
-        """``(current, previous, next edge)``: the provider's window holding a send at
-        ``at`` and the one before it, when the edges seen pin the phase to a tenth of a
-        window (what :meth:`predicted` pins to), or to :data:`_SPAN` of one in a recovery
-        (``recovering``); else ``None``.
-
-        Each count errs toward holding back: the current window from its earliest start,
-        with the sends the slots refused (a rate limiter in front of the model servers may
-        have counted them: the simulated provider does, and a concurrency probe's refusal
-        at the start of the outage scenario's second window after the outage was the
-        window's one send too many, seeds 1, 3 and 4), the previous one from its latest
-        start to the current one's earliest. The next edge is the latest the phase allows:
-        when a full window has room again for sure. Why not trailing windows alone: after
-        an outage the breaker's probe got through up to its recovery interval after the
-        outage's end, and a trailing window anchored there let the second window's herd go
-        that much after the provider's edge (1.3-1.4 s, outage scenario seeds 1-5)."""
-        span = self._span
-        window = self.window_s
-        if span is None or span[1] - span[0] + window / BINS > window * (
-            _SPAN if recovering else 0.1
-        ):
-            return None
-        first, last = span
-        k = math.floor((at - last) / window)
-        start_hi = last + k * window  # the latest this window can have begun
-        start_lo = first - window / BINS + k * window  # the earliest
-        log = self._log
-        current = log.count(start_lo, at, refused=True)
-        previous = log.count(start_hi - window, start_lo)
-        return current, previous, start_hi + window
 
     def _held_too_long(self, at: float) -> bool:
         """Whether the rule has held sends in every window for :data:`_PATIENCE` windows
