@@ -363,10 +363,8 @@ class BurstAnswer(SendPath):
                 and in_flight is not None
                 and in_flight >= MIN_PREVIOUS
             ):
-                # Not a handful: a full window that small says little (as a growth read
-                # off one, slope_fit), and two shared-pool 429s 0.1 s into the peak x10
-                # held it to 4 calls for a window, its ramp one behind the oracle's all
-                # the way (5 % pool, seed 3: 1.043x; 8 %, seed 3: 1.058x).
+                # Not a handful (says little, as of a growth): two pool 429s 0.1 s in held
+                # the peak x10 to 4 calls a window, its ramp a window behind (1.043x).
                 slots.take_herd(in_flight)
             slots.throttled(now)
             self._generation += 1

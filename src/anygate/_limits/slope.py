@@ -328,11 +328,11 @@ class SlopeLimit:
         turned away outlasted it, and overstates the growth per window).
 
         Of whole-second windows that fit two full windows or more (refit's,
-        :func:`.refit`), the longest short of twice the shortest (a multiple of it is
-        the divisor case). Neighbours fit alike until an edge tells them
-        apart, and the shorter's edges come first: held to 44 s for the provider's 45,
-        the fleet's herd went at 176 s into a window full until 180 s (seed 5: 50 calls
-        with a 429); held a second too long, a window loses a second of its sends."""
+        :func:`.refit`), the longest short of twice the shortest (a multiple of it is the
+        divisor case). Neighbours fit alike until an edge tells them apart, and the
+        shorter's edges come first: held to 44 s for the provider's 45, the fleet's herd
+        went at 176 s into a window full until 180 s (seed 5: 50 calls with a 429); held
+        a second too long, a window loses a second of its sends."""
         longer: WindowFit | None = None
         shorter: WindowFit | None = None
         unlisted: list[WindowFit] = []
