@@ -256,12 +256,12 @@ class SlopeLimit:
         was taken for noise: the fleet went at 44 s edges into the provider's full
         windows (seed 5: 1.8 % of calls with a 429). A divisor puts an edge wherever the
         window does and more: a shared pool's 429 found a 5 s one's (see :meth:`edge`)."""
-        used = self._fits[self.window_s]
-        window = self.window_s
+        used = self._fits.get(self.window_s)  # as in edge: the one used is one that fits
+        window, read = self.window_s, 0 if used is None else len(used.episodes)
         return any(
             fit.fits
             and max(window, fit.window_s) % min(window, fit.window_s) > 0
-            and len(fit.episodes) >= len(used.episodes)
+            and len(fit.episodes) >= read
             and fit.allows(after, at, None)
             for fit in self._fits.values()
         )
