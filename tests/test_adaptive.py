@@ -112,6 +112,24 @@ def test_throttles_from_an_older_generation_are_old_news() -> None:
     assert limit.generation == 2
 
 
+def test_a_concurrency_lesson_does_not_make_a_burst_throttle_old_news() -> None:
+    """A slots' 429 bumps the generation, but holds nothing back from a spent window: a
+    burst 429 of an attempt admitted before that lesson (and after the latest burst
+    answer) is still a throttle, answered with a pause; one admitted before that pause is
+    old news."""
+    limit, gate, _ = _limit()
+    assert limit.on_concurrency(0, 20, exact=True) is not None  # the slots: 19
+    assert gate.capacity == 19
+    assert limit.generation == 1
+    change = limit.on_throttle(0, None)  # admitted before the slots' lesson
+    assert change is not None
+    assert change.reason == "burst_rate"
+    assert limit.pause_left() == 5.0
+    assert limit.generation == 2
+    assert limit.on_throttle(1, None) is None  # admitted before the pause
+    assert limit.statistics().stale_throttles == 1
+
+
 def test_without_a_generation_only_throttles_outside_a_pause_count() -> None:
     """Callers that do not track generations: a throttle during the pause is ignored."""
     limit, gate, clock = _limit()

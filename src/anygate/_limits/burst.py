@@ -279,7 +279,11 @@ class BurstAnswer(SendPath):
                 slope.turned(admitted_at)
                 if retry_after is not None:
                     slope.said_full(admitted_at, retry_after)
-            if self._old_news(generation, self._pause.lasts(now)):
+            # Old news only if sent before the latest burst answer: a concurrency lesson
+            # since holds nothing back from a spent window (a burst 429 of a send just
+            # before a slots' 429 was taken for answered, and its retry went straight
+            # into the window: reject latency 0.3 s, seed 5, eight sends after it).
+            if self._old_news(generation, self._pause.lasts(now), since=self._burst_generation):
                 return None
             if not probe and self._pause.checking:
                 # Only the check's probe answers it. Another attempt sent meanwhile (a
@@ -368,6 +372,7 @@ class BurstAnswer(SendPath):
                 slots.take_herd(in_flight)
             slots.throttled(now)
             self._generation += 1
+            self._burst_generation = self._generation
             self._throttles += 1
             if retry_after is not None:
                 pause = max(0.0, retry_after)
@@ -451,11 +456,12 @@ class BurstAnswer(SendPath):
         wait its grace."""
         answered = None if admitted_at is None else max(0.0, now - admitted_at)
         self._generation += 1
+        self._burst_generation = self._generation
         self._checks += 1
         self._sends.release = None
         grace = check_grace(answered, pause_s=self._pause_s)
         if self._below is not None:
-            grace = max(grace, min(self._pause_s, 2.0 * self._slots.slowest_answer()))
+            grace = max(grace, min(self._pause_s, 2.0 * self._slots.slowest_answer(now)))
         burst.check(now, grace, caller)
 
     def _learn_edge(self) -> None:

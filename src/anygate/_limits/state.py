@@ -55,6 +55,7 @@ class AdaptiveState:
         "_ahead",
         "_applied",
         "_below",
+        "_burst_generation",
         "_check_at",
         "_check_sent",
         "_checks",
@@ -113,6 +114,10 @@ class AdaptiveState:
         self._applied = capacity  # what we last wrote to (or read from) the gate
         self._generation = 0
         self._lesson_generation = -1  # the generation a concurrency lesson ended
+        # The generation the latest burst answer (a check or a pause) began: a burst
+        # throttle of an attempt admitted since is news, whatever else changed (see
+        # BurstAnswer.on_throttle).
+        self._burst_generation = 0
         self._throttles = 0
         self._checks = 0  # first throttles checked (see on_throttle)
         self._stale = 0
@@ -179,10 +184,17 @@ class AdaptiveState:
         # Something bounds the send rate: the pause's probe need not be waited for.
         return self._sends.slope.known
 
-    def _old_news(self, generation: int | None, unknown_is_stale: bool) -> bool:
+    def _old_news(
+        self, generation: int | None, unknown_is_stale: bool, *, since: int | None = None
+    ) -> bool:
         """Whether a throttle comes from an attempt admitted before the latest change (one
-        cut per episode); counted. ``unknown_is_stale``: the answer without a generation."""
-        stale = unknown_is_stale if generation is None else generation != self._generation
+        cut per episode), or before generation ``since`` when given (the latest change
+        of its own kind); counted. ``unknown_is_stale``: the answer without a
+        generation."""
+        if generation is None:
+            stale = unknown_is_stale
+        else:
+            stale = generation != self._generation if since is None else generation < since
         if stale:
             self._stale += 1
         return stale
