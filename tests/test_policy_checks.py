@@ -26,6 +26,7 @@ from anygate._config.limit_values import (
     check_grace,
     probe_grace,
 )
+from anygate._limits.concurrency import ConcurrencyLimit
 from anygate._limits.pause import YIELD
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, SyncScript, burst
@@ -104,6 +105,19 @@ def test_a_first_burst_throttle_is_only_checked() -> None:
     clock.now += 0.2
     assert limit.pass_pause() == (0.0, False)  # not turned away in time: it was noise
     assert (gate.rate, limit.statistics().throttles) == (None, 0)
+
+
+def test_the_slowest_429_is_of_the_last_minute() -> None:
+    """A suspect check's grace covers twice the slowest 429 of the last minute: a slow
+    one older than that is forgotten even when no 429 came since (the list was only
+    pruned when a new one came)."""
+    slots = ConcurrencyLimit(math.inf, floor=1, factor=0.7)
+    slots.rejected(9.6, 10.0)  # 0.4 s
+    slots.rejected(19.9, 20.0)  # 0.1 s
+    assert slots.slowest_answer(20.0) == pytest.approx(0.4)
+    assert slots.slowest_answer(70.0) == pytest.approx(0.4)
+    assert slots.slowest_answer(70.1) == pytest.approx(0.1)
+    assert slots.slowest_answer(80.1) == 0.0
 
 
 def test_only_the_checks_probe_confirms_it() -> None:

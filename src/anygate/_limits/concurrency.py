@@ -263,9 +263,14 @@ class ConcurrencyLimit:
         while rejections and rejections[0][1] < now - _REJECTIONS_S:
             rejections.popleft()
 
-    def slowest_answer(self) -> float:
-        """The longest a recent 429 took to come back (0: none in the last minute)."""
-        return max((answered - sent for sent, answered in self._rejections), default=0.0)
+    def slowest_answer(self, now: float) -> float:
+        """The longest a 429 answered in the minute before ``now`` took to come back (0:
+        none)."""
+        since = now - _REJECTIONS_S
+        return max(
+            (answered - sent for sent, answered in self._rejections if answered >= since),
+            default=0.0,
+        )
 
     def passed(self, at: float, sending: int) -> None:
         """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
