@@ -15,6 +15,10 @@ and release are the ledger's common cases spelled out here (``SlotSteps._admit``
 ``SlotSteps._release``; the invariants I2 and I5 live there), and so is the contended
 path's common case, one park ended by a grant (``Parking._park`` and ``Parking._wait`` do
 the rest): a call or a coroutine fewer on each path the benchmarks measure (a and b).
+
+Here: what changes a token (the acquisition, the release, settle, the finalizer) and the
+gate's constructors of tokens. Its fields, read-only properties, refusals to be copied or
+pickled, repr and :func:`code_site` are :mod:`anygate._gate.token_state`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 import time
 import weakref
 from asyncio import _get_running_loop
-from typing import TYPE_CHECKING, Any, NoReturn, final
+from typing import TYPE_CHECKING, Any, final
 
 from anyio.lowlevel import checkpoint as _anyio_checkpoint
 
@@ -32,6 +36,8 @@ from . import cancel_state as _cancel_state
 from . import waiters as _waiters
 from .cycles import defer as _judged_later
 from .gate_args import check_output_tokens
+from .token_state import TokenState
+from .token_state import code_site as code_site
 from .waiters import GONE, GRANTED, ki_protected
 
 if TYPE_CHECKING:
@@ -55,7 +61,7 @@ ACQUIRING = -2.0
 
 
 @final
-class Token:
+class Token(TokenState):
     """One admitted slot of a :class:`Gate`.
 
     A token is created only by a gate (``acquire``, ``acquire_nowait``, ``acquire_sync``).
@@ -73,41 +79,7 @@ class Token:
     This is not a lease: it has no expiry, and the gate never revokes it.
     """
 
-    # ``_gate`` is None until admitted and once released; the gate flips it under its lock
-    # so two threads releasing at once cannot both give the slot back. ``_home`` stays
-    # set: a settle after release still corrects the rate budget.
-    __slots__ = (
-        "_code",
-        "_cost",
-        "_gate",
-        "_home",
-        "_lasti",
-        "_out",
-        "_priority",
-        "_seen",
-        "_since",
-        "_timeout",
-    )
-
-    _gate: Gate | None
-    _home: Gate
-    # Tokens charged to the gate's token budget for this admission (``acquire(tokens=)``,
-    # then whatever the last settle said); written under the gate's lock.
-    _cost: int
-    # The output part of ``_cost`` (``acquire(output_tokens=)``, then the last settle's),
-    # for a rate's split budgets; written only when stated (see ledger.token_out).
-    _out: int
-    # The acquiring frame's code object and instruction offset: two cheap reads at acquire
-    # time; the file:line they point to is worked out only when someone asks.
-    _code: CodeType
-    _lasti: int
-    # time.monotonic() at admission, for Gate.holders(); PENDING or ACQUIRING before.
-    _since: float
-    # What acquire() was asked for: the wait limit and the priority class.
-    _timeout: float | None
-    _priority: int
-    # The gate's in_flight as this token was admitted (see in_flight_at_admission).
-    _seen: int
+    __slots__ = ()  # no __dict__: the fields are TokenState's, one set of slots
 
     # Annotated None, not NoReturn: with NoReturn mypy types the class itself as a callable
     # returning Never and rejects object.__new__(Token) in make_token.
@@ -115,34 +87,6 @@ class Token:
         self._gate = None  # the half-built object is still finalized: keep __del__ quiet
         msg = "Token has no public constructor; obtain one from Gate.acquire() and friends"
         raise TypeError(msg)
-
-    @property
-    def released(self) -> bool:
-        """Whether the slot has been given back."""
-        return self._gate is None and self._since >= 0.0
-
-    @property
-    def acquired_at(self) -> str:
-        """``file:line`` of the code that acquired this token."""
-        return code_site(self._code, self._lasti)
-
-    @property
-    def in_flight_at_admission(self) -> int:
-        """The gate's ``in_flight`` just after this token was admitted, itself included.
-
-        What the gate looked like at admission, before the acquire's schedule point let
-        other tasks run (they may have been admitted meanwhile): the policy's adaptive
-        limit learns a provider's slots from it. ``0`` until admitted.
-        """
-        try:
-            return self._seen
-        except AttributeError:  # set at admission only: a store fewer per acquire()
-            return 0
-
-    @property
-    def tokens(self) -> int:
-        """Tokens charged for this admission: ``acquire(tokens=)``, or the last settle."""
-        return self._cost
 
     def release(self) -> None:
         """Give the slot back. Safe from any task or thread; a second call does nothing.
@@ -193,18 +137,6 @@ class Token:
             msg = "settle() needs an admitted token; await or enter gate.acquire() first"
             raise RuntimeError(msg)
         self._home._settle(self, value, out)
-
-    def __copy__(self) -> NoReturn:
-        # A copy would be a second release of one slot (in_flight would go negative).
-        msg = "a Token stands for one slot and cannot be copied; pass the token itself"
-        raise TypeError(msg)
-
-    def __deepcopy__(self, memo: object) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        msg = "a Token is bound to a gate in this process and cannot be pickled"
-        raise TypeError(msg)
 
     def __enter__(self) -> Self:
         return self
@@ -430,16 +362,6 @@ class Token:
             self._gate = None
             gate._reclaim_leaked(self._code, self._lasti)
 
-    def __repr__(self) -> str:
-        gate = self._gate
-        if gate is not None:
-            state = f"held on gate {gate.name!r}"
-        elif self._since >= 0.0:
-            state = "released"
-        else:
-            state = f"not admitted yet on gate {self._home.name!r}"
-        return f"<anygate.Token {state}, acquired at {self.acquired_at}>"
-
 
 _new_token = object.__new__
 _monotonic = time.monotonic
@@ -499,13 +421,3 @@ def pending_token(gate: Gate, code: CodeType, lasti: int, cost: int) -> Token:
     token._seen = 0
     token._since = ACQUIRING
     return token
-
-
-def code_site(code: CodeType, lasti: int) -> str:
-    """``file:line`` of instruction offset ``lasti`` in ``code``."""
-    line = code.co_firstlineno
-    for start, end, lineno in code.co_lines():
-        if start <= lasti < end and lineno is not None:
-            line = lineno
-            break
-    return f"{code.co_filename}:{line}"

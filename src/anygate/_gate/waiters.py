@@ -15,6 +15,10 @@ Three kinds share that contract:
 * threads: a pre-acquired ``threading.Lock`` used as a one-shot event (cheaper than
   ``threading.Event``, which wraps a Condition).
 
+The record they share (:class:`Waiter`) and its states (``WAITING``, ``GRANTED``, ``GONE``,
+``DEAD``) live in :mod:`anygate._gate.waiter_state`, which knows no runtime; they are
+re-imported here.
+
 ``anyio.from_thread.run_sync(..., token=)`` is deliberately not used for wake-ups: it blocks
 until the callback has run, which deadlocks when the releaser is the loop's own thread.
 """
@@ -27,19 +31,20 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.lowlevel
 
 from . import cancel_state as _cancel_state
+from .waiter_state import DEAD as DEAD
+from .waiter_state import GONE as GONE
+from .waiter_state import GRANTED as GRANTED
+from .waiter_state import WAITING as WAITING
+from .waiter_state import Waiter as Waiter
+from .waiter_state import waiter_out as waiter_out
 
 if TYPE_CHECKING:
     from types import FrameType
-
-WAITING: Final = 0
-GRANTED: Final = 1
-GONE: Final = 2  # left the queue (cancelled, timed out) or passed its grant on
-DEAD: Final = 3  # granted, but its loop can never run it again; the gate passed the slot on
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -165,47 +170,6 @@ class _AsyncioYield:
 
 
 _ASYNCIO_YIELD = _AsyncioYield()
-
-
-class Waiter:
-    """One parked caller. Every field is written under the gate's lock.
-
-    ``armed`` says a wake-up may be sent to the current park (one per park: trio must
-    never see a reschedule of a task that is not parked); ``due`` is the gate-clock time
-    the waiter will wake by itself to look at the budget again (``inf``: only when woken).
-    ``tokens`` and ``priority`` are what it asked for, ``seq`` its arrival number, ``since``
-    when it was created (``time.monotonic``, for :meth:`Gate.waiters`). ``out``, the
-    output part of ``tokens`` (split token budgets), is set only when stated: read it
-    with :func:`waiter_out` (an unset slot costs the contended path no store).
-    """
-
-    __slots__ = ("armed", "due", "out", "priority", "seq", "since", "state", "tokens")
-
-    out: int
-
-    def __init__(self) -> None:
-        self.state: int = WAITING
-        self.armed = True
-        self.due = math.inf
-        self.priority = 0
-        self.tokens = 0
-        self.seq = 0
-        self.since = _monotonic()  # for Gate.waiters(); a clock read only when queueing
-
-    def prepare(self) -> None:
-        """Ready the wake-up route for another park (before re-arming under the lock)."""
-
-    def wake(self) -> bool:  # pragma: no cover - abstract
-        """Make the parked caller runnable; ``False`` if it can never run again."""
-        raise NotImplementedError
-
-
-def waiter_out(waiter: Waiter) -> int:
-    """``waiter.out``, or 0 when no output part was stated (see :class:`Waiter`)."""
-    try:
-        return waiter.out
-    except AttributeError:
-        return 0
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -28,7 +28,8 @@ outcome in and an estimate out, nothing of locks, clocks, gates or events.
   path), :mod:`.burst` (the burst answer, with the pause of :mod:`.pause`) and
   :mod:`.adaptive` (the public reactions and settings).
 * :mod:`.learn`: :class:`anygate.RateLearner`, a gate's ``Rate`` from the provider's
-  rate-limit headers (the provider's own numbers replace the estimates).
+  rate-limit headers (the provider's own numbers replace the estimates); what it has
+  learned, :class:`anygate.LearnedLimits`, is the record of :mod:`.learned_limits`.
 
 May import: configuration, classification, the gate and the foundations; never the policy
 (import-linter checks it).

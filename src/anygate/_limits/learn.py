@@ -40,6 +40,9 @@ objects into the gate's ``rate``:
 Limits that cannot be per minute (a reset far beyond the reported window, as with daily
 quotas) are not paced to, though a drain still holds. This is not a fleet coordinator:
 each process paces itself to the whole limit (see ``docs/learning.md``).
+
+The snapshot :attr:`RateLearner.limits` returns, :class:`LearnedLimits`, is defined in
+:mod:`anygate._limits.learned_limits` and re-imported here.
 """
 
 from __future__ import annotations
@@ -48,12 +51,12 @@ import dataclasses
 import math
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, final
 
 from .._classify.headers import MAX_RESET_S, LimitReport, ReportedLimit, parse_limit_headers
 from .._gate.rate import BudgetMark, Rate
 from .._validation import check_int, check_number
+from .learned_limits import LearnedLimits
 from .share import ShareMeter, same
 
 if TYPE_CHECKING:
@@ -90,35 +93,6 @@ _SYNCED_AT_LIMIT = frozenset({"tokens"})
 # oracle (seeds 1-5), with no headroom alone 1.11x / 1.07x with 0.5-0.7 % 429s.
 _WINDOW_RESET = 0.9
 _WINDOW_LEFT = 0.75
-
-
-@final
-@dataclass(frozen=True)
-class LearnedLimits:
-    """What a :class:`RateLearner` has learned so far (the provider's own numbers).
-
-    Attributes:
-        requests_per_minute: the adopted request limit, before headroom; ``None`` if none.
-        tokens_per_minute: the adopted token limit, before headroom; ``None`` if none.
-        source: the header family of the last usable report (``"openai"``, ...), or ``""``.
-        reports: usable reports observed.
-        holds: drained reports that held the gate.
-        syncs: reports whose ``remaining`` lowered the gate's budgets.
-        requests_share_per_minute: the request rate a shared bucket was measured to leave
-            this gate (its limit less what others spend), or ``None`` (not measured).
-        tokens_share_per_minute: the same for tokens.
-        rate: the rate the learner last set on the gate, or ``None`` if it never set one.
-    """
-
-    requests_per_minute: float | None = None
-    tokens_per_minute: float | None = None
-    source: str = ""
-    reports: int = 0
-    holds: int = 0
-    rate: Rate | None = None
-    syncs: int = 0
-    requests_share_per_minute: float | None = None
-    tokens_share_per_minute: float | None = None
 
 
 _registry: weakref.WeakKeyDictionary[Gate, RateLearner] = weakref.WeakKeyDictionary()

@@ -6,7 +6,7 @@ own ``GatedTransport`` deriving from its library's ``AsyncBaseTransport``. Every
 lives here once: the constructor, the properties, the request entry point, ``aclose`` and the
 repr, generic over the library's transport, request and response types so that a type
 checker still sees ``httpx2.Request -> httpx2.Response`` on ``anygate.httpx2``. A flavour
-module only names its library's classes (a :class:`~._transport.Flavour`) and formats the
+module only names its library's classes (a :class:`~._flavour.Flavour`) and formats the
 docstrings below with its library's name.
 
 The per-request path is one call, :meth:`~._transport.TransportCore.send_async` /

@@ -4,8 +4,9 @@ httpx and httpx2 have the same transport shape (``handle_async_request`` / ``han
 returning a response whose ``stream`` the client reads and closes), but their classes are
 distinct and both clients check ``isinstance`` against their own base classes. So the logic
 lives here, typed structurally and importing neither library, and each flavour module hands
-in a :class:`Flavour`: the body classes built on its own ``AsyncByteStream`` /
-``SyncByteStream`` and its ``Response`` (used only to decode a buffered error body).
+in a :class:`Flavour` (defined in ``_flavour``, with the errors for a missing or mixed-up
+library): the body classes built on its own ``AsyncByteStream`` / ``SyncByteStream`` and its
+``Response`` (used only to decode a buffered error body).
 
 The slot's life: acquired before the request is sent; held while the response streams, even
 when another task reads it; returned exactly once by whichever happens first of: the body
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, final
+from typing import TYPE_CHECKING, Any, NoReturn, final
 
 import anyio
 
@@ -34,42 +35,14 @@ from .. import Busy, CircuitOpen, Gate, Policy
 from .._validation import check_wait
 from ._accounting import Accounting
 from ._body import AsyncBody, SyncBody
+from ._flavour import Flavour, wrong_client
+from ._flavour import missing_library as missing_library
 from ._retries import ErrorResponse, decode_body, final_response, is_classified
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .. import Attempt, Token
 
 __all__ = ["AsyncBody", "Flavour", "SyncBody", "TransportCore"]
-
-
-class Flavour(NamedTuple):
-    """What one HTTP library (httpx or httpx2) contributes to the shared engine.
-
-    Attributes:
-        name: the library's import name, used in messages and to spot a wrong-flavour inner.
-        request: the library's ``Request`` (a request of the other library is refused).
-        busy_error: :class:`anygate.Busy` combined with the library's ``PoolTimeout``.
-        circuit_error: :class:`anygate.CircuitOpen` combined with its ``TransportError``.
-        async_body: :class:`AsyncBody` combined with the library's ``AsyncByteStream``.
-        sync_body: :class:`SyncBody` combined with the library's ``SyncByteStream``.
-        byte_stream: the library's ``ByteStream`` (replays a buffered body, sync and async).
-        response: the library's ``Response`` class (decodes a buffered body).
-        async_transport: makes the default inner async transport.
-        sync_transport: makes the default inner sync transport.
-    """
-
-    name: str
-    request: type
-    busy_error: type[Busy]
-    circuit_error: type[CircuitOpen]
-    async_body: type[AsyncBody]
-    sync_body: type[SyncBody]
-    byte_stream: type
-    response: Callable[..., Any]
-    async_transport: Callable[[], Any]
-    sync_transport: Callable[[], Any]
 
 
 def _library_of(obj: object) -> str | None:
@@ -500,30 +473,3 @@ class TransportCore:
             body=decode_body(content),
             response=response,
         )
-
-
-def wrong_client(flavour: str, request: object) -> TypeError:
-    """The error for a gated transport of one library installed on the other's client.
-
-    Without it the mix-up fails with a bare ``AssertionError`` deep inside the client
-    (httpx and httpx2 check the response type they get back).
-    """
-    got = type(request).__module__.split(".")[0]
-    other = "httpx2" if flavour == "httpx" else "httpx"
-    msg = (
-        f"anygate.{flavour}.GatedTransport was handed a {type(request).__module__}."
-        f"{type(request).__qualname__}: it is installed on a {got} client, but it serves "
-        f"{flavour} clients only. Use anygate.{other}.GatedTransport with {other} clients "
-        "(the OpenAI 3.x and Anthropic 2.x SDKs are built on httpx2)"
-    )
-    return TypeError(msg)
-
-
-def missing_library(flavour: str) -> ImportError:
-    """The error for importing ``anygate.httpx`` / ``anygate.httpx2`` without the library."""
-    msg = (
-        f"anygate.{flavour} needs {flavour}: pip install 'anygate[{flavour}]' (anygate.httpx "
-        "serves httpx clients, anygate.httpx2 httpx2 clients, which the OpenAI 3.x and "
-        "Anthropic 2.x SDKs use)"
-    )
-    return ImportError(msg)
