@@ -279,10 +279,7 @@ class BurstAnswer(SendPath):
                 slope.turned(admitted_at)
                 if retry_after is not None:
                     slope.said_full(admitted_at, retry_after)
-            # Old news only if sent before the latest burst answer: a concurrency lesson
-            # since holds nothing back from a spent window (a burst 429 of a send just
-            # before a slots' 429 was taken for answered, and its retry went straight
-            # into the window: reject latency 0.3 s, seed 5, eight sends after it).
+            # Old news: sent before the latest burst answer (a slots' lesson is none).
             if self._old_news(generation, self._pause.lasts(now), since=self._burst_generation):
                 return None
             if not probe and self._pause.checking:
@@ -371,8 +368,7 @@ class BurstAnswer(SendPath):
                 # the peak x10 to 4 calls a window, its ramp a window behind (1.043x).
                 slots.take_herd(in_flight)
             slots.throttled(now)
-            self._generation += 1
-            self._burst_generation = self._generation
+            self._burst_answer_began()
             self._throttles += 1
             if retry_after is not None:
                 pause = max(0.0, retry_after)
@@ -452,11 +448,9 @@ class BurstAnswer(SendPath):
     def _check(
         self, burst: BurstPause, now: float, admitted_at: float | None, caller: object | None
     ) -> None:
-        """Check a first throttle: one probe (``caller``'s retry) goes at once, the others
-        wait its grace."""
+        """Check a first throttle: ``caller``'s retry probes at once, the others wait."""
         answered = None if admitted_at is None else max(0.0, now - admitted_at)
-        self._generation += 1
-        self._burst_generation = self._generation
+        self._burst_answer_began()
         self._checks += 1
         self._sends.release = None
         grace = check_grace(answered, pause_s=self._pause_s)

@@ -199,6 +199,14 @@ class AdaptiveState:
             self._stale += 1
         return stale
 
+    def _burst_answer_began(self) -> None:
+        """A check or a pause began: a new generation, and the burst one (a burst 429 of
+        an attempt admitted before it is old news; one admitted before a slots' lesson
+        since is not: that lesson holds nothing back from a spent window, and its retry
+        went straight into it, reject latency 0.3 s, seed 5, eight sends after it)."""
+        self._generation += 1
+        self._burst_generation = self._generation
+
     def _adopt_external_resize(self) -> None:
         gate = self._gate()
         if gate is None:
