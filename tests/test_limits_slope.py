@@ -1231,6 +1231,34 @@ def test_the_herds_limit_doubles_each_round_trip_once_no_throttle_came_for_a_win
     assert gate.capacity == 39  # 39 + 10 x ~1/39
 
 
+def test_the_herds_slow_start_stops_a_tenth_above_what_got_through() -> None:
+    """Past the most calls seen in service at once, slow start goes no further than a
+    tenth above it (or one call): a 429 comes back a reject latency after the send, and
+    meanwhile each success raised the limit by one. At a reject latency of 0.6 s the
+    peak's herd limit went from 31 (the most seen through, one under its 32 slots) to 41
+    before the first concurrency 429 came back: nine calls turned away (seed 1). Each
+    success seen through at a new high moves the bound up."""
+    clock = FakeClock()
+    gate, limit = _herd(clock)  # the throttle was confirmed at 3.9 s
+    limit.passed(3.0, sending=20)
+    clock.now = 13.9  # a window on, no throttle: slow start
+    for _ in range(20):
+        limit.on_success(saturated=True)
+    assert gate.capacity == 22  # 1.1 x 20, not 40
+    limit.passed(14.0, sending=22)
+    for _ in range(20):
+        limit.on_success(saturated=True)
+    assert gate.capacity == 24  # floor(1.1 x 22)
+    # A handful seen through: one call above it.
+    clock2 = FakeClock()
+    gate2, limit2 = _herd(clock2)
+    limit2.passed(3.0, sending=3)
+    clock2.now = 13.9
+    for _ in range(20):
+        limit2.on_success(saturated=True)
+    assert gate2.capacity == 20  # the herd's own limit stands; never lowered
+
+
 def test_a_concurrency_lesson_ends_the_herds_growth() -> None:
     clock = FakeClock()
     gate, limit = _herd(clock)

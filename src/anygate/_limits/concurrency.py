@@ -23,7 +23,8 @@ apart by, :mod:`.attribute`).
 * :meth:`grow`: a saturated success raises the limit by ``1 / limit`` (about a slot per
   limit's worth of successes); a herd limit, once the slope is learned, straight to
   ``HERD_GROWTH`` (1.1) times :attr:`most_passed`, and with none learned, once no burst
-  throttle came for a slope window, by one (doubling per round trip).
+  throttle came for a slope window, by one (doubling per round trip) up to a tenth above
+  :attr:`most_passed`.
 * :meth:`over`: whether the others at the provider already fill the limit (a slot got
   just before a cut waits for one of them to leave instead of being the next 429).
 
@@ -226,7 +227,8 @@ class ConcurrencyLimit:
         herd limit is no lesson about the slots: with the slope known (it holds the rate)
         it goes to ``HERD_GROWTH`` x :attr:`most_passed` at once; without, once no burst
         throttle came for a slope window (``window_s``), it grows by one per success
-        (doubling each round trip, TCP's slow start)."""
+        (doubling each round trip, TCP's slow start) up to ``HERD_GROWTH`` x
+        :attr:`most_passed` (or one above it)."""
         if now < self.held_until:
             return
         if not self.herd:
@@ -246,8 +248,14 @@ class ConcurrencyLimit:
             # 2.5x the oracle), and a 5 s window taken for 10 s held the peak x10 at
             # about 55 calls for 20 s (1.088x; waiting two windows, 1.045x at one).
             # Within a window of a throttle, on a ramp whose slope is not learned yet,
-            # doubling overshot 96 slots by ten calls.
-            self.limit = min(self.maximum, self.limit + 1.0)
+            # doubling overshot 96 slots by ten calls. Past the most seen through, no
+            # more than a tenth above it (or one): a 429 comes back a reject latency
+            # after its send, each success meanwhile raised the limit by one, and at
+            # 0.6 s the peak's herd went from 31 (32 slots) to 41 before the first came
+            # back (seed 1: nine calls turned away; two now).
+            most = self.most_passed
+            cap = max(self.limit, HERD_GROWTH * most, most + 1.0) if most else math.inf
+            self.limit = min(self.maximum, self.limit + 1.0, cap)
         else:
             self.limit = raised_limit(self.limit, ceiling=self.maximum)
 
