@@ -107,6 +107,36 @@ def test_a_first_burst_throttle_is_only_checked() -> None:
     assert (gate.rate, limit.statistics().throttles) == (None, 0)
 
 
+def test_a_checks_grace_covers_twice_the_last_minutes_median_429() -> None:
+    """One 429's answer time says little: at a 0.3 s median, a throttle answered in
+    0.1 s gave its check 0.2 s, the probe's own 429 took 0.47 s, and the held callers
+    went into the spent window. The grace is twice the longer of the throttle's answer
+    time and the median of the last minute's 429s (0.4 s here); a minute on, those are
+    forgotten."""
+    limit, gate, clock = _paced()
+    _admit(limit, gate, clock, per_s=6, seconds=10)
+    for took in (0.3, 0.4, 0.5):  # 429s (any kind) that took 0.3-0.5 s, at 10 s
+        limit.rejected(clock.now - took)
+    clock.now = 20.0
+    assert limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1) is None
+    assert limit.pass_pause() == (0.0, True)
+    assert limit.pass_pause() == (pytest.approx(0.8), False)
+    clock.now = 20.79
+    assert limit.pass_pause()[0] > 0  # the probe may still be turned away
+    clock.now = 20.8
+    assert limit.pass_pause() == (0.0, False)
+    # A throttle answered more slowly than the median: its own time.
+    assert limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.6) is None
+    assert limit.pass_pause() == (0.0, True)
+    assert limit.pass_pause() == (pytest.approx(1.2), False)
+    # A minute on, the 429s of 10 s are forgotten.
+    clock.now = 71.0
+    assert limit.pass_pause() == (0.0, False)
+    assert limit.on_throttle(limit.generation, None, admitted_at=clock.now - 0.1) is None
+    assert limit.pass_pause() == (0.0, True)
+    assert limit.pass_pause() == (pytest.approx(0.2), False)
+
+
 def test_the_slowest_429_is_of_the_last_minute() -> None:
     """A suspect check's grace covers twice the slowest 429 of the last minute: a slow
     one older than that is forgotten even when no 429 came since (the list was only

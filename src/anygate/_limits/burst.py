@@ -83,11 +83,9 @@ class BurstAnswer(SendPath):
         (:meth:`pass_pause`) before it goes. Unlocked: a stale ``False`` lets one attempt
         go that was held as the pause began, a stale ``True`` asks :meth:`pass_pause`.
 
-        Without this an attempt the slope, a release's wave or a per-minute estimate held
-        went when that wait ended, into the window the pause said was spent: after a
-        check's unanswered probe let the herd go in waves, a wave due at 8.94 s went
-        during the pause its probe's 429 began at 8.22 s, and 21 sends were turned away
-        at once (reject latency 0.6 s, seed 1)."""
+        Without this an attempt held by the slope, a release's wave or a per-minute
+        estimate went into the window the pause said was spent: a wave due at 8.94 s went
+        in the pause begun at 8.22 s, 21 sends turned away at once (0.6 s, seed 1)."""
         return self._pause.pausing and not caller.burst_probe
 
     @ki_protected
@@ -448,8 +446,10 @@ class BurstAnswer(SendPath):
     def _check(
         self, burst: BurstPause, now: float, admitted_at: float | None, caller: object | None
     ) -> None:
-        """Check a first throttle: ``caller``'s retry probes at once, the others wait."""
-        answered = None if admitted_at is None else max(0.0, now - admitted_at)
+        """Check a first throttle: ``caller``'s retry probes at once, the others wait
+        (:func:`~anygate._config.limit_values.check_grace`)."""
+        typical = self._slots.typical_answer(now)
+        answered = None if admitted_at is None else max(0.0, now - admitted_at, typical)
         self._burst_answer_began()
         self._checks += 1
         self._sends.release = None

@@ -280,6 +280,12 @@ class ConcurrencyLimit:
             default=0.0,
         )
 
+    def typical_answer(self, now: float) -> float:
+        """The median time a 429 answered in the minute before ``now`` took (0: none)."""
+        since = now - _REJECTIONS_S
+        times = sorted(answered - sent for sent, answered in self._rejections if answered >= since)
+        return times[len(times) // 2] if times else 0.0
+
     def passed(self, at: float, sending: int) -> None:
         """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
         included) succeeded. The most in service at once is ``sending`` less the calls
