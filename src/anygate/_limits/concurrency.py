@@ -271,19 +271,18 @@ class ConcurrencyLimit:
         while rejections and rejections[0][1] < now - _REJECTIONS_S:
             rejections.popleft()
 
-    def slowest_answer(self, now: float) -> float:
-        """The longest a 429 answered in the minute before ``now`` took to come back (0:
-        none)."""
+    def _answer_times(self, now: float) -> list[float]:
+        """How long each 429 answered in the minute before ``now`` took to come back."""
         since = now - _REJECTIONS_S
-        return max(
-            (answered - sent for sent, answered in self._rejections if answered >= since),
-            default=0.0,
-        )
+        return [answered - sent for sent, answered in self._rejections if answered >= since]
+
+    def slowest_answer(self, now: float) -> float:
+        """The longest a 429 of the last minute took to come back (0: none)."""
+        return max(self._answer_times(now), default=0.0)
 
     def typical_answer(self, now: float) -> float:
-        """The median time a 429 answered in the minute before ``now`` took (0: none)."""
-        since = now - _REJECTIONS_S
-        times = sorted(answered - sent for sent, answered in self._rejections if answered >= since)
+        """The median time a 429 of the last minute took to come back (0: none)."""
+        times = sorted(self._answer_times(now))
         return times[len(times) // 2] if times else 0.0
 
     def passed(self, at: float, sending: int) -> None:
