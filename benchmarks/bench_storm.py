@@ -19,7 +19,7 @@ Variations (each one change to ``morning-peak``, so each row says what it tests)
 Then issue 30's further one-change cells of ``morning-peak`` (hidden RPM a tier below and
 above the published one, slots 48, slope growth 1.5 and 3, plain 429s, the peak scaled
 x10), and issue 29's token-limited cells, each one change to ``openai-tier1-tpm``: hidden TPM a
-tier below the published one, background load from another service on the key, plain 429s,
+tier below and above the published one, background load from another service on the key, plain 429s,
 prompts growing along the chain, a long-context workload, an Anthropic-like ITPM/OTPM
 provider with a 529 outage, and Azure OpenAI's rule (a 200,000 TPM deployment: 1,200 RPM
 evaluated per sliding 10 s, tokens per sliding 60 s). Their tables add tokens per second
@@ -93,6 +93,9 @@ SWEEP: tuple[tuple[str, list[str]], ...] = (
 TOKEN_SWEEP: tuple[tuple[str, list[str]], ...] = (
     # The docs say 200,000 TPM; the project really has a tier below (published unchanged).
     ("hidden TPM a tier below", ["provider.tokens.tpm=100000"]),
+    # ... and a tier above (a project upgraded since; the headers say 400,000). Added in
+    # stop 40 with the fix it found (rate_is_ceiling): 2.096x -> 1.010x the oracle.
+    ("hidden TPM a tier above", ["provider.tokens.tpm=400000"]),
     # Another service on the same API key steadily spends 40 % of every budget.
     ("background load 40 %", ["provider.tokens.background=0.4"]),
     ("plain 429s", ["provider.plain_429=true"]),

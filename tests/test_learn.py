@@ -734,3 +734,104 @@ def test_a_call_larger_than_any_before_waits_for_its_spare() -> None:
     third = gate.acquire_nowait(tokens=1500)  # not larger than the largest: at once
     for call in (first, second, third):
         call.release()
+
+
+def test_a_pace_raised_by_the_headers_restarts_the_lifts_measure() -> None:
+    """Issue 30: a published 30,000 tokens/min, a provider whose headers say 60,000. The
+    first report (sent at the published pace) raises the pace; while the provider's bucket
+    stays full, the lift's measure reads our own charges, so a span that began at the
+    lower pace reads low ((50,500 - 50,000 + 1,000) / 6 s = 15,000/min) and, kept, would
+    never lift (hidden TPM 400,000 behind a published 200,000: 1.059x the oracle). The
+    measure starts again at the new pace, and the next span lifts the budget to the
+    provider's level less the headroom (54,500 - 6,000)."""
+    now = [1000.0]
+    gate = Gate(name="llm", rate=Rate(tokens_per_minute=30_000), clock=lambda: now[0])
+    learner = RateLearner(gate, ceiling=None, confirm=1)
+    now[0] += 10
+    calls = [gate.acquire_nowait(tokens=1000)]
+    sent = gate.budget_mark()
+    now[0] += 1  # the answer comes back a second after the send
+    learner.observe(bucket_report(50_000), sent=sent)
+    assert gate.rate == Rate(tokens_per_minute=60_000)
+    now[0] += 5
+    calls.append(gate.acquire_nowait(tokens=1000))
+    learner.observe(bucket_report(50_500), sent=gate.budget_mark())
+    assert tokens_left(gate) <= 1000  # a snapshot at the new pace: no span yet
+    now[0] += 5
+    calls.append(gate.acquire_nowait(tokens=1000))
+    assert learner.observe(bucket_report(54_500), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(48_500)
+    for call in calls:
+        call.release()
+
+
+# ----------------------------------------------------------------------------- published rates
+
+
+def limits_report(requests: float, tokens: float) -> LimitReport:
+    return LimitReport(
+        requests=ReportedLimit(requests, requests - 10, 1.0, 60.0),
+        tokens=ReportedLimit(tokens, tokens - 5_000, 1.0, 60.0),
+        source="test",
+    )
+
+
+@pytest.mark.parametrize("published", [True, False], ids=["ceiling", "published"])
+def test_a_policys_rate_is_a_ceiling_unless_stated_published(published: bool) -> None:
+    """``Policy(rate=..., rate_is_ceiling=False)``: the rate is the provider's published
+    limits, and headers reporting higher ones (a tier upgrade, or a tier above the one
+    published) raise the gate's pace to them; by default the rate is a ceiling the
+    headers only lower. Lower limits lower the pace either way."""
+    rate = Rate(requests_per_minute=500, tokens_per_minute=200_000)
+    name = f"published-{published}"
+    policy = anygate.Policy(name=name, rate=rate, rate_is_ceiling=not published)
+    gate = policy.gate
+    assert policy.config.rate_is_ceiling is (not published)
+    for _ in range(2):
+        learn_from_headers(gate, _openai_headers(1_000, 400_000))
+    assert gate.rate is not None
+    if published:
+        assert gate.rate.requests_per_minute == pytest.approx(900)  # 90 %: the headroom
+        assert gate.rate.tokens_per_minute == pytest.approx(360_000)
+    else:
+        assert gate.rate == rate
+    for _ in range(2):
+        learn_from_headers(gate, _openai_headers(400, 100_000))
+    assert gate.rate.requests_per_minute == pytest.approx(360)
+    assert gate.rate.tokens_per_minute == pytest.approx(90_000)
+
+
+def _openai_headers(requests: int, tokens: int) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-requests": str(requests),
+        "x-ratelimit-remaining-requests": str(requests - 10),
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-limit-tokens": str(tokens),
+        "x-ratelimit-remaining-tokens": str(tokens - 5_000),
+        "x-ratelimit-reset-tokens": "1s",
+    }
+
+
+def test_rate_is_ceiling_is_checked_and_read_from_yaml() -> None:
+    """``rate_is_ceiling`` must be a bool in Python and in YAML; the file's value reaches
+    the policy and the gate's learner (no ceiling), and is printed with the settings. A
+    policy handed a gate of its own leaves that gate's learner as it is."""
+    with pytest.raises(TypeError, match=r"rate_is_ceiling.*'no'"):
+        anygate.Policy(name="bad-ceiling", rate_is_ceiling="no")  # type: ignore[arg-type]
+    with pytest.raises(anygate.ConfigError, match=r"llm_call\.rate_is_ceiling"):
+        anygate.load_config({"llm_call": {"rate_is_ceiling": 1}})
+    config = anygate.load_config(
+        {"llm_call": {"name": "yaml-ceiling", "tokens_per_minute": 1000, "rate_is_ceiling": False}}
+    )
+    assert config.rate_is_ceiling is False
+    assert config.to_mapping()["llm_call"]["rate_is_ceiling"] is False
+    policy = anygate.Policy.from_config(config)
+    assert policy.config.rate_is_ceiling is False
+    assert RateLearner.of(policy.gate).ceiling is None
+    assert anygate.load_config({}).to_mapping()["llm_call"]["rate_is_ceiling"] is True
+    own = Gate(name="own", rate=Rate(tokens_per_minute=1000))
+    learner = RateLearner(own)
+    anygate.Policy(
+        name="own-gate", gate=own, rate=Rate(tokens_per_minute=1000), rate_is_ceiling=False
+    )
+    assert learner.ceiling == Rate(tokens_per_minute=1000)

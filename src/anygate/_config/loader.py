@@ -51,6 +51,7 @@ _LLM_KEYS = (
     "output_tokens_per_minute",
     "ramp",
     "ramp_window_s",
+    "rate_is_ceiling",
     "reraise",
 )
 _BREAKER_KEYS = (
@@ -274,6 +275,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         policy["provider"] = check_provider(_FILE, p("provider"), llm["provider"])
     if "reraise" in llm:
         policy["reraise"] = _FILE.boolean(p("reraise"), llm["reraise"])
+    if "rate_is_ceiling" in llm:
+        policy["rate_is_ceiling"] = _FILE.boolean(p("rate_is_ceiling"), llm["rate_is_ceiling"])
     if "max_concurrent_calls" in llm:
         policy["max_concurrent_calls"] = _FILE.integer(
             p("max_concurrent_calls"), llm["max_concurrent_calls"], minimum=0, none=True

@@ -83,6 +83,10 @@ class PolicyConfig:
             ``tokens_per_minute``, ``input_tokens_per_minute``, ``output_tokens_per_minute``,
             ``ramp``, ``ramp_window_s``); ``None`` = no rate limit
             (a shared gate keeps whatever rate it has).
+        rate_is_ceiling: ``True`` (the default): ``rate`` is a ceiling, and what the
+            provider's rate-limit headers teach only ever lowers it. ``False``: ``rate``
+            states the provider's *published* limits, a starting point its headers replace
+            up or down (a tier upgrade is picked up); see ``docs/learning.md``.
         reraise: after giving up on a provider failure, raise the provider's own exception
             (an SDK's typed error) instead of :class:`anygate.CallFailed`; the
             ``CallFailed`` rides along (:meth:`anygate.CallFailed.of`, a note). Errors
@@ -102,11 +106,13 @@ class PolicyConfig:
     rules: tuple[Rule, ...] = ()
     control_flow: tuple[str, ...] = ()
     rate: Rate | None = None
+    rate_is_ceiling: bool = True
     reraise: bool = False
 
     def __post_init__(self) -> None:
         _PY.name("name", self.name)
         _PY.boolean("reraise", self.reraise)
+        _PY.boolean("rate_is_ceiling", self.rate_is_ceiling)
         if self.rate is not None and not isinstance(self.rate, Rate):
             raise _PY.bad_type("rate", self.rate, "an anygate.Rate or None")
         _PY.name("gate_name", self.gate_name, none=True)
@@ -165,6 +171,7 @@ class PolicyConfig:
                 ),
                 "ramp": None if self.rate is None else self.rate.ramp,
                 "ramp_window_s": None if self.rate is None else self.rate.window_s,
+                "rate_is_ceiling": self.rate_is_ceiling,
                 # None below means "the gate's existing adaptive limit's value" (defaults
                 # when this policy creates it).
                 "adaptive_concurrency": {

@@ -133,6 +133,7 @@ class RateLearner:
         "_learned",
         "_lock",
         "_max_hold",
+        "_paced_at",
         "_rate",
         "_reports",
         "_share",
@@ -180,6 +181,9 @@ class RateLearner:
         self._syncs = 0
         # The newest ``sent`` mark time applied by a sync: older reports are dropped.
         self._synced = -math.inf
+        # When this learner last changed the gate's token pace, on the gate's clock (the
+        # lift measures a span at one pace: ShareMeter.lift).
+        self._paced_at = -math.inf
         # Kinds whose `remaining` has been synced to (paced without headroom, see _apply).
         self._synced_kinds: set[str] = set()
         # Kinds whose reports showed a sliding window (keep the headroom, see _apply).
@@ -360,7 +364,11 @@ class RateLearner:
                 lift = None
                 share = self._share
                 if tokens is not None and not share.lifted:
-                    lift = share.lift(dims["tokens"], sent, self._headroom) if bucket else None
+                    lift = (
+                        share.lift(dims["tokens"], sent, self._headroom, self._paced_at)
+                        if bucket
+                        else None
+                    )
                     share.lifted |= not bucket
                 if any(v is not None for v in (requests, tokens, inputs, outputs)):
                     self._synced = sent.at
@@ -434,6 +442,10 @@ class RateLearner:
             rate = dataclasses.replace(current, requests_per_minute=rpm, tokens_per_minute=tpm)
         if rate == current:
             return False
+        if current is None or current.tokens_per_minute != tpm:
+            at = gate._read_clock()  # None outside a virtual clock's run: no time known
+            if at is not None:
+                self._paced_at = at
         gate.rate = rate
         self._rate = rate
         return True

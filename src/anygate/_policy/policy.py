@@ -38,6 +38,7 @@ from .policy_args import check_policy_args, policy_kwargs
 from .policy_forms import PolicyForms
 from .retrying import Retrier, Run, check_deadline
 from .sharing import (
+    apply_ceiling,
     reconcile_capacity,
     reconcile_rate,
     resolve_adaptive,
@@ -121,6 +122,11 @@ class Policy(PolicyForms):
         rate: the gate's :class:`anygate.Rate` (requests and tokens per minute, slope
             bound); ``None`` leaves the gate's rate as it is. A shared gate that exists
             with another rate raises ``ConfigError`` unless ``reconfigure=True``.
+        rate_is_ceiling: ``True`` (the default): ``rate`` is a ceiling, and the limits the
+            provider's rate-limit headers report (:class:`anygate.RateLearner`) only ever
+            lower it. ``False``: ``rate`` is the provider's *published* limits, a starting
+            point its headers replace, up as well as down (a tier upgrade is picked up).
+            Applies when the policy's ``rate`` is the gate's (not to a ``gate=`` handed in).
         rng: the random source for jitter (``random.Random(seed)`` for reproducible runs).
         clock: the monotonic clock in seconds of the breaker and of the gate's adaptive
             limit, used when this policy creates them (``anyio.current_time`` for virtual
@@ -177,6 +183,7 @@ class Policy(PolicyForms):
         hooks: Sequence[Hook] = (),
         logging_hook: Hook | None = _DEFAULT_LOGGING_HOOK,
         rate: Rate | None = None,
+        rate_is_ceiling: bool = True,
         rng: Uniform | None = None,
         clock: Callable[[], float] | None = None,
         gate: Gate | None = None,
@@ -201,6 +208,7 @@ class Policy(PolicyForms):
             rate=rate,
             rng=rng,
             reraise=reraise,
+            rate_is_ceiling=rate_is_ceiling,
         )
         self._config = args.config
         self._hooks = args.hooks
@@ -215,6 +223,8 @@ class Policy(PolicyForms):
         if existing:
             reconcile_capacity(self._config, self._gate, self._adaptive, reconfigure)
             reconcile_rate(self._config, self._gate, reconfigure)
+        if gate is None:  # a gate handed in keeps its own rate and learner
+            apply_ceiling(self._config, self._gate)
         self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
         self._retrier = Retrier(
             self._config,

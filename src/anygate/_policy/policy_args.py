@@ -60,6 +60,7 @@ def check_policy_args(
     rate: Rate | None,
     rng: Uniform | None,
     reraise: bool = False,
+    rate_is_ceiling: bool = True,
 ) -> PolicyArgs:
     """Check :class:`anygate.Policy`'s arguments, always in the same order.
 
@@ -111,6 +112,7 @@ def check_policy_args(
         rules=declarative,
         control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
         rate=rate,
+        rate_is_ceiling=rate_is_ceiling,
         reraise=reraise,
     )
     hook_list = _sequence("hooks", hooks, "callables taking one event")
@@ -148,6 +150,7 @@ def policy_kwargs(config: PolicyConfig) -> dict[str, Any]:
         "adaptive_concurrency": config.adaptive_concurrency,
         "rules": config.rules,
         "rate": config.rate,
+        "rate_is_ceiling": config.rate_is_ceiling,
         "control_flow": config.control_flow,
         "reraise": config.reraise,
     }

@@ -25,6 +25,7 @@ from .._errors import ConfigError
 from .._gate.gate import Gate
 from .._gate.registry import Registry, gates
 from .._limits.adaptive import AdaptiveLimit
+from .._limits.learn import RateLearner
 from .breaker import CircuitBreaker
 from .breaker_state import check_recovery, check_threshold
 
@@ -83,6 +84,19 @@ def reconcile_rate(cfg: PolicyConfig, gate: Gate, reconfigure: bool) -> None:
         raise ConfigError(msg, path="llm_call.requests_per_minute", value=wanted)
     logger.info("gate %r rate set to %r by policy %r", gate.name, wanted, cfg.name)
     gate.rate = wanted
+
+
+def apply_ceiling(cfg: PolicyConfig, gate: Gate) -> None:
+    """Tell the gate's :class:`~anygate.RateLearner` whether this policy's rate is a ceiling.
+
+    For the shared gate, once its rate is the policy's (a gate handed in keeps its own
+    rate, and its learner's settings with it). ``rate_is_ceiling=False``: the rate is the provider's
+    published limits, and its headers may raise it as well as lower it (no ceiling).
+    The gate's learner is shared: the last policy to state its rate decides.
+    """
+    if cfg.rate is None or gate.rate != cfg.rate:
+        return
+    RateLearner.of(gate).ceiling = cfg.rate if cfg.rate_is_ceiling else None
 
 
 def reconcile_capacity(
