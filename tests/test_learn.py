@@ -815,7 +815,8 @@ def _openai_headers(requests: int, tokens: int) -> dict[str, str]:
 def test_rate_is_ceiling_is_checked_and_read_from_yaml() -> None:
     """``rate_is_ceiling`` must be a bool in Python and in YAML; the file's value reaches
     the policy and the gate's learner (no ceiling), and is printed with the settings. A
-    policy handed a gate of its own leaves that gate's learner as it is."""
+    policy handed a gate of its own with another rate leaves that gate's learner as it
+    is; with the policy's rate, the policy says what that rate is."""
     with pytest.raises(TypeError, match=r"rate_is_ceiling.*'no'"):
         anygate.Policy(name="bad-ceiling", rate_is_ceiling="no")  # type: ignore[arg-type]
     with pytest.raises(anygate.ConfigError, match=r"llm_call\.rate_is_ceiling"):
@@ -832,6 +833,45 @@ def test_rate_is_ceiling_is_checked_and_read_from_yaml() -> None:
     own = Gate(name="own", rate=Rate(tokens_per_minute=1000))
     learner = RateLearner(own)
     anygate.Policy(
+        name="own-gate", gate=own, rate=Rate(tokens_per_minute=2000), rate_is_ceiling=False
+    )
+    assert learner.ceiling == Rate(tokens_per_minute=1000)  # not the policy's rate: kept
+    anygate.Policy(
         name="own-gate", gate=own, rate=Rate(tokens_per_minute=1000), rate_is_ceiling=False
     )
-    assert learner.ceiling == Rate(tokens_per_minute=1000)
+    assert learner.ceiling is None  # the policy's rate: the policy says what it is
+
+
+def split_report(inputs: float, outputs: float) -> LimitReport:
+    return LimitReport(
+        input_tokens=ReportedLimit(inputs, inputs - 2_000, 3.0, 60.0),
+        output_tokens=ReportedLimit(outputs, outputs - 1_000, 8.0, 60.0),
+        source="test",
+    )
+
+
+@pytest.mark.parametrize("ceiling", [True, False], ids=["ceiling", "published"])
+def test_split_limits_are_learned_for_the_budgets_a_gate_has(ceiling: bool) -> None:
+    """Anthropic's input and output limits pace a gate that has budgets for them, at the
+    whole limit (their ``remaining`` syncs the budgets): reported above a published ITPM
+    (60,000 behind 30,000) they raise it unless the rate is a ceiling (an Anthropic-like
+    provider, seeds 1-5: 1.209x -> 1.018x the oracle), reported below they lower it either
+    way. A gate without split budgets gets none from them."""
+    rate = Rate(
+        requests_per_minute=50, input_tokens_per_minute=30_000, output_tokens_per_minute=8_000
+    )
+    gate = Gate(name="llm", rate=rate)
+    learner = RateLearner(gate, confirm=1, ceiling=rate if ceiling else None)
+    learner.observe(split_report(60_000, 8_000))
+    assert gate.rate is not None
+    assert gate.rate.input_tokens_per_minute == (30_000 if ceiling else 60_000)
+    assert gate.rate.output_tokens_per_minute == 8_000
+    assert learner.limits.input_tokens_per_minute == 60_000
+    assert learner.limits.output_tokens_per_minute == 8_000
+    assert gate.rate.requests_per_minute == 50
+    learner.observe(split_report(20_000, 4_000))
+    assert gate.rate.input_tokens_per_minute == 20_000
+    assert gate.rate.output_tokens_per_minute == 4_000
+    plain = Gate(name="plain", rate=Rate(requests_per_minute=50))
+    RateLearner(plain, confirm=1, ceiling=None).observe(split_report(60_000, 8_000))
+    assert plain.rate == Rate(requests_per_minute=50)

@@ -10,6 +10,9 @@ objects into the gate's ``rate``:
   2) stating the same limit (within 1 %) *with something used*: a full bucket (remaining
   equal to the limit) tells nothing, since a fresh key and a misconfigured gateway look
   the same. A changed limit (a tier upgrade, a lowered quota) needs its own streak.
+  Anthropic's input and output limits become ``input_tokens_per_minute`` /
+  ``output_tokens_per_minute`` the same way, at the whole limit, for a gate that has
+  those budgets (never a new budget: a gate without them is not made to pace them).
 * **Holding.** A drained bucket (``remaining == 0``) tells a lot: its limit is adopted at
   once, and the gate admits nobody until the reported reset (at most ``max_hold_s``,
   default 60 s), through the gate's one hold hook (``BudgetSteps._hold_until``).
@@ -67,6 +70,10 @@ __all__ = ["LearnedLimits", "RateLearner", "learn_from_headers"]
 # Learned rates above this are not limits (and would fail Rate's own bound).
 _MAX_PER_MINUTE = 1e12
 _KINDS = ("requests", "tokens")
+# Anthropic's input and output token limits, learned only for a gate that paces them with
+# budgets of its own (``Rate(input_tokens_per_minute=, output_tokens_per_minute=)``): it
+# is synced to their ``remaining`` (``Budgets.lower_since``), so paced at the whole limit.
+_SPLIT_KINDS = ("input_tokens", "output_tokens")
 # Kinds paced at the whole limit once the gate's budget is synced to their `remaining`
 # (issue 30). Tokens: the syncs bring the budget down to the provider's level at every
 # answer, so a margin on top only leaves a tenth of the limit unused (TOKEN_TUNING, seeds
@@ -254,6 +261,8 @@ class RateLearner:
                 syncs=self._syncs,
                 requests_share_per_minute=self._share.available.get("requests"),
                 tokens_share_per_minute=self._share.available.get("tokens"),
+                input_tokens_per_minute=self._learned.get("input_tokens"),
+                output_tokens_per_minute=self._learned.get("output_tokens"),
             )
 
     def __repr__(self) -> str:
@@ -325,7 +334,10 @@ class RateLearner:
                 # hold until the reset, which Anthropic states as the time of *full*
                 # refill (holding to it idled the Anthropic-like sweep cell ~55 s, issue
                 # 30). One the gate does not pace still holds it.
-                if dim is None or (rate is not None and getattr(rate, kind) is not None):
+                if dim is None:
+                    continue
+                if rate is not None and getattr(rate, kind) is not None:
+                    adopted |= self._weigh(kind.removesuffix("_per_minute"), dim)
                     continue
                 if dim.drained and dim.reset_s is not None:
                     hold_s = max(hold_s, min(dim.reset_s, self._max_hold))
@@ -415,14 +427,14 @@ class RateLearner:
         current = gate.rate
         ceiling = self._ceiling
         values: dict[str, float | None] = {
-            "requests": None if current is None else current.requests_per_minute,
-            "tokens": None if current is None else current.tokens_per_minute,
+            kind: None if current is None else getattr(current, f"{kind}_per_minute")
+            for kind in (*_KINDS, *_SPLIT_KINDS)
         }
-        for kind in _KINDS:
+        for kind in (*_KINDS, *_SPLIT_KINDS):
             learned = self._learned.get(kind)
-            if learned is None:
-                continue
-            synced = kind in self._synced_kinds
+            if learned is None or (values[kind] is None and kind in _SPLIT_KINDS):
+                continue  # a split limit is learned only for a budget the gate has
+            synced = kind in self._synced_kinds or kind in _SPLIT_KINDS
             room = 0.0 if synced else self._headroom
             paced = min(learned * (1.0 - room), _MAX_PER_MINUTE)
             available = self._share.available.get(kind)
@@ -439,7 +451,13 @@ class RateLearner:
         if current is None:
             rate = Rate(requests_per_minute=rpm, tokens_per_minute=tpm)
         else:
-            rate = dataclasses.replace(current, requests_per_minute=rpm, tokens_per_minute=tpm)
+            rate = dataclasses.replace(
+                current,
+                requests_per_minute=rpm,
+                tokens_per_minute=tpm,
+                input_tokens_per_minute=values["input_tokens"],
+                output_tokens_per_minute=values["output_tokens"],
+            )
         if rate == current:
             return False
         if current is None or current.tokens_per_minute != tpm:

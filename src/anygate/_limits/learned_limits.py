@@ -37,6 +37,9 @@ class LearnedLimits:
             this gate (its limit less what others spend), or ``None`` (not measured).
         tokens_share_per_minute: the same for tokens.
         rate: the rate the learner last set on the gate, or ``None`` if it never set one.
+        input_tokens_per_minute: the adopted input-token limit (Anthropic's ITPM), learned
+            only for a gate with an input budget of its own; ``None`` if none.
+        output_tokens_per_minute: the same for output tokens (OTPM).
     """
 
     requests_per_minute: float | None = None
@@ -48,3 +51,5 @@ class LearnedLimits:
     syncs: int = 0
     requests_share_per_minute: float | None = None
     tokens_share_per_minute: float | None = None
+    input_tokens_per_minute: float | None = None
+    output_tokens_per_minute: float | None = None

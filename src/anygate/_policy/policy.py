@@ -126,7 +126,8 @@ class Policy(PolicyForms):
             provider's rate-limit headers report (:class:`anygate.RateLearner`) only ever
             lower it. ``False``: ``rate`` is the provider's *published* limits, a starting
             point its headers replace, up as well as down (a tier upgrade is picked up).
-            Applies when the policy's ``rate`` is the gate's (not to a ``gate=`` handed in).
+            Sets the gate's learner's ceiling when the policy's ``rate`` is the gate's
+            (a ``gate=`` handed in with another rate keeps its learner as it is).
         rng: the random source for jitter (``random.Random(seed)`` for reproducible runs).
         clock: the monotonic clock in seconds of the breaker and of the gate's adaptive
             limit, used when this policy creates them (``anyio.current_time`` for virtual
@@ -223,8 +224,7 @@ class Policy(PolicyForms):
         if existing:
             reconcile_capacity(self._config, self._gate, self._adaptive, reconfigure)
             reconcile_rate(self._config, self._gate, reconfigure)
-        if gate is None:  # a gate handed in keeps its own rate and learner
-            apply_ceiling(self._config, self._gate)
+        apply_ceiling(self._config, self._gate)
         self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
         self._retrier = Retrier(
             self._config,

@@ -89,8 +89,9 @@ def reconcile_rate(cfg: PolicyConfig, gate: Gate, reconfigure: bool) -> None:
 def apply_ceiling(cfg: PolicyConfig, gate: Gate) -> None:
     """Tell the gate's :class:`~anygate.RateLearner` whether this policy's rate is a ceiling.
 
-    For the shared gate, once its rate is the policy's (a gate handed in keeps its own
-    rate, and its learner's settings with it). ``rate_is_ceiling=False``: the rate is the provider's
+    Only when the policy states a rate and it is the gate's (the shared gate's, once
+    reconciled, or a gate handed in with that rate; one handed in with another keeps its
+    learner's settings). ``rate_is_ceiling=False``: the rate is the provider's
     published limits, and its headers may raise it as well as lower it (no ceiling).
     The gate's learner is shared: the last policy to state its rate decides.
     """
