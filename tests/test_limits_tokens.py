@@ -126,6 +126,44 @@ def test_an_adaptive_limit_holds_sends_to_the_token_estimate() -> None:
     assert limit.reserve_send(61.5, object(), 500) == 0.0
 
 
+def _refund_after_a_tpm_429(paced: float) -> float:
+    """Tokens the budget holds after a settle refund of 400, once a TPM 429 came for the
+    21st send of 500 tokens (20 sent a second apart, 10,000 in the minute) on a gate
+    paced at ``paced`` tokens a minute."""
+    clock = FakeClock()
+    gate = Gate(32, name="keep", rate=Rate(tokens_per_minute=paced, burst_s=60), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    for i in range(20):
+        clock.now = float(i)
+        limit.reserve_send(clock.now, None, 500)
+    clock.now = 20.0
+    caller = object()
+    limit.reserve_send(20.0, caller, 500)
+    token = gate.acquire_nowait(tokens=500)
+    clock.now = 20.2
+    limit.on_rate("tokens", 20.0, caller=caller, tokens=500)
+    before = gate.statistics().rate
+    token.settle(tokens=100)
+    token.release()
+    after = gate.statistics().rate
+    assert before is not None
+    assert after is not None
+    assert before.tokens_available is not None
+    assert after.tokens_available is not None
+    return after.tokens_available - before.tokens_available
+
+
+def test_a_tpm_429_only_the_admission_estimates_explain_keeps_refunds() -> None:
+    """The minute held 10,000 tokens by the estimates charged at admission when the 429
+    came: on a gate paced at 6,000 a minute only settle refunds could have let that
+    through, so the provider counts the estimates (OpenAI reserves ``max_tokens``) and a
+    refund gives nothing back from then on (no headers, seeds 1-5: 2.33 % -> 0.33 % of
+    calls with a 429). Paced at 60,000, the 429 says the limit is lower than the pace
+    (the estimate's business): refunds are given back as before."""
+    assert _refund_after_a_tpm_429(6_000) == pytest.approx(0)
+    assert _refund_after_a_tpm_429(60_000) == pytest.approx(400)
+
+
 # --------------------------------------------------------------------------- a policy
 
 

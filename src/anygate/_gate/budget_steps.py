@@ -85,6 +85,33 @@ class BudgetSteps(Ledger):
         return held
 
     @ki_protected
+    def _keep_token_estimates(self) -> bool:
+        """From now on a settle refund gives nothing back to the token budget.
+
+        The third gate-core hook, for the adaptive limit (``_limits.sending``): a
+        tokens-per-minute 429 that only the estimates charged at admission explain (not
+        what the calls' settles brought the budget down to) says the provider keeps
+        them, as OpenAI reserves ``max_tokens``. Only ever less budget, so nobody needs
+        waking (I2). A budget synced to a provider's reports is left to them (its
+        refunds wait for the next report). Returns whether the budget changed mode.
+        """
+        if self._shares_rate:
+            return False
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets = self._budgets
+            changed = budgets is not None and bool(budgets.tok_interval) and not budgets.tok_keep
+            if changed:
+                assert budgets is not None
+                budgets.tok_keep = True
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        return changed
+
+    @ki_protected
     def _budget_mark(self) -> BudgetMark | None:
         """``Gate.budget_mark``: the budgets' charges so far, stamped with the clock now;
         the reference a later :meth:`_lower_budgets` counts this gate's own admissions

@@ -69,6 +69,7 @@ class Budgets(BudgetSync):
         "started",
         "tok_back",
         "tok_interval",
+        "tok_keep",
         "tok_largest",
         "tok_spent",
         "tok_tau",
@@ -90,6 +91,7 @@ class Budgets(BudgetSync):
     split: bool
     tok_back: float
     tok_credit: float
+    tok_keep: bool
     tok_largest: int
     tok_spare: bool
     tok_pending: float
@@ -119,6 +121,9 @@ class Budgets(BudgetSync):
         # Synced to a provider's token bucket, keeping the largest cost spare (see
         # ``lower_since``): a cost above every one before widens the spare before it goes.
         self.tok_spare = False if old is None else old.tok_spare
+        # The provider keeps the estimate it charged at admission (a token 429 said so:
+        # ``keep_estimates``): a settle refund gives nothing back; kept over a change.
+        self.tok_keep = False if old is None else old.tok_keep
         # Settle refunds held until a provider's report says whether it gave them back
         # too (``settle``), on a budget synced to reports: in tokens, kept over a change.
         self.tok_pending = 0.0 if old is None else old.tok_pending
@@ -416,6 +421,8 @@ class Budgets(BudgetSync):
                 # (``lower_since``), which says whether the provider gave it back too.
                 self.tok_pending -= delta
                 return
+            if self.tok_keep:
+                return  # the provider keeps what it charged at admission
         if self.tok_interval and delta:
             self.tok_tat += delta * self.tok_interval
             if delta > 0 and now is not None and self.tok_credit:
