@@ -609,28 +609,43 @@ def test_a_bucket_refilled_at_its_limit_lifts_the_token_budget_once() -> None:
         call.release()
 
 
-@pytest.mark.parametrize(
-    ("second", "reset_s"),
-    [
-        pytest.param(53_000, 1.0, id="others-spend-20-percent"),
-    ],
-)
-def test_no_lift_where_others_spend(second: float, reset_s: float) -> None:
+def test_no_lift_while_others_spend() -> None:
     """Refilled at 48,000/min for us (80 % of the limit: another client spends the rest),
     the lift would drain the bucket before the share measure sees it fall, and the gate
     then paces at the limit into a bucket refilled slower (2-13 % of calls with a 429 on
-    TOKEN_TUNING's background cells): no lift, then or later. (A sliding window is not
-    lifted either: the gate copies it, ``test_a_sliding_window_is_paced_by_a_copy_of_it``.)"""
+    TOKEN_TUNING's background cells): no lift at 5 s, nor over 10 s while they go on.
+    (A sliding window is not lifted either: the gate copies it,
+    ``test_a_sliding_window_is_paced_by_a_copy_of_it``.)"""
     gate, learner, now = lift_gate()
     calls = [gate.acquire_nowait(tokens=1000)]
-    learner.observe(bucket_report(50_000, min(reset_s, 10.0)), sent=gate.budget_mark())
+    learner.observe(bucket_report(50_000), sent=gate.budget_mark())
+    for remaining in (53_000, 56_000):
+        now[0] += 5
+        calls.append(gate.acquire_nowait(tokens=1000))
+        learner.observe(bucket_report(remaining), sent=gate.budget_mark())
+        assert tokens_left(gate) == pytest.approx(0)
+    for call in calls:
+        call.release()
+
+
+def test_a_low_reading_is_measured_again_over_a_longer_span() -> None:
+    """A bucket full part of the span loses refill and reads low: while the fleet ramps up,
+    spending under the limit, a full bucket only shows what we spent ((52,000 - 50,000 +
+    1,000) / 5 s = 36,000/min). Given up then, a fleet never spent the first bucket (tier-1
+    with ``max_tokens`` 200, seeds 2-3: 1.154x the oracle; the reporting cell's seed 2
+    1.028x). Measured on from the same snapshot, 10 s show the whole refill: lifted to
+    the provider's level less the headroom (58,000 - 6,000)."""
+    gate, learner, now = lift_gate()
+    calls = [gate.acquire_nowait(tokens=1000)]
+    learner.observe(bucket_report(50_000), sent=gate.budget_mark())
     now[0] += 5
     calls.append(gate.acquire_nowait(tokens=1000))
-    learner.observe(bucket_report(second, reset_s), sent=gate.budget_mark())
+    learner.observe(bucket_report(52_000), sent=gate.budget_mark())
     assert tokens_left(gate) == pytest.approx(0)
     now[0] += 5
-    learner.observe(bucket_report(59_000), sent=gate.budget_mark())
-    assert tokens_left(gate) <= 1000  # the burst (of the pace), no more
+    calls.append(gate.acquire_nowait(tokens=1000))
+    assert learner.observe(bucket_report(58_000), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(52_000)
     for call in calls:
         call.release()
 
