@@ -126,6 +126,15 @@ TOKEN_SWEEP: tuple[tuple[str, list[str]], ...] = (
             "published={rpm: 1200, tpm: 200000}",
         ],
     ),
+    # ... with a deployment given a tier less than the published quota. Added in stop 40
+    # with the fix it found (the window copy's sync at another rate): 1.050x -> 1.000x.
+    (
+        "Azure OpenAI rule, hidden TPM a tier below (100,000 behind 200,000)",
+        [
+            "provider.tokens={rule: azure, tpm: 100000}",
+            "published={rpm: 1200, tpm: 200000}",
+        ],
+    ),
 )
 
 #: Issue 30's one-change cells of morning-peak not in SWEEP: hidden limits a tier below and

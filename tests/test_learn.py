@@ -549,6 +549,31 @@ def test_a_sliding_window_is_paced_by_a_copy_of_it() -> None:
         call.release()
 
 
+def test_a_window_copy_at_another_rate_counts_what_the_provider_counted() -> None:
+    """A published 120,000 tokens a minute, a provider's sliding window of 60,000 (Azure,
+    a deployment given less than the docs say). The first report comes before the limit
+    is adopted: the provider counted 2,000 (our 1,000 and another's 1,000), and the
+    gate's copy, at its own 120,000, must hold those 2,000, not the 62,000 the provider's
+    ``remaining`` would leave it (a phantom of 60,000 for a minute: the fleet sat out the
+    first minute, 1.050x the oracle). Once adopted, the copy holds 60,000 less what was
+    counted."""
+    now = [1000.0]
+    gate = Gate(name="llm", rate=Rate(tokens_per_minute=120_000), clock=lambda: now[0])
+    learner = RateLearner(gate, ceiling=None)
+    now[0] += 10  # the budget's burst (1 s, 2,000) refilled
+    calls = [gate.acquire_nowait(tokens=1000)]
+    learner.observe(window_report(58_000), sent=gate.budget_mark())
+    assert gate.rate == Rate(tokens_per_minute=120_000)  # one report: not adopted yet
+    assert tokens_left(gate) == pytest.approx(118_000)
+    now[0] += 1
+    calls.append(gate.acquire_nowait(tokens=1000))
+    learner.observe(window_report(57_000), sent=gate.budget_mark())
+    assert gate.rate == Rate(tokens_per_minute=60_000)
+    assert tokens_left(gate) == pytest.approx(57_000)
+    for call in calls:
+        call.release()
+
+
 def test_a_bucket_under_heavy_background_load_is_no_window() -> None:
     """A bucket half full whose reset is a minute away refills at under half its limit's
     rate (55 % background load: half full, 67 s to refill): a bucket, synced as one. Taken

@@ -373,6 +373,8 @@ class RateLearner:
                 inputs, outputs = _left(report.input_tokens), _left(report.output_tokens)
                 # A bucket, not a sliding window: it is lifted (once) and keeps the spare.
                 bucket = "tokens" not in self._windowed
+                if not bucket and tokens is not None:
+                    tokens = _window_left(tokens, dims["tokens"], gate.rate)
                 lift = None
                 share = self._share
                 if tokens is not None and not share.lifted:
@@ -476,6 +478,21 @@ def _sliding(dim: ReportedLimit) -> bool:
     if limit is None or left is None or reset is None or window is None:
         return False
     return left >= _WINDOW_LEFT * limit and reset >= _WINDOW_RESET * window
+
+
+def _window_left(left: float, dim: ReportedLimit | None, rate: Rate | None) -> float:
+    """What the gate's copy of a sliding window has left, given the provider's ``left``:
+    the provider counted ``limit - left`` (ours and others'), and the copy holds the
+    gate's own rate. Left as the provider's ``left``, a copy at another rate counted the
+    difference as others' spending for a minute: a hidden 100,000 TPM behind a published
+    200,000 (Azure's rule) saw its first report, before the limit was adopted, charge
+    100,000 of phantom use and the fleet sat out the first minute (seeds 1-5: 1.050x the
+    oracle)."""
+    per_minute = None if dim is None else dim.per_minute
+    paced = None if rate is None else rate.tokens_per_minute
+    if per_minute is None or paced is None:
+        return left
+    return left + paced - per_minute
 
 
 def _left(dim: ReportedLimit | None) -> float | None:
