@@ -574,6 +574,27 @@ def test_a_window_copy_at_another_rate_counts_what_the_provider_counted() -> Non
         call.release()
 
 
+def test_a_drained_window_the_gate_copies_is_no_hold() -> None:
+    """A drained sliding window (``remaining`` 0, reset 59 s away) that the gate's token
+    budget copies is the copy's level of 0: its first entries free their tokens a minute
+    after they went, half a minute before the whole window's reset. Held to the reset
+    instead, Azure's rule at 300,000 TPM (seed 2) sat out a minute: 1.157x the oracle."""
+    gate, learner, now = lift_gate()
+    start = now[0]
+    calls = [gate.acquire_nowait(tokens=1000)]
+    learner.observe(window_report(58_000), sent=gate.budget_mark())  # a copy from now
+    now[0] += 30
+    calls.append(gate.acquire_nowait(tokens=40_000))
+    calls.append(gate.acquire_nowait(tokens=17_000))
+    learner.observe(window_report(0, reset_s=59.0), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(0)  # another 1,000 counted beyond ours
+    now[0] = start + 60.5  # our first 1,000 and the first report's 1,000 have left
+    assert tokens_left(gate) == pytest.approx(2000)
+    calls.append(gate.acquire_nowait(tokens=2000))
+    for call in calls:
+        call.release()
+
+
 def test_a_bucket_under_heavy_background_load_is_no_window() -> None:
     """A bucket half full whose reset is a minute away refills at under half its limit's
     rate (55 % background load: half full, 67 s to refill): a bucket, synced as one. Taken
