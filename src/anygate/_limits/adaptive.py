@@ -69,6 +69,7 @@ from .._gate.waiters import ki_protected
 from .._validation import check_flag
 from .burst import BurstAnswer
 from .latency import LatencyLimit
+from .published import PublishedProbe
 from .state import check_settings
 
 __all__ = ["AdaptiveLimit"]
@@ -118,6 +119,29 @@ class AdaptiveLimit(BurstAnswer):
         """Whether a burst throttle teaches the slope rule sends are held to (instead of
         cutting the limit)."""
         return self._pace
+
+    @property
+    def probes_published_rate(self) -> bool:
+        """Whether the gate's requests per minute are the provider's published limit,
+        stepped up while they bind and no 429 says they are the real one
+        (:mod:`anygate._limits.published`; a policy with ``rate_is_ceiling=False`` turns
+        it on)."""
+        probe = self._published
+        return probe is not None and not probe.ended
+
+    def _probe_published_rate(self, on: bool) -> None:
+        """Probe the gate's published request rate upward (``on``) or not: set by the
+        policy that states the gate's rate (``_policy.sharing.apply_ceiling``). Only with
+        pacing on (``pace_burst_rate``): the probe's answer, the request estimate, is
+        part of it."""
+        gate = self._gate()
+        rate = None if gate is None else gate.rate
+        rpm = None if rate is None else rate.requests_per_minute
+        with self._lock:
+            if not on or rpm is None or not self._pace:
+                self._published = None
+            elif self._published is None:
+                self._published = PublishedProbe(rpm)
 
     def settings(self) -> tuple[bool, int, float, float]:
         """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""

@@ -16,7 +16,8 @@ Each takes the limit's lock for a few assignments, or none when there is nothing
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+from typing import TYPE_CHECKING, Literal
 
 from .._config.limit_values import (
     OVER_LIMIT_POLL_S,
@@ -24,6 +25,9 @@ from .._config.limit_values import (
 from .._gate.waiters import ki_protected
 from .attribute import Attributed, attribute
 from .state import AdaptiveState
+
+if TYPE_CHECKING:
+    from .published import PublishedProbe
 
 __all__ = ["SendPath"]
 
@@ -119,6 +123,27 @@ class SendPath(AdaptiveState):
         if sends.requests.limit is not None or (tokens and sends.tokens.limit is not None):
             with self._lock:
                 sends.passed(at, tokens or 0)
+        probe = self._published
+        if probe is not None and not probe.ended and self._clock() >= probe.next_at:
+            self._probe_published(probe)
+
+    def _probe_published(self, probe: PublishedProbe, *, at_once: bool = False) -> None:
+        """Step the gate's published request rate (:mod:`anygate._limits.published`);
+        ``at_once``: look now (a per-minute 429 came), not at the probe's next look."""
+        gate = self._pace_gate() if self._enabled else None
+        if gate is None:
+            return
+        rate = gate.rate
+        with self._lock:
+            now = self._clock()
+            if now < probe.next_at and not at_once:
+                return  # another answer looked first
+            rejected = self._sends.requests.limit is not None
+            accepted = self._sends.requests_in_minute(now)
+            rpm = None if rate is None else rate.requests_per_minute
+            new = probe.step(now, accepted, rpm, rejected)
+        if new is not None and rate is not None:
+            gate.rate = dataclasses.replace(rate, requests_per_minute=new)
 
     def attribute(
         self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
@@ -187,6 +212,9 @@ class SendPath(AdaptiveState):
         with self._lock:
             self._sends.rejected(unit, admitted_at, cost, self._clock(), caller)
             held = self._sends.tokens.held(admitted_at)
+        probe = self._published
+        if unit == "requests" and probe is not None and not probe.ended:
+            self._probe_published(probe, at_once=True)  # back to the last rate without one
         rate = gate.rate
         paced = None if rate is None else rate.tokens_per_minute
         if unit == "tokens" and cost and paced is not None and held + cost > paced:

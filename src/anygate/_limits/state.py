@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from .._config.limit_values import LimitChange
     from .._gate.gate import Gate
+    from .published import PublishedProbe
 
 
 __all__ = ["AdaptiveState", "check_settings"]
@@ -73,6 +74,7 @@ class AdaptiveState:
         "_pace",
         "_pause",
         "_pause_s",
+        "_published",
         "_sends",
         "_slots",
         "_stale",
@@ -126,6 +128,8 @@ class AdaptiveState:
         self._pace = pace_burst_rate
         # The windows a send is held to: slope, release, tokens and requests (issue 30).
         self._sends = Sends()
+        # The upward probe of a published request rate (``published_rate``), when on.
+        self._published: PublishedProbe | None = None
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()

@@ -224,7 +224,7 @@ class Policy(PolicyForms):
         if existing:
             reconcile_capacity(self._config, self._gate, self._adaptive, reconfigure)
             reconcile_rate(self._config, self._gate, reconfigure)
-        apply_ceiling(self._config, self._gate)
+        apply_ceiling(self._config, self._gate, self._adaptive)
         self._breaker = resolve_breaker(self._config, breaker, clock, reconfigure)
         self._retrier = Retrier(
             self._config,
