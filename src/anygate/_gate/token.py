@@ -181,8 +181,11 @@ class Token(TokenState):
                     await _waiters.trio_checkpoint_if_cancelled()  # raises it (or passes)
                 else:
                     task._cancel_points += 1  # counted as trio's own check counts it
-            elif _cancel_state.trio_pending():
-                await _waiters.trio_checkpoint_if_cancelled()
+            elif _cancel_state.trio_pending():  # the first question, or the public path
+                # trio's own check, asked directly (as trio_checkpoint_if_cancelled() does,
+                # a call fewer on the public path): trio is imported, since _sniffio_local
+                # is set only once _waiters._find_trio has cached trio's pieces.
+                await _waiters._trio_lowlevel.checkpoint_if_cancelled()
         elif (
             (states_get := _cancel_state.states_get) is not None
             and (local is not None or "trio" not in _modules)  # else: maybe trio's first use
