@@ -157,3 +157,25 @@ async def test_a_pending_token_reports_no_admission(anyio_backend: Any) -> None:
     token = await acquisition
     assert token.in_flight_at_admission == 1
     token.release()
+
+
+async def test_leaving_the_block_never_yields_and_frees_the_slot_at_once(
+    anyio_backend: Any,
+) -> None:
+    """The fast pair is no schedule point at either end: the exit's awaitable (one shared,
+    finished awaitable, never used up) returns at once, so a task started before the
+    blocks has not run after three of them, and each exit has freed its slot."""
+    gate = Gate(1, fast_acquire=True)
+    ran: list[int] = []
+
+    async def other() -> None:
+        ran.append(1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)  # runs at our next yield, if any
+        for seen in (1, 1, 1):
+            async with gate.acquire() as token:
+                assert token.in_flight_at_admission == seen
+            assert (gate.in_flight, token.released) == (0, True)
+        assert ran == []
+    assert ran == [1]

@@ -51,6 +51,7 @@ __all__ = ["asyncio_pending", "mode", "trio_context", "trio_pending", "use_publi
 _PROBE, _PRIVATE, _PUBLIC = "probe", "private", "public"
 _modes = {"asyncio": _PROBE, "trio": _PROBE}
 
+_NEG_INF = -math.inf  # anyio's deadline for a cancelled scope, made once
 _current_task = asyncio.current_task
 _ref = weakref.ref
 #: anyio's ``_task_states.data.get`` once the guard chose the private path on asyncio, else
@@ -112,7 +113,8 @@ def _asyncio_private(loop: object) -> bool:
 
 def _asyncio_public(loop: object) -> bool:
     deadline = _public_deadline or _resolve_public_deadline()
-    return bool(deadline() == -math.inf)
+    pending: bool = deadline() == _NEG_INF  # a float compare, no bool() call
+    return pending
 
 
 def _resolve_public_deadline() -> Any:

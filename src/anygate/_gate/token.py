@@ -23,12 +23,12 @@ pickled, repr and :func:`code_site` are :mod:`anygate._gate.token_state`'s.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
+import types
 import weakref
 from asyncio import _get_running_loop
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 from anyio.lowlevel import checkpoint as _anyio_checkpoint
 
@@ -161,15 +161,8 @@ class Token(TokenState):
         ``async with token:`` on a token already held (``token = await gate.acquire()``)
         only releases it at the end of the block, as before.
         """
-        since = self._since
-        if since >= 0.0:
-            return self
-        if since == ACQUIRING:
-            msg = (
-                "this gate.acquire() is already being awaited (or its wait failed); "
-                "each acquisition is awaited or entered once: call gate.acquire() again"
-            )
-            raise RuntimeError(msg)
+        if self._since != PENDING:  # one compare on the fast path for both other states
+            return self._entered_again()
         self._since = ACQUIRING
         gate = self._home
         # The cancel point comes first, before any slot is taken: an acquire in an
@@ -188,8 +181,11 @@ class Token(TokenState):
                     await _waiters.trio_checkpoint_if_cancelled()  # raises it (or passes)
                 else:
                     task._cancel_points += 1  # counted as trio's own check counts it
-            elif _cancel_state.trio_pending():
-                await _waiters.trio_checkpoint_if_cancelled()
+            elif _cancel_state.trio_pending():  # the first question, or the public path
+                # trio's own check, asked directly (as trio_checkpoint_if_cancelled() does,
+                # a call fewer on the public path): trio is imported, since _sniffio_local
+                # is set only once _waiters._find_trio has cached trio's pieces.
+                await _waiters._trio_lowlevel.checkpoint_if_cancelled()
         elif (
             (states_get := _cancel_state.states_get) is not None
             and (local is not None or "trio" not in _modules)  # else: maybe trio's first use
@@ -197,56 +193,64 @@ class Token(TokenState):
         ):
             global _held_ref  # a one-entry cache, see _held_ref
             task = _cancel_state.task_of(loop)
-            state = None
             if task is not None:
                 # Not kept in a local: the frame of a task that parks below would keep its
                 # reference alive (80 B per queued waiter, benchmark d).
                 if _held_ref() is not task:
                     _held_ref = _ref(task)
                 state = states_get(_held_ref)
-            if state is not None:
-                scope = state.cancel_scope
-                while scope is not None:  # as current_effective_deadline() walks them
-                    if scope._cancel_called:
-                        await _anyio_checkpoint()  # raises the pending cancellation
-                        break
-                    if scope._shield:
-                        break
-                    scope = scope._parent_scope
+                if state is not None:  # a task anyio never saw has no anyio cancel scope
+                    scope = state.cancel_scope
+                    while scope is not None:  # as current_effective_deadline() walks them
+                        if scope._cancel_called:
+                            await _anyio_checkpoint()  # raises the pending cancellation
+                            break
+                        if scope._shield:
+                            break
+                        scope = scope._parent_scope
         else:
             check = _waiters.cancellation_check()
             if check is not None:
                 await check  # raises the pending cancellation
         # Unlocked hint (I2 is re-checked under the lock): a caller that will queue anyway
         # skips the fast path's lock round trip, and its park is the schedule point.
-        free = not gate._live and gate._in_flight < gate._limit
-        if free:
+        if not gate._live and gate._in_flight < gate._limit:
             # SlotSteps._admit's common case (nobody queued, a slot free), inline, with a
             # rate's budgets asked in the same locked step: a second lock round trip and
-            # the call to _admit were a third of a rate's cost (benchmark e). ``decided``:
-            # answered here, admitted or refused by the budget; anything else (someone
-            # queued, whom a priority may overtake; split budgets) takes _admit.
+            # the call to _admit were a third of a rate's cost (benchmark e). ``admitted``:
+            # True or False when answered here (admitted, or refused by the budget); None
+            # for anything else (someone queued, whom a priority may overtake; split
+            # budgets), which takes _admit. Admitted here, the token is marked held in the
+            # same locked step, as _admit(token=) does (I1), and ``_seen`` is the count
+            # just after this admission (before the yield, which lets others in).
             lock = gate._lock
             lock.acquire()
             try:
-                admitted = decided = not gate._live and gate._in_flight < gate._limit
-                if admitted:
-                    budgets = gate._budgets
-                    if budgets is not None:
-                        if budgets.split:  # the output part's path, in _admit
-                            admitted = decided = False
-                        else:
-                            admitted = budgets.try_take(gate._clock(), self._cost)
-                    if admitted:
-                        gate._in_flight += 1
-                        gate._admitted += 1
+                admitted: bool | None
+                # Read again: another thread may have changed them since the hint.
+                if gate._live or gate._in_flight >= gate._limit:  # type: ignore[redundant-expr]
+                    admitted = None
+                elif (budgets := gate._budgets) is None or (
+                    not budgets.split  # else: the output part's path, in _admit
+                    and budgets.try_take(gate._clock(), self._cost)
+                ):
+                    gate._in_flight += 1
+                    gate._admitted += 1
+                    self._gate = gate
+                    self._seen = gate._in_flight
+                    admitted = True
+                else:
+                    admitted = None if budgets.split else False
             finally:
                 lock.release()
                 if gate._deferred:
                     gate._drain()
-            if admitted or (not decided and gate._admit(self._cost, self._priority, None, self)):
-                self._gate = gate
-                self._seen = gate._in_flight  # before the yield, which lets others in
+            if admitted or (
+                admitted is None and gate._admit(self._cost, self._priority, None, self)
+            ):
+                if not admitted:  # admitted by _admit, which leaves the token to us
+                    self._gate = gate
+                    self._seen = gate._in_flight
                 self._since = _monotonic()
                 if not gate._fast_acquire:
                     # Slot first, then the schedule point (issue 26, item 3): yielding
@@ -302,6 +306,17 @@ class Token(TokenState):
         self._since = _monotonic()
         return self
 
+    def _entered_again(self) -> Self:
+        """``__aenter__`` off the fast path's state: a held token as is; an acquisition
+        already being awaited (or whose wait failed) is refused."""
+        if self._since >= 0.0:
+            return self
+        msg = (
+            "this gate.acquire() is already being awaited (or its wait failed); "
+            "each acquisition is awaited or entered once: call gate.acquire() again"
+        )
+        raise RuntimeError(msg)
+
     def _give_back(self) -> None:
         """The acquire failed after its slot was taken (cancelled at the schedule point that
         follows admission): free the slot, and leave the acquisition failed, not released,
@@ -318,8 +333,8 @@ class Token(TokenState):
     ) -> Awaitable[None]:
         # A plain function returning a finished awaitable: the exit never yields (release
         # never awaits, and neither anyio's nor trio's semaphores checkpoint on exit), and
-        # awaiting _DONE (a resolved asyncio future) costs less than making and running
-        # a coroutine per exit (benchmark a).
+        # awaiting _DONE (an exhausted generator) costs less than making and running a
+        # coroutine per exit (benchmark a).
         gate = self._gate
         if gate is None:
             return _DONE
@@ -333,16 +348,16 @@ class Token(TokenState):
         if not gate._live and not lock.locked():
             lock.acquire()
             try:
-                freed = self._gate is not None and not gate._live
-                if freed:
+                # ``_gate`` is this gate or None (released meanwhile by another thread,
+                # which _release below then finds and leaves alone).
+                if self._gate is gate and not gate._live:
                     self._gate = None
                     gate._in_flight -= 1
+                    return _DONE
             finally:
                 lock.release()
                 if gate._deferred:
                     gate._drain()
-            if freed:
-                return _DONE
         gate._release(self)
         return _DONE
 
@@ -367,21 +382,24 @@ _new_token = object.__new__
 _monotonic = time.monotonic
 
 
-class _NoLoop:
-    """The loop of :data:`_DONE`, which no loop ever runs: a future asks its loop only
-    ``get_debug()`` when made, and a finished one never schedules anything."""
-
-    __slots__ = ()
-
-    def get_debug(self) -> bool:
-        return False
+def _finished() -> Generator[None, None, None]:
+    """Nothing to do; made awaitable below (``types.coroutine``), and :data:`_DONE` is one
+    of its generators, run to its end."""
+    yield from ()
 
 
-#: What ``Token.__aexit__`` returns: an already resolved future. Awaiting it is a C-level
-#: iterator that stops at once, on any runtime (a finished future never yields, so trio
-#: never sees it); a coroutine would be made, run and freed per exit.
-_DONE: asyncio.Future[None] = asyncio.Future(loop=_NoLoop())  # type: ignore[arg-type]
-_DONE.set_result(None)
+types.coroutine(_finished)  # documented to mark a generator function in place: awaitable
+
+#: What ``Token.__aexit__`` returns: an exhausted generator-based coroutine. Awaiting it
+#: sends ``None`` to a finished generator, which returns ``None`` at once (the language's
+#: rule for a generator that has ended, unlike a native coroutine's "cannot reuse"), on
+#: any runtime: it never yields, so trio never sees it, and it allocates nothing. A
+#: resolved asyncio future did the same with an iterator made and freed per exit, and a
+#: coroutine would be made, run and freed per exit (benchmark a).
+_exhausted = _finished()
+for _ in _exhausted:  # run to its end, once
+    pass
+_DONE = cast("Awaitable[None]", _exhausted)
 
 #: A weak reference to the last task whose cancel scopes the fast path looked up on
 #: asyncio: anyio's task states are keyed by weak references, and while one to this task
@@ -389,7 +407,7 @@ _DONE.set_result(None)
 #: plain reference; allocating and hashing a fresh one per acquire cost ~20 ns more).
 #: Checked with ``held() is task`` before use; a dead or other task's reference is
 #: replaced. Keeps no task alive.
-_held_ref: weakref.ref[Any] = _ref(_NoLoop)
+_held_ref: weakref.ref[Any] = _ref(_finished)
 
 
 def make_token(gate: Gate, code: CodeType, lasti: int, cost: int = 0) -> Token:
