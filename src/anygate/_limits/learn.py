@@ -61,6 +61,7 @@ from .._gate.rate import BudgetMark, Rate
 from .._validation import check_int, check_number
 from .learned_limits import LearnedLimits
 from .share import ShareMeter, same
+from .sliding import sliding, window_left
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
@@ -81,25 +82,6 @@ _SPLIT_KINDS = ("input_tokens", "output_tokens")
 # 429 added). Requests keep the headroom: at the whole limit the Anthropic-like tuning cell
 # (80 RPM) went from 8.5 % to 10 % of calls with a 429 (1.208x -> 1.249x).
 _SYNCED_AT_LIMIT = frozenset({"tokens"})
-# A token kind whose reports show a sliding window, not a refilled bucket, is paced by the
-# gate's own copy of the window (``Budgets`` with ``window``: ``_gate/window.py``), synced
-# from every report, at the whole limit, with no share measure (below) and no lift (the
-# window admits what is left of it at once). Shown by a report with at least
-# ``_WINDOW_LEFT`` of the limit left yet a reset at least ``_WINDOW_RESET`` of the window
-# away. A bucket refills its used part by the reset (OpenAI: reset = "time until the
-# limit resets to its initial state"), so it looks so only if it refills at under
-# ``(1 - _WINDOW_LEFT) / _WINDOW_RESET`` of its limit's rate; a sliding window empties
-# only a window after its newest entry whatever is left (Azure; stuartleeks/
-# aoai-simulated-api). At half left (the first choice) a bucket with 55 % background load
-# (refilled at 45 % of its limit: half full, it resets in 67 s) was taken for a window
-# and, synced as one, got 6.2 % of calls a 429 (TOKEN_TUNING seeds 1-5); at three
-# quarters it takes 72 % background load to look so, and the Azure-rule cells' first
-# reports (over 90 % left, resets 55-59 s) still show their windows. Before the window
-# model, the Azure-rule cells kept a 10 % headroom here and were measured by the share
-# meter reading their own pace of a window ago: ~83 % of the limit, 1.185x / 1.212x the
-# oracle (seeds 1-5), with no headroom alone 1.11x / 1.07x with 0.5-0.7 % 429s.
-_WINDOW_RESET = 0.9
-_WINDOW_LEFT = 0.75
 
 
 _registry: weakref.WeakKeyDictionary[Gate, RateLearner] = weakref.WeakKeyDictionary()
@@ -319,7 +301,7 @@ class RateLearner:
                 if dim is None:
                     continue
                 adopted |= self._weigh(kind, dim)
-                if kind not in self._windowed and _sliding(dim):
+                if kind not in self._windowed and sliding(dim):
                     self._windowed.add(kind)
                     adopted |= kind in self._learned  # its pace may change
                 if dim.drained and dim.reset_s is not None and not self._copied(kind, gate, sent):
@@ -348,7 +330,7 @@ class RateLearner:
                     dim = dims[kind]
                     if dim is not None:
                         if kind != "tokens" or kind not in self._windowed:
-                            # A token window is copied (see _WINDOW_LEFT), and gives back
+                            # A token window is copied (see .sliding), and gives back
                             # what we charged a window ago: the measure read our own pace.
                             adopted |= self._share.measure(kind, dim, sent, self._headroom)
                         if (
@@ -374,7 +356,7 @@ class RateLearner:
                 # A bucket, not a sliding window: it is lifted (once) and keeps the spare.
                 bucket = "tokens" not in self._windowed
                 if not bucket and tokens is not None:
-                    tokens = _window_left(tokens, dims["tokens"], gate.rate)
+                    tokens = window_left(tokens, dims["tokens"], gate.rate)
                 lift = None
                 share = self._share
                 if tokens is not None and not share.lifted:
@@ -483,30 +465,6 @@ class RateLearner:
         gate.rate = rate
         self._rate = rate
         return True
-
-
-def _sliding(dim: ReportedLimit) -> bool:
-    """Whether ``dim`` shows a sliding window: half its limit left, yet a reset most of a
-    window away (see ``_WINDOW_RESET``)."""
-    limit, left, reset, window = dim.limit, dim.remaining, dim.reset_s, dim.window_s
-    if limit is None or left is None or reset is None or window is None:
-        return False
-    return left >= _WINDOW_LEFT * limit and reset >= _WINDOW_RESET * window
-
-
-def _window_left(left: float, dim: ReportedLimit | None, rate: Rate | None) -> float:
-    """What the gate's copy of a sliding window has left, given the provider's ``left``:
-    the provider counted ``limit - left`` (ours and others'), and the copy holds the
-    gate's own rate. Left as the provider's ``left``, a copy at another rate counted the
-    difference as others' spending for a minute: a hidden 100,000 TPM behind a published
-    200,000 (Azure's rule) saw its first report, before the limit was adopted, charge
-    100,000 of phantom use and the fleet sat out the first minute (seeds 1-5: 1.050x the
-    oracle)."""
-    per_minute = None if dim is None else dim.per_minute
-    paced = None if rate is None else rate.tokens_per_minute
-    if per_minute is None or paced is None:
-        return left
-    return left + paced - per_minute
 
 
 def _left(dim: ReportedLimit | None) -> float | None:
