@@ -22,7 +22,9 @@ the cost of the minute is the tier above's first minute at the published rate (1
 1.19x; 1.02x stepping sooner). A rate set by anyone else (the header learner, the user)
 ends the probe too.
 
-Not for: tokens (a token budget without headers is left at its published rate), a rate
+Not for: tokens (a token budget without headers is left at its published rate: tried,
+a provider's token bucket starts full, a minute at twice the published rate passed on
+that surplus and was kept as good, and tier-1 without headers got 12 % of calls a 429), a rate
 that is a ceiling (``rate_is_ceiling=True``, the default), or a gate whose requests are
 not paced. Not thread-safe: the caller holds the adaptive limit's lock.
 """
