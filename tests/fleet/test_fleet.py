@@ -127,6 +127,25 @@ async def test_tokens_are_ordinary_tokens_usable_by_policy_and_threads(
     await eventually(lambda: fleet.gate.in_flight == 0)
 
 
+async def test_a_policy_with_its_defaults_on_a_fleet_gate_gets_its_first_call_through(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """``Policy(gate=fleet.gate)`` with the adaptive limit on (the default), made before
+    the agent's first lease (the local gate starts at capacity 0): the limit adopted 0 as
+    its maximum, and the first call, admitted once a lease came, was held at the send
+    forever (``_over_limit``). The capacity the agent sets is adopted as the maximum."""
+    fleet = make(gate_name, redis_server.url, capacity=2)
+    policy = anygate.Policy(name="fleet-defaults", gate=fleet.gate)
+
+    async def call() -> int:
+        return 7
+
+    with anyio.fail_after(20):
+        assert await policy.call(call) == 7
+        assert await policy.call(call) == 7
+    assert policy.adaptive_limit.max_concurrent_calls >= 1
+
+
 async def test_capacity_changes_live_from_another_process_and_lowering_revokes_nothing(
     redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
 ) -> None:

@@ -283,3 +283,24 @@ async def test_headers_teach_a_fleet_gate_nothing_and_raise_nothing(
     with anygate.set_testing(True), anyio.fail_after(20):
         assert await policy.call(provider) == "ok"
     assert gate.rate == rate
+
+
+async def test_a_fleet_gates_rate_is_never_probed(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """A policy stating the fleet's rate as published (``rate_is_ceiling=False``) on
+    ``fleet.gate``: the rate is every process's, so its adaptive limit does not probe it
+    (a step would set a rate the local gate refuses, in a call's success path), and calls
+    go through with the rate as it was."""
+    rate = anygate.Rate(requests_per_minute=600)
+    fleet = make(gate_name, redis_server.url, capacity=4, rate=rate)
+    gate = fleet.gate
+    policy = anygate.Policy(gate=gate, rate=rate, rate_is_ceiling=False)
+    assert not policy.adaptive_limit.probes_published_rate
+
+    async def provider() -> str:
+        return "ok"
+
+    with anyio.fail_after(20):
+        assert await policy.call(provider) == "ok"
+    assert gate.rate == rate

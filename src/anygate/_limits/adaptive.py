@@ -135,7 +135,8 @@ class AdaptiveLimit(BurstAnswer):
         pacing on (``pace_burst_rate``): the probe's answer, the request estimate, is
         part of it."""
         gate = self._gate()
-        rate = None if gate is None else gate.rate
+        # A fleet's local gate: its rate is the fleet's, set once for every process.
+        rate = None if gate is None or gate._shares_rate else gate.rate
         rpm = None if rate is None else rate.requests_per_minute
         with self._lock:
             if not on or rpm is None or not self._pace:

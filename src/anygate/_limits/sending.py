@@ -77,6 +77,10 @@ class SendPath(AdaptiveState):
         gate = self._gate()
         if gate is None:
             return False
+        # A capacity set by another hand since (a fleet's local gate starts at 0 and its
+        # agent grants the leases): theirs is the maximum. Not adopted here, a policy made
+        # before the first lease kept its limit at 0 and held its first call forever.
+        self._adopt_external_resize()
         held = self._held
         return self._slots.over(gate.in_flight - len(held) - (0 if caller in held else 1))
 
@@ -142,7 +146,10 @@ class SendPath(AdaptiveState):
             accepted = self._sends.requests_in_minute(now)
             rpm = None if rate is None else rate.requests_per_minute
             new = probe.step(now, accepted, rpm, rejected)
-        if new is not None and rate is not None:
+        # Set only over the rate the step was computed from: another thread (the header
+        # learner, a user) may have set one since, and it is theirs then (the probe
+        # sees it changed at its next look and ends).
+        if new is not None and rate is not None and gate.rate is rate:
             gate.rate = dataclasses.replace(rate, requests_per_minute=new)
 
     def attribute(
