@@ -829,14 +829,6 @@ def test_a_pace_raised_by_the_headers_restarts_the_lifts_measure() -> None:
 # ----------------------------------------------------------------------------- published rates
 
 
-def limits_report(requests: float, tokens: float) -> LimitReport:
-    return LimitReport(
-        requests=ReportedLimit(requests, requests - 10, 1.0, 60.0),
-        tokens=ReportedLimit(tokens, tokens - 5_000, 1.0, 60.0),
-        source="test",
-    )
-
-
 @pytest.mark.parametrize("published", [True, False], ids=["ceiling", "published"])
 def test_a_policys_rate_is_a_ceiling_unless_stated_published(published: bool) -> None:
     """``Policy(rate=..., rate_is_ceiling=False)``: the rate is the provider's published
