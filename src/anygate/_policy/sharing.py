@@ -86,24 +86,23 @@ def reconcile_rate(cfg: PolicyConfig, gate: Gate, reconfigure: bool) -> None:
     gate.rate = wanted
 
 
-def apply_ceiling(cfg: PolicyConfig, gate: Gate, adaptive: AdaptiveLimit | None = None) -> None:
+def apply_ceiling(cfg: PolicyConfig, gate: Gate, adaptive: AdaptiveLimit) -> None:
     """Tell the gate's :class:`~anygate.RateLearner` whether this policy's rate is a ceiling.
 
     Only when the policy states a rate and it is the gate's (the shared gate's, once
     reconciled, or a gate handed in with that rate; one handed in with another keeps its
     learner's settings). ``rate_is_ceiling=False``: the rate is the provider's
     published limits, and its headers may raise it as well as lower it (no ceiling).
-    The gate's learner is shared: the last policy to state its rate decides. With
-    ``adaptive`` (the gate's adaptive limit), a published request rate is probed upward
-    too (:meth:`~anygate.AdaptiveLimit.probes_published_rate`).
+    The gate's learner is shared: the last policy to state its rate decides. The gate's
+    adaptive limit (``adaptive``) probes a published request rate upward
+    (:meth:`~anygate.AdaptiveLimit.probes_published_rate`).
     """
     if cfg.rate is None or gate.rate != cfg.rate:
         return
     RateLearner.of(gate).ceiling = cfg.rate if cfg.rate_is_ceiling else None
-    if adaptive is not None:
-        # A published request rate is stepped up while it binds and draws no 429
-        # (``_limits.published``): without headers, only trying more says more is allowed.
-        adaptive._probe_published_rate(not cfg.rate_is_ceiling)
+    # A published request rate is stepped up while it binds and draws no 429
+    # (``_limits.published``): without headers, only trying more says more is allowed.
+    adaptive._probe_published_rate(not cfg.rate_is_ceiling)
 
 
 def reconcile_capacity(
