@@ -36,6 +36,13 @@ assert_type(limits, anygate.LearnedLimits)
 assert_type(limits.requests_per_minute, float | None)
 assert_type(limits.rate, anygate.Rate | None)
 custom.ceiling = None
+assert_type(limits.input_tokens_per_minute, float | None)
+assert_type(limits.output_tokens_per_minute, float | None)
+published = anygate.Policy(
+    name="published", rate=anygate.Rate(requests_per_minute=500), rate_is_ceiling=False
+)
+assert_type(published.config.rate_is_ceiling, bool)
+assert_type(published.adaptive_limit.probes_published_rate, bool)
 assert_type(anygate.learn_from_headers(gate, None), bool)
 assert_type(anygate.headers_of(Exception()), object | None)
 
