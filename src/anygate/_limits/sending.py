@@ -218,7 +218,7 @@ class SendPath(AdaptiveState):
         cost = tokens or 0
         with self._lock:
             self._sends.rejected(unit, admitted_at, cost, self._clock(), caller)
-            held = self._sends.tokens.held(admitted_at)
+            held = self._sends.tokens.held(admitted_at) if unit == "tokens" else 0.0
         probe = self._published
         if unit == "requests" and probe is not None and not probe.ended:
             self._probe_published(probe, at_once=True)  # back to the last rate without one
