@@ -245,3 +245,33 @@ def test_a_window_hold_past_the_deadline_fails_the_call_as_a_pause_does() -> Non
         policy.call_sync(script, deadline=5.0)
     assert script.calls == 2
     assert "(deadline)" in str(info.value)
+    assert policy.gate.rate is None  # a request limit in words is the estimate's to count
+
+
+def test_a_retry_the_rate_admits_past_the_deadline_fails_the_call() -> None:
+    """A gate paced at 3 requests a minute: the first attempt spends its budget, and its
+    retry's admission lies 20 s away, past the deadline. The call fails as "deadline"
+    with the 503, as ``await policy.call`` does, not with the gate's bare Busy."""
+    down = anygate.ResponseError(503, body={"error": {"message": "Service Unavailable"}})
+    now = [1000.0]
+    gate = anygate.Gate(
+        name="sync-rate-hold",
+        rate=anygate.Rate(requests_per_minute=3, burst_s=20),
+        clock=lambda: now[0],
+    )
+    now[0] += 60  # the budget full: one request (20 s of 3 a minute)
+    policy = Policy(
+        name="sync-rate-hold",
+        gate=gate,
+        retry=RetryConfig(base_delay_ms=1, cap_delay_ms=2),
+        adaptive_concurrency=False,
+    )
+    script = SyncScript(down)
+    with pytest.raises(CallFailed) as info:
+        policy.call_sync(script, deadline=5.0)
+    assert script.calls == 1
+    assert "(deadline)" in str(info.value)
+    assert info.value.__cause__ is down
+    # A first attempt the rate refuses is the gate's Busy, as before.
+    with pytest.raises(anygate.Busy):
+        policy.call_sync(SyncScript(), deadline=5.0)

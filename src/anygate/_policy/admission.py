@@ -231,22 +231,34 @@ def admit_sync(
         )
     permit = run.permit
     own_gate = gate is loop.gate
-    if own_gate and adaptive.owns_probe(run):  # a held caller hands it a slot (see admit)
-        token = _probe_slot_sync(gate, run, adaptive, timeout, tokens, output_tokens)
-    else:
-        # The breaker's half-open probe, and a burst pause's kept for this call, go
-        # ahead of the gate's queue (see admit).
-        ahead = (
-            (permit is not None and permit._probe)
-            or adaptive.owns_probe(run)
-            or adaptive.goes_ahead(run)
-        )
-        token = gate.acquire_sync(
-            timeout=timeout,
-            tokens=tokens,
-            output_tokens=output_tokens,
-            priority=_AHEAD if ahead else 0,
-        )
+    try:
+        if own_gate and adaptive.owns_probe(run):  # a held caller hands it a slot (see admit)
+            token = _probe_slot_sync(gate, run, adaptive, timeout, tokens, output_tokens)
+        else:
+            # The breaker's half-open probe, and a burst pause's kept for this call, go
+            # ahead of the gate's queue (see admit).
+            ahead = (
+                (permit is not None and permit._probe)
+                or adaptive.owns_probe(run)
+                or adaptive.goes_ahead(run)
+            )
+            token = gate.acquire_sync(
+                timeout=timeout,
+                tokens=tokens,
+                output_tokens=output_tokens,
+                priority=_AHEAD if ahead else 0,
+            )
+    except Busy:
+        # A retry the gate cannot admit before the deadline (its rate budget admits it
+        # later): the call fails as "deadline" with its last error, as its async twin
+        # does when the deadline's scope ends the wait.
+        if (
+            run.verdict is not None
+            and deadline != math.inf
+            and deadline - now <= (math.inf if busy_wait is None else busy_wait)
+        ):
+            loop.retrier.fail(run, "deadline", loop.max_attempts, run.exc)
+        raise
     held: Token | None = token
     try:
         run.in_flight = in_flight = gate.in_flight
