@@ -58,7 +58,8 @@ from ._gate.token import Token as Token
 from ._limits.adaptive import AdaptiveLimit as AdaptiveLimit
 from ._limits.learn import LearnedLimits as LearnedLimits
 from ._limits.learn import RateLearner as RateLearner
-from ._limits.learn import learn_from_headers as learn_from_headers
+from ._limits.learn_from import learn_from_error as learn_from_error
+from ._limits.learn_from import learn_from_headers as learn_from_headers
 from ._policy.attempt import Attempt as Attempt
 from ._policy.blocks import AttemptBlock as AttemptBlock
 from ._policy.breaker import CircuitBreaker as CircuitBreaker
@@ -123,6 +124,7 @@ __all__ = [
     "estimate_tokens",
     "headers_of",
     "is_testing",
+    "learn_from_error",
     "learn_from_headers",
     "load_config",
     "parse_limit_headers",

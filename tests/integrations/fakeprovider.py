@@ -13,7 +13,9 @@ How a request is answered, first match wins:
 
 Behaviours: ``ok``; ``burst`` (429 ``limit_burst_rate``); ``retry_after`` (429 with
 ``Retry-After: 0``); ``retry_after_ms`` (429 with ``retry-after-ms: 1``);
-``retry_after_long`` (429 with ``Retry-After: 60``); ``overloaded``
+``retry_after_long`` (429 with ``Retry-After: 60``); ``tpm_words`` (429 in OpenAI's words:
+"on tokens per min (TPM): Limit 30000, Used 29937, Requested 385", ``retry-after-ms: 1``);
+``itpm_words`` (429 in Anthropic's: "of 30,000 input tokens per minute"); ``overloaded``
 (503); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
 (answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and the
 first chunk of the body, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
@@ -78,6 +80,28 @@ _ERRORS: dict[str, tuple[int, list[tuple[bytes, bytes]], dict[str, Any]]] = {
         429,
         [(b"retry-after", b"60")],
         {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit"},
+    ),
+    "tpm_words": (
+        429,
+        [(b"retry-after-ms", b"1")],
+        {
+            "message": "Rate limit reached for m in organization org-test on tokens per min "
+            "(TPM): Limit 30000, Used 29937, Requested 385. Please try again in 1ms. Visit "
+            "https://platform.openai.com/account/rate-limits to learn more.",
+            "type": "tokens",
+            "code": "rate_limit_exceeded",
+        },
+    ),
+    "itpm_words": (
+        429,
+        [(b"retry-after-ms", b"1")],
+        {
+            "message": "This request would exceed the rate limit for your organization "
+            "(org-test) of 30,000 input tokens per minute. For details, refer to: "
+            "https://docs.claude.com/en/api/rate-limits.",
+            "type": "rate_limit_error",
+            "code": "rate_limit_error",
+        },
     ),
     "overloaded": (
         503,

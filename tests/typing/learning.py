@@ -44,6 +44,8 @@ published = anygate.Policy(
 assert_type(published.config.rate_is_ceiling, bool)
 assert_type(published.adaptive_limit.probes_published_rate, bool)
 assert_type(anygate.learn_from_headers(gate, None), bool)
+assert_type(anygate.learn_from_error(gate, Exception(), headers=False), bool)
+assert_type(anygate.ReportedLimit(1.0).refused, bool)
 assert_type(anygate.headers_of(Exception()), object | None)
 
 assert_type(anygate.estimate_tokens({"max_tokens": 1}), int | None)

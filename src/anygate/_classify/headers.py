@@ -63,12 +63,17 @@ class ReportedLimit:
             (``>= 0``, at most a day).
         window_s: the window ``limit`` is counted over, in seconds: 60 for OpenAI and
             Anthropic (per-minute limits), ``w`` of an IETF policy (``None`` if unknown).
+        refused: stated by a refusal on this limit (a 429's wording, read by
+            :func:`~anygate._classify.limit_wording.stated_limits`), not by headers: a
+            provider that turned a request away at this limit is not a fresh key's full
+            bucket, so one such report is evidence enough (``RateLearner``'s ``confirm``).
     """
 
     limit: float | None = None
     remaining: float | None = None
     reset_s: float | None = None
     window_s: float | None = None
+    refused: bool = False
 
     @property
     def per_minute(self) -> float | None:

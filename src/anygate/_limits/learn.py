@@ -9,7 +9,8 @@ objects into the gate's ``rate``:
   to (below) at the whole limit. Consistent means ``confirm`` reports in a row (default
   2) stating the same limit (within 1 %) *with something used*: a full bucket (remaining
   equal to the limit) tells nothing, since a fresh key and a misconfigured gateway look
-  the same. A changed limit (a tier upgrade, a lowered quota) needs its own streak.
+  the same. A limit a refusal states (a 429's words, ``ReportedLimit.refused``) needs
+  no second report. A changed limit (a tier upgrade, a lowered quota) needs its own streak.
   Anthropic's input and output limits become ``input_tokens_per_minute`` /
   ``output_tokens_per_minute`` the same way, at the whole limit, for a gate that has
   those budgets (never a new budget: a gate without them is not made to pace them).
@@ -66,7 +67,7 @@ from .sliding import sliding, window_left
 if TYPE_CHECKING:
     from .._gate.gate import Gate
 
-__all__ = ["LearnedLimits", "RateLearner", "learn_from_headers"]
+__all__ = ["LearnedLimits", "RateLearner"]
 
 # Learned rates above this are not limits (and would fail Rate's own bound).
 _MAX_PER_MINUTE = 1e12
@@ -412,7 +413,7 @@ class RateLearner:
         value, count = self._streaks.get(kind, (per_minute, 0))
         count = count + 1 if same(value, per_minute) else 1
         self._streaks[kind] = (per_minute, count)
-        if count < self._confirm and not dim.drained:
+        if count < self._confirm and not (dim.drained or dim.refused):
             return False
         current = self._learned.get(kind)
         if current is not None and same(current, per_minute):
@@ -470,29 +471,3 @@ class RateLearner:
 def _left(dim: ReportedLimit | None) -> float | None:
     """What ``dim`` says is left in the provider's bucket, if it says (and can be synced)."""
     return None if dim is None else dim.remaining
-
-
-def learn_from_headers(
-    gate: Gate, headers: object, *, now: float | None = None, sent: BudgetMark | None = None
-) -> bool:
-    """Let ``gate``'s :class:`RateLearner` learn from one response's headers.
-
-    The entry point for code that sees responses (the transports call it on every
-    response; a policy on error responses and results that expose headers). Never
-    raises on what the headers say.
-
-    Args:
-        gate: the gate to pace.
-        headers: httpx / httpx2 ``Headers``, a mapping, pairs, or ``None`` (nothing).
-        now: when the response arrived, on the gate's clock; default now.
-        sent: ``gate.budget_mark()`` taken when the reported request was admitted:
-            with it, the reported ``remaining`` lowers the gate's budgets
-            (:meth:`RateLearner.observe`).
-
-    Returns:
-        ``True`` if the gate's rate, hold or budget level changed.
-    """
-    report = parse_limit_headers(headers)
-    if not report:
-        return False  # no learner is made for a gate that never hears a limit
-    return RateLearner.of(gate).observe(report, now, sent=sent)

@@ -37,7 +37,7 @@ import anyio
 from .._classify.facts import headers_of
 from .._config.config import DEFAULT_BREAKER_MAX_WAIT_S
 from .._errors import Busy, CircuitOpen
-from .._limits.learn import learn_from_headers
+from .._limits.learn_from import learn_from_error, learn_from_headers
 from .admission import admit, admit_sync
 from .attempt import make_attempt
 from .retrying import NEUTRAL, SUCCESS, Stop
@@ -126,15 +126,15 @@ class Attempts:
     ) -> float:
         """A failed attempt, in every form: seconds to wait (without a slot) before the next.
 
-        ``learn``: the provider's limits in ``exc``'s headers pace the gate (a transport
-        reads its responses itself).
+        ``learn``: the provider's limits in ``exc`` (its headers, and those its words
+        state) pace the gate; ``False`` where a transport or the step learns them itself.
 
         Raises:
             CallFailed: the policy gives up (``run.reraise``: ``exc`` itself, reported alike).
         """
         retrier = self.retrier
         if learn:
-            learn_from_headers(self.gate, headers_of(exc))
+            learn_from_error(self.gate, exc)
         wait = retrier.failed(run, exc, now, deadline, testing)
         retrier.attempt_ended(run)
         if isinstance(wait, Stop):

@@ -32,7 +32,13 @@ from contextlib import suppress
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast, final
 
-from .. import RateLearner, estimate_tokens, parse_limit_headers, usage_tokens
+from .. import (
+    RateLearner,
+    estimate_tokens,
+    learn_from_error,
+    parse_limit_headers,
+    usage_tokens,
+)
 from .._validation import check_flag
 from ._body import aclose_stream, close_stream
 from ._stream_usage import StreamUsage
@@ -204,6 +210,12 @@ class Accounting:
         report = parse_limit_headers(headers)
         if report:
             RateLearner.of(self.gate).observe(report, sent=sent)
+
+    def observe_refusal(self, error: Exception, sent: Any = None) -> None:
+        """Learn the limits a refused response's words state (its body, read to raise it
+        for the policy); its headers were learned as it arrived (:meth:`observe`)."""
+        if self.learn:
+            learn_from_error(self.gate, error, sent=sent, headers=False)
 
     def _reporter(self, policy: Policy, request: Any) -> UsageReporter:
         facts = describe_request(request, policy.config.provider)

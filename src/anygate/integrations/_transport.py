@@ -266,7 +266,7 @@ class TransportCore:
                 if self._learn:
                     self.accounting.observe(response, sent)
                 if guarded and is_classified(response.status_code):
-                    await self._refuse_async(request, response)
+                    await self._refuse_async(request, response, sent)
                 if attempt is not None and 200 <= response.status_code < 300:
                     attempt.accepted()  # see "Acceptance" in the module docstring
             # Inside the try: once the body owns the token nothing else can raise here, and
@@ -299,19 +299,19 @@ class TransportCore:
         if self._learn:
             self.accounting.observe(response, sent)
         if guarded and is_classified(response.status_code):
-            await self._refuse_async(request, response)
+            await self._refuse_async(request, response, sent)
         if attempt is not None and 200 <= response.status_code < 300:
             attempt.accepted()  # see "Acceptance" in the module docstring
         return response
 
-    async def _refuse_async(self, request: Any, response: Any) -> NoReturn:
+    async def _refuse_async(self, request: Any, response: Any, sent: Any = None) -> NoReturn:
         """Buffer a classified response's body and raise it for the policy to classify."""
         stream = response.stream
         try:
             raw = b"".join([chunk async for chunk in stream])
         finally:
             await stream.aclose()
-        raise self._error_response(request, response, raw)
+        raise self._error_response(request, response, raw, sent)
 
     # ------------------------------------------------------------------ sync
 
@@ -390,7 +390,7 @@ class TransportCore:
                     raw = b"".join(list(stream))
                 finally:
                     stream.close()
-                raise self._error_response(request, response, raw)
+                raise self._error_response(request, response, raw, sent)
             if attempt is not None and 200 <= response.status_code < 300:
                 attempt.accepted()  # see "Acceptance" in the module docstring
             return self._tie(response, token, request, self._sync_body)
@@ -455,8 +455,11 @@ class TransportCore:
         response.stream = body(stream, token, request, self)
         return response
 
-    def _error_response(self, request: Any, response: Any, raw: bytes) -> ErrorResponse:
-        """Wrap a failed response (body read in full) for the policy to classify."""
+    def _error_response(
+        self, request: Any, response: Any, raw: bytes, sent: Any = None
+    ) -> ErrorResponse:
+        """Wrap a failed response (body read in full) for the policy to classify, and
+        learn the limits its words state (``sent``: :meth:`Accounting.mark` at admission)."""
         # Replay the body as it came (still content-encoded) if this becomes the answer.
         response.stream = self.flavour.byte_stream(raw)
         # The client sets this later; classification wants the host now (provider hints).
@@ -467,9 +470,11 @@ class TransportCore:
             ).content
         except Exception:  # a body that fails to decode is still worth classifying raw
             content = raw
-        return ErrorResponse(
+        error = ErrorResponse(
             response.status_code,
             headers=response.headers,
             body=decode_body(content),
             response=response,
         )
+        self.accounting.observe_refusal(error, sent)
+        return error

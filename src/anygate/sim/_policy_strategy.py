@@ -43,6 +43,7 @@ from .. import (
     Policy,
     SlotAdmitted,
     headers_of,
+    learn_from_error,
     learn_from_headers,
     load_config,
     usage_tokens,
@@ -361,14 +362,15 @@ class PolicyClient:
         gate = self._gate
         budget = self._token_budget()
         if not cost or budget is None:
-            # No token budget: Policy.call's attempt (release, then learn from headers).
+            # No token budget: Policy.call's attempt (release, then learn from the
+            # answer: an error's headers and the limits its words state).
             token = await attempt.acquire()
             learned = _Learned()
             try:
                 response = await self._send(send, attempt, learned)
             except Exception as exc:
                 token.release()
-                learn_from_headers(gate, headers_of(exc))
+                learn_from_error(gate, exc)
                 raise
             token.release()
             if not learned.done:
@@ -389,7 +391,9 @@ class PolicyClient:
             try:
                 response = await self._send(send, attempt, learned)
             except Exception as exc:
-                learn_from_headers(gate, headers_of(exc), sent=sent)
+                # What a gated transport under a policy does with a refused answer
+                # (it reads the body to raise it): its headers and stated limits.
+                learn_from_error(gate, exc, sent=sent)
                 if out:
                     # An error generated nothing: the output part (max_tokens) settles to
                     # 0, as Anthropic corrects OTPM to the tokens really generated. A
