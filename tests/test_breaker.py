@@ -65,6 +65,35 @@ def test_a_success_resets_the_count(clock: FakeClock) -> None:
     assert breaker.statistics().failures == 2
 
 
+def test_a_call_admitted_before_the_failures_does_not_reset_the_count(
+    clock: FakeClock,
+) -> None:
+    """Long calls in flight when the provider went down still succeed one by one: they
+    say it answered when they were sent, not since. The count of failures among calls
+    sent after them goes on to the threshold; a call admitted after the latest failure
+    that succeeds does reset it."""
+    breaker = make(clock)
+    old = [breaker.acquire() for _ in range(3)]  # in flight before the outage
+    breaker.acquire().failure()
+    old[0].success()
+    breaker.acquire().failure()
+    old[1].accepted()  # an acceptance is a success for the breaker, and as old
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.acquire().failure() is not None  # the third failure in a row
+    assert breaker.state is BreakerState.OPEN
+    # After a reset, a streak starts afresh: a call admitted after its failure resets it.
+    breaker.reset()
+    breaker.acquire().failure()
+    newer = breaker.acquire()
+    breaker.acquire().failure()
+    newer.success()  # admitted before the second failure: no reset
+    assert breaker.statistics().failures == 2
+    breaker.acquire().success()  # admitted after both
+    assert breaker.statistics().failures == 0
+    old[2].failure()  # a late failure of an old call counts as one
+    assert breaker.statistics().failures == 1
+
+
 def test_neutral_outcomes_neither_trip_nor_reset(clock: FakeClock) -> None:
     """Neutral reports leave the count exactly where it was."""
     breaker = make(clock)

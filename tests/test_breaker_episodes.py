@@ -117,6 +117,9 @@ class BreakerModel(RuleBasedStateMachine):
         self.done: set[int] = set()
         self.accepted: set[int] = set()  # permits whose acceptance has counted (or not)
         self.spell_of: dict[int, int] = {}  # permit -> openings before it was given
+        self.seq_of: dict[int, int] = {}  # permit -> its number among the permits given
+        self.given = 0
+        self.streak_seq = -1  # the latest-given permit among the streak's failures
 
     def _open(self) -> None:
         self.state = "open"
@@ -144,6 +147,17 @@ class BreakerModel(RuleBasedStateMachine):
             self.probe_owner = permit
         self.permits.append((permit, expect_probe, self.episode))
         self.spell_of[id(permit)] = self.opened
+        self.given += 1
+        self.seq_of[id(permit)] = self.given
+
+    def _older_than_the_streak(self, permit: Permit) -> bool:
+        """Given before a failure of the current streak: its success is older news."""
+        return bool(self.failures) and self.seq_of[id(permit)] < self.streak_seq
+
+    def _count_failure(self, permit: Permit) -> None:
+        self.failures += 1
+        seq = self.seq_of[id(permit)]
+        self.streak_seq = seq if self.failures == 1 else max(self.streak_seq, seq)
 
     @precondition(lambda self: any(id(p) not in self.done for p, _, _ in self.permits))
     @rule(data=st.data(), outcome=st.sampled_from(["success", "failure", "neutral"]))
@@ -155,8 +169,11 @@ class BreakerModel(RuleBasedStateMachine):
         assert current == (self.probe_owner is permit)
         if outcome == "success":
             # A success closes, unless it is an ordinary call sent before the latest opening
-            # (it proves nothing about the provider since).
-            if self.state == "closed" or probe or self.spell_of[id(permit)] == self.opened:
+            # (it proves nothing about the provider since), or one given before a failure
+            # of the current streak (older news than the failure).
+            if (
+                self.state == "closed" or probe or self.spell_of[id(permit)] == self.opened
+            ) and not self._older_than_the_streak(permit):
                 self.failures = 0
                 self.state = "closed"
                 self.probe_owner = None
@@ -164,7 +181,7 @@ class BreakerModel(RuleBasedStateMachine):
             if current:
                 self._open()
             elif self.state == "closed":
-                self.failures += 1
+                self._count_failure(permit)
                 if self.failures >= self.threshold:
                     self._open()
         elif current:
@@ -181,7 +198,11 @@ class BreakerModel(RuleBasedStateMachine):
         key = id(permit)
         fresh = key not in self.done and key not in self.accepted
         self.accepted.add(key)
-        if fresh and (self.state == "closed" or self.spell_of[key] == self.opened):
+        if (
+            fresh
+            and (self.state == "closed" or self.spell_of[key] == self.opened)
+            and not self._older_than_the_streak(permit)
+        ):
             self.failures = 0
             self.state = "closed"
             self.probe_owner = None
@@ -203,7 +224,7 @@ class BreakerModel(RuleBasedStateMachine):
             self.acquire()
             permit = self.permits[-1][0]
             self.done.add(id(permit))
-            self.failures += 1
+            self._count_failure(permit)
             permit.failure()
         self._open()
 

@@ -8,6 +8,10 @@ States::
     half_open ──probe fails──> open (for another recovery_timeout)
     half_open ──probe neutral──> half_open (the next caller becomes the probe)
 
+"Consecutive": a success clears the count only if its call was admitted after the
+latest failing call counted (a call admitted earlier says the provider answered then, not
+since: the long calls in flight when an outage begins would reset it one by one).
+
 Each entry into half-open starts a new *episode*, and a probe permit is bound to the
 episode it was admitted in. Only that episode's probe can close, reopen or hand on the
 probe role; a probe whose episode is over (another call's success closed the breaker, or
@@ -112,6 +116,7 @@ class CircuitBreaker:
     """
 
     __slots__ = (
+        "_admitted",
         "_clock",
         "_episode",
         "_failures",
@@ -123,6 +128,7 @@ class CircuitBreaker:
         "_recovery",
         "_rejected",
         "_state",
+        "_streak_seq",
         "_threshold",
         "_wakeup",
     )
@@ -153,6 +159,11 @@ class CircuitBreaker:
         self._episode = 0
         self._opened = 0
         self._rejected = 0
+        # Permits given so far (each remembers its number), and the number of the latest
+        # admitted failure of the current streak: a success of a call admitted before it
+        # is older news than the failure and does not end the streak (see _record).
+        self._admitted = 0
+        self._streak_seq = -1
         # Callers waiting for the breaker to close park here: open while closed, shut
         # otherwise; _move_locked flips it.
         self._wakeup = Latch(f"breaker {name}")
@@ -254,8 +265,10 @@ class CircuitBreaker:
                     raise CircuitOpen(name=self._name, retry_after=retry_after)
                 change = self._move_locked(BreakerState.HALF_OPEN)
                 state = BreakerState.HALF_OPEN
+            self._admitted += 1  # one more permit given (a refusal below takes it back)
             if state is BreakerState.HALF_OPEN:
                 if self._probe_out:
+                    self._admitted -= 1
                     self._rejected += 1
                     raise CircuitOpen(name=self._name, retry_after=0.0)
                 self._probe_out = True
@@ -266,8 +279,10 @@ class CircuitBreaker:
                     episode=self._episode,
                     spell=self._opened,
                     log=log,
+                    seq=self._admitted,
                 )
-        return Permit(self, probe=False, change=None, spell=self._opened, log=log)
+            seq = self._admitted
+        return Permit(self, probe=False, change=None, spell=self._opened, log=log, seq=seq)
 
     def would_admit(self) -> bool:
         """Whether :meth:`acquire` would succeed now for a caller that holds no probe."""
@@ -375,6 +390,13 @@ class CircuitBreaker:
                     # An acceptance is the sending's answer: a probe of an earlier
                     # episode accepted late is no news either.
                     return None
+                if self._failures and permit._seq < self._streak_seq:
+                    # Admitted before a failure of the current streak: it says the
+                    # provider answered then, not since. Counted, the long calls in
+                    # flight when an outage began (64 slots, answers up to 30 s) kept
+                    # the count from 5 for 3 s, and a call spent its 3 attempts on the
+                    # outage and was lost (the outage scenario with 64 slots, seed 2).
+                    return None
                 self._failures = 0
                 # Any success sent since the breaker opened is fresh evidence the provider
                 # works, whichever call it is (closing also ends the episode: its probe
@@ -387,6 +409,8 @@ class CircuitBreaker:
                 if self._state is BreakerState.CLOSED:
                     # Stale probes included: one late failure is one failure, not a trip.
                     self._failures += 1
+                    streak = self._streak_seq if self._failures > 1 else -1
+                    self._streak_seq = max(streak, permit._seq)
                     if self._failures >= self._threshold:
                         return self._move_locked(BreakerState.OPEN)
                 # A call admitted before the breaker opened, failing late, neither extends

@@ -53,6 +53,7 @@ class Permit:
         "_episode",
         "_log",
         "_probe",
+        "_seq",
         "_spell",
         "changes",
     )
@@ -66,6 +67,7 @@ class Permit:
         episode: int = -1,
         spell: int = 0,
         log: bool = True,
+        seq: int = 0,
     ) -> None:
         self._breaker = breaker
         self._log = log
@@ -74,6 +76,7 @@ class Permit:
         # before the latest opening proves nothing about the provider since.
         self._spell = spell
         self._episode = episode  # the half-open episode a probe belongs to
+        self._seq = seq  # its number among the breaker's admissions (see _record)
         self._done = False
         self._accepted = False  # accepted() has counted (set under the breaker's lock)
         self.changes: list[BreakerStateChanged] = []
