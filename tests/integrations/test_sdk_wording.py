@@ -17,6 +17,7 @@ import pytest
 import anygate
 from tests.integrations.fakeprovider import FakeProvider, serve
 from tests.integrations.sdks import SDKS, Sdk
+from tests.policy_helpers import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -32,16 +33,6 @@ def sdk(request: pytest.FixtureRequest) -> Sdk:
     return value
 
 
-class Still:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _policy(gate: anygate.Gate) -> anygate.Policy:
     return anygate.Policy(name="llm", gate=gate, retry=FAST, adaptive_concurrency=False)
 
@@ -49,7 +40,7 @@ def _policy(gate: anygate.Gate) -> anygate.Policy:
 async def test_a_transport_under_a_policy_learns_and_syncs_the_stated_limit(sdk: Sdk) -> None:
     """One refusal in words: the limit is adopted at once, at the whole limit (the budget
     is synced to what the words say is left), and the retry goes through."""
-    clock = Still()
+    clock = FakeClock()  # held still: token levels are exact
     gate = anygate.Gate(
         8, name="llm", rate=anygate.Rate(tokens_per_minute=200_000, burst_s=60), clock=clock
     )
