@@ -36,6 +36,7 @@ import os
 import random
 import threading
 import time
+import types
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -61,6 +62,10 @@ SHORT_OPS = 2_000
 #: A worker that completes no operation for this long counts as stuck (operations take
 #: microseconds to a few milliseconds, on a machine shared by several test runs).
 STALL_S = 120.0
+#: The short soak's: under the default run's 60 s per-test timeout, so that a stall is
+#: reported with the stuck coroutines' await chains instead of a bare timeout (stop 41: a
+#: stall about once in 30-75 runs under load, on stop 40's code as on this).
+SHORT_STALL_S = 30.0
 #: The raw gate's capacity moves among these values (live changes, issue 26). The lowest
 #: exceeds what garbage and the handoff can hold at once (1 + 2), so the gate never
 #: waits on the collector alone.
@@ -320,10 +325,32 @@ def test_a_million_operations_leave_every_gate_empty_and_every_breaker_sound() -
 
 def test_a_short_soak_leaves_every_gate_empty_and_every_breaker_sound() -> None:
     """The same soak with 2,000 operations, in the default run."""
-    soak(SHORT_OPS)
+    soak(SHORT_OPS, stall_s=SHORT_STALL_S)
 
 
-def soak(ops: int) -> None:
+def _suspended_chains() -> list[str]:
+    """The await chain of every soak task still suspended (for a stall's report)."""
+    chains = []
+    for obj in gc.get_objects():
+        if not isinstance(obj, types.CoroutineType) or obj.cr_frame is None:
+            continue
+        if obj.__qualname__ not in ("World.async_worker.<locals>.task", "World.async_op"):
+            continue
+        links: list[str] = []
+        link: Any = obj
+        while link is not None and len(links) < 40:
+            frame = getattr(link, "cr_frame", None) or getattr(link, "gi_frame", None)
+            if frame is not None:
+                links.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            following = getattr(link, "cr_await", None) or getattr(link, "gi_yieldfrom", None)
+            if following is None:
+                links.append(repr(link)[:120])
+            link = following
+        chains.append(" <- ".join(links))
+    return chains
+
+
+def soak(ops: int, *, stall_s: float = STALL_S) -> None:
     """Run ``ops`` operations on every runtime at once and check what they leave behind."""
     world = World()
     runtimes: list[tuple[str, dict[str, Any]]] = [("asyncio", {}), ("asyncio", {})]
@@ -372,7 +399,7 @@ def soak(ops: int) -> None:
             now_done = world.tally.counts["done"]
             if now_done != done:
                 done, progress_at = now_done, time.monotonic()
-            elif alive and time.monotonic() - progress_at > STALL_S:
+            elif alive and time.monotonic() - progress_at > stall_s:
                 stuck_threads = len(alive)
                 break
     finally:
@@ -382,9 +409,12 @@ def soak(ops: int) -> None:
     stuck_tasks = counts["workers"]  # tasks and threads that started and never finished
     if stuck_threads:
         stats = [gate.statistics() for gate in [*world.gates, world.raw_gate]]
+        breakers = [p.breaker.statistics() for p in world.policies if p.breaker is not None]
+        chains = "\n".join(_suspended_chains())
         pytest.fail(
             f"soak stuck: {stuck_tasks} tasks in {stuck_threads} runtimes made no progress "
-            f"for {STALL_S:g} s after {counts['done']} operations; gates: {stats}"
+            f"for {stall_s:g} s after {counts['done']} operations; gates: {stats}; "
+            f"breakers: {breakers}; suspended tasks:\n{chains}"
         )
     assert not errors, errors[:3]
     for token in world.handoff:
