@@ -112,13 +112,12 @@ def error_limits(exc: BaseException, *, headers: bool = True) -> LimitReport:
         stated = stated_limits(gather(exc).text)
     except Exception:  # an exception whose attributes misbehave tells nothing
         return EMPTY
-    if not stated:
-        return reported if headers else EMPTY
-    fields = ("requests", "tokens", "input_tokens", "output_tokens")
-    words = {f: getattr(stated, f) for f in fields if getattr(reported, f) is None}
-    if not headers:
-        words = {f: d for f, d in words.items() if d is not None}
-        return dataclasses.replace(EMPTY, **words, source=stated.source) if words else EMPTY
-    if not reported:
-        return stated
-    return dataclasses.replace(reported, **words)
+    words = {
+        field: dim
+        for field in ("requests", "tokens", "input_tokens", "output_tokens")
+        if getattr(reported, field) is None and (dim := getattr(stated, field)) is not None
+    }
+    base = reported if headers else EMPTY
+    if not words:
+        return base
+    return dataclasses.replace(base, **words, source=base.source or stated.source)

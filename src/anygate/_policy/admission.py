@@ -252,11 +252,8 @@ def admit_sync(
         # A retry the gate cannot admit before the deadline (its rate budget admits it
         # later): the call fails as "deadline" with its last error, as its async twin
         # does when the deadline's scope ends the wait.
-        if (
-            run.verdict is not None
-            and deadline != math.inf
-            and deadline - now <= (math.inf if busy_wait is None else busy_wait)
-        ):
+        deadline_bound = busy_wait is None or deadline - now <= busy_wait
+        if run.verdict is not None and deadline != math.inf and deadline_bound:
             loop.retrier.fail(run, "deadline", loop.max_attempts, run.exc)
         raise
     held: Token | None = token

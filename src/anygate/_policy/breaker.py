@@ -265,13 +265,12 @@ class CircuitBreaker:
                     raise CircuitOpen(name=self._name, retry_after=retry_after)
                 change = self._move_locked(BreakerState.HALF_OPEN)
                 state = BreakerState.HALF_OPEN
-            self._admitted += 1  # one more permit given (a refusal below takes it back)
             if state is BreakerState.HALF_OPEN:
                 if self._probe_out:
-                    self._admitted -= 1
                     self._rejected += 1
                     raise CircuitOpen(name=self._name, retry_after=0.0)
                 self._probe_out = True
+                self._admitted += 1
                 return Permit(
                     self,
                     probe=True,
@@ -281,6 +280,7 @@ class CircuitBreaker:
                     log=log,
                     seq=self._admitted,
                 )
+            self._admitted += 1
             seq = self._admitted
         return Permit(self, probe=False, change=None, spell=self._opened, log=log, seq=seq)
 
