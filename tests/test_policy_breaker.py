@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Any
 
@@ -394,3 +395,141 @@ def test_the_half_open_probe_goes_ahead_of_the_gate_queue_on_the_blocking_path()
     assert order == ["probe", "queued"]
     assert policy.breaker is not None
     assert policy.breaker.state == "closed"
+
+
+# ---------------------------------------------------------------- a caller alone in an outage
+
+
+class Outage:
+    """An async provider call that answers, fails with 503s from ``down`` until ``up``
+    (AnyIO's clock, relative to the outage's creation), then answers again."""
+
+    def __init__(self, down: float, up: float) -> None:
+        start = anyio.current_time()
+        self.down, self.up = start + down, start + up
+        self.calls = 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        if self.down <= anyio.current_time() < self.up:
+            raise transient()
+        return "ok"
+
+
+def waiting_policy(**breaker: Any) -> tuple[Policy, list[Any]]:
+    """The default wait-mode breaker on AnyIO's clock, quick retries, and its events."""
+    events: list[Any] = []
+    policy = Policy(
+        circuit_breaker=BreakerConfig(**breaker),
+        retry=RetryConfig(base_delay_ms=100, cap_delay_ms=1000),
+        clock=anyio.current_time,
+        hooks=[events.append],
+    )
+    return policy, events
+
+
+@virtual_time
+async def test_a_caller_alone_in_an_outage_waits_for_the_breaker_instead_of_giving_up() -> None:
+    """Its 3 attempts fail before the 5 failures that open the breaker: the breaker opens
+    on them, the call waits for its probes (its own, not counted) and goes on at recovery."""
+    policy, events = waiting_policy()
+    outage = Outage(down=1.0, up=41.0)
+    assert await policy.call(outage) == "ok"  # the provider has answered once
+    await anyio.sleep(1.0)
+    started = anyio.current_time()
+    assert await policy.call(outage) == "ok"
+    assert anyio.current_time() - started >= 40.0 - 1.0  # the outage, less its first second
+    opened = [e for e in events if isinstance(e, BreakerStateChanged) and e.new == "open"]
+    assert opened[0].failures == 3  # the call's own three, not the threshold's five
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+    gave_up = [e for e in events if isinstance(e, anygate.GaveUp)]
+    assert gave_up == []
+    # 3 attempts, one probe every 5 s until the provider is back, the last one through.
+    assert outage.calls == 1 + 3 + 8
+
+
+@virtual_time
+async def test_a_provider_that_never_answered_fails_the_caller_at_once() -> None:
+    """A wrong address or a broken deployment is no outage: the budget ends the call."""
+    policy, _ = waiting_policy()
+    outage = Outage(down=0.0, up=math.inf)
+    started = anyio.current_time()
+    with pytest.raises(CallFailed, match="budget"):
+        await policy.call(outage)
+    assert anyio.current_time() - started < 5.0  # no breaker wait
+    assert outage.calls == 3
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"
+
+
+@virtual_time
+async def test_a_deferred_give_up_is_bounded_by_the_breakers_max_wait() -> None:
+    policy, events = waiting_policy(max_wait_sec=30)
+    outage = Outage(down=1.0, up=math.inf)
+    assert await policy.call(outage) == "ok"
+    await anyio.sleep(1.0)
+    started = anyio.current_time()
+    with pytest.raises(CallFailed, match="circuit_open"):
+        await policy.call(outage)
+    assert 30.0 <= anyio.current_time() - started < 35.0
+    (gave_up,) = [e for e in events if isinstance(e, anygate.GaveUp)]
+    assert gave_up.why == "circuit_open"
+
+
+@virtual_time
+async def test_a_fail_mode_breaker_never_defers_a_give_up() -> None:
+    policy, _ = waiting_policy(when_open="fail")
+    outage = Outage(down=1.0, up=math.inf)
+    assert await policy.call(outage) == "ok"
+    await anyio.sleep(1.0)
+    with pytest.raises(CallFailed, match="budget"):
+        await policy.call(outage)
+    assert outage.calls == 1 + 3
+    assert policy.breaker is not None
+    assert policy.breaker.state == "closed"  # 3 of its 5 failures
+
+
+@virtual_time
+async def test_the_testing_switch_never_defers_a_give_up() -> None:
+    policy, _ = waiting_policy()
+    outage = Outage(down=1.0, up=math.inf)
+    assert await policy.call(outage) == "ok"
+    await anyio.sleep(1.0)
+    with anygate.set_testing(True), pytest.raises(CallFailed, match="budget"):
+        await policy.call(outage)
+
+
+async def test_a_deferred_give_up_tries_once_more_when_the_breaker_closes() -> None:
+    """On every backend, a real clock and a 10 ms recovery: the call out of attempts waits
+    and probes (a failed probe is not counted) until a probe gets through."""
+    events: list[Any] = []
+    policy = Policy(
+        circuit_breaker=BreakerConfig(recovery_timeout_sec=0.01),
+        retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0),
+        hooks=[events.append],
+    )
+    assert await policy.call(Script()) == "ok"
+    script = Script(*[transient() for _ in range(4)])
+    assert await policy.call(script) == "ok"
+    assert script.calls == 5  # 3 attempts, a failed probe, the probe that closed it
+    opened = [e for e in events if isinstance(e, BreakerStateChanged) and e.new == "open"]
+    assert len(opened) == 2
+
+
+def test_a_blocking_caller_alone_in_an_outage_waits_for_the_breaker() -> None:
+    events: list[Any] = []
+    policy = Policy(
+        circuit_breaker=BreakerConfig(recovery_timeout_sec=0.01),
+        retry=RetryConfig(base_delay_ms=0, cap_delay_ms=0),
+        hooks=[events.append],
+    )
+    assert policy.call_sync(SyncScript()) == "ok"
+    script = SyncScript(*[transient() for _ in range(5)])
+    assert policy.call_sync(script) == "ok"
+    assert script.calls == 6
+    never = SyncScript(*[transient() for _ in range(3)])
+    # The testing switch keeps the budget: 3 attempts and the call fails.
+    with anygate.set_testing(True), pytest.raises(CallFailed):
+        policy.call_sync(never)
+    assert never.calls == 3

@@ -37,10 +37,11 @@ import anyio
 from .._classify.facts import headers_of
 from .._config.config import DEFAULT_BREAKER_MAX_WAIT_S
 from .._errors import Busy, CircuitOpen
+from .._events.events import emit
 from .._limits.learn_from import learn_from_error, learn_from_headers
 from .admission import admit, admit_sync
 from .attempt import make_attempt
-from .retrying import NEUTRAL, SUCCESS, Stop
+from .retrying import FAILURE, NEUTRAL, SUCCESS, Stop
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -136,11 +137,42 @@ class Attempts:
         if learn:
             learn_from_error(self.gate, exc)
         wait = retrier.failed(run, exc, now, deadline, testing)
+        failure = run.outcome == FAILURE  # what the breaker hears next (then neutral)
         retrier.attempt_ended(run)
         if isinstance(wait, Stop):
-            retrier.fail(run, wait.why, wait.max_attempts, exc)
+            if not (failure and self._defer_to_breaker(run, wait, testing)):
+                retrier.fail(run, wait.why, wait.max_attempts, exc)
+            wait = 0.0
         run.phase = "sleep"
         return wait
+
+    def _defer_to_breaker(self, run: Run, stop: Stop, testing: TestingState) -> bool:
+        """Whether a call out of attempts on provider failures waits for the breaker, and
+        then gets one more attempt, instead of giving up now.
+
+        In wait mode a call that finds the breaker open waits for the provider's recovery
+        (bounded by ``max_wait_sec``); one whose own failures led up to the opening was
+        the only call that gave up. So a call whose whole budget (two attempts or more)
+        failed in a row asks the breaker first (:meth:`CircuitBreaker._judge_give_up`):
+        open, or opened now by those failures, it waits like the calls behind it. Not in
+        fail mode (the breaker fails calls fast there), nor under the testing switch
+        (tests fail fast), nor once the breaker waits are spent."""
+        breaker = self.breaker
+        if (
+            breaker is None
+            or not self.wait_when_open
+            or testing.enabled
+            or stop.why != "budget"
+            or stop.max_attempts < 2
+            or self.breaker_max_wait - run.breaker_waited <= _SPENT_S
+        ):
+            return False
+        waits, change = breaker._judge_give_up(stop.max_attempts)
+        if change is not None and self.hooks:
+            emit(self.hooks, change)
+        if waits:
+            run.failures = stop.max_attempts - 1  # one attempt once the breaker lets it go
+        return waits
 
     def failed_on_loop(
         self, run: Run, exc: Exception, testing: TestingState, *, learn: bool

@@ -117,6 +117,7 @@ class CircuitBreaker:
 
     __slots__ = (
         "_admitted",
+        "_answered",
         "_clock",
         "_episode",
         "_failures",
@@ -164,6 +165,9 @@ class CircuitBreaker:
         # is older news than the failure and does not end the streak (see _record).
         self._admitted = 0
         self._streak_seq = -1
+        # Whether the provider ever answered a call (a success or an acceptance): only
+        # then is a run of failures an outage a giving-up caller waits out (_judge_give_up).
+        self._answered = False
         # Callers waiting for the breaker to close park here: open while closed, shut
         # otherwise; _move_locked flips it.
         self._wakeup = Latch(f"breaker {name}")
@@ -365,6 +369,29 @@ class CircuitBreaker:
         )
 
     @ki_protected
+    def _judge_give_up(self, failures: int) -> tuple[bool, BreakerStateChanged | None]:
+        """A caller whose last ``failures`` attempts all failed (each reported here
+        already) is about to give up: whether it is to wait for the breaker instead, and
+        the state change that says why.
+
+        Never for a provider that has not answered a call yet (a wrong address, a bad
+        key's 5xx): that is no outage to wait out, and the caller hears of it at once.
+        Open (or half-open): yes, the breaker decides now. Closed with at least
+        ``failures`` failures in a row counted: the breaker opens first. A caller alone
+        in an outage otherwise never lets it decide: with the defaults its 3 attempts end
+        before the 5 failures that open it, and its call was lost 3.5 s into an 80 s
+        outage (the steady-load scenario, seed 3) that the waiting breaker rides out.
+        """
+        with self._lock:
+            if not self._answered:
+                return False, None
+            if self._state is not BreakerState.CLOSED:
+                return True, None
+            if self._failures < max(failures, 1):
+                return False, None
+            return True, self._move_locked(BreakerState.OPEN)
+
+    @ki_protected
     def _record(self, permit: Permit, outcome: str) -> BreakerStateChanged | None:
         with self._lock:
             # The running probe of the current half-open episode, and no other permit.
@@ -380,6 +407,7 @@ class CircuitBreaker:
                     return None
                 permit._accepted = True
             if outcome in ("success", "accepted"):
+                self._answered = True  # whenever it was sent: the provider has worked
                 if (
                     self._state is not BreakerState.CLOSED
                     and (outcome == "accepted" or not permit._probe)
