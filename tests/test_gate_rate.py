@@ -525,6 +525,29 @@ def test_config_keys_build_the_rate_and_the_policy_passes_it_to_its_gate() -> No
     assert policy.gate.rate == Rate(requests_per_minute=1)
 
 
+
+def test_a_policy_is_compared_with_the_rate_its_gate_was_stated_not_the_live_one() -> None:
+    """The live rate moves on its own (headers lower it, a published rate is stepped up):
+    a policy made after that with the same settings is the same configuration (it once
+    raised ConfigError, as every per-request ``Policy(...)`` of a web handler then did)."""
+    import dataclasses
+
+    from anygate import ConfigError, Policy
+
+    stated = Rate(requests_per_minute=1200)
+    first = Policy(name="stated", rate=stated, rate_is_ceiling=False)
+    stepped = dataclasses.replace(stated, requests_per_minute=2400)
+    first.gate.rate = stepped  # as the published rate's probe steps it
+    again = Policy(name="stated", rate=stated, rate_is_ceiling=False)
+    assert again.gate is first.gate
+    assert again.gate.rate == stepped  # not set back: the gate's lesson stands
+    with pytest.raises(ConfigError, match="already has rate") as info:
+        Policy(name="stated", rate=Rate(requests_per_minute=600))
+    assert "requests_per_minute=1200" in str(info.value)  # the stated rate is named
+    Policy(name="stated", rate=Rate(requests_per_minute=600), reconfigure=True)
+    assert first.gate.rate == Rate(requests_per_minute=600)
+    Policy(name="stated", rate=Rate(requests_per_minute=600))  # the new statement
+
 @pytest.mark.parametrize(
     ("llm", "words"),
     [

@@ -357,6 +357,9 @@ def soak(ops: int, *, stall_s: float = STALL_S) -> None:
     if importlib.util.find_spec("uvloop") is not None:
         runtimes.append(("asyncio", {"use_uvloop": True}))
     runtimes.append(("trio", {}))
+    # Imported here, not by the worker thread: trio's first import racing the asyncio
+    # threads' imports can meet a partially initialized trio module (seen once).
+    importlib.import_module("trio")
     workers = len(runtimes) + 2
     share = ops // workers
     errors: list[BaseException] = []

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._config.policy_config import PolicyConfig
+    from .._gate.rate import Rate
 
 __all__ = [
     "breakers",
@@ -49,6 +50,13 @@ logger = logging.getLogger("anygate")
 # Here rather than next to ``gates`` in the gate room's registry: breakers are the
 # policy's, and the gate room imports nothing of the policy's.
 breakers: Registry[CircuitBreaker] = Registry("breaker")
+
+#: The rate each shared gate was *stated* (by the policy that made it, or the last that
+#: reconfigured it): what a later policy's rate is compared with. The gate's own rate
+#: moves on its own (headers lower it, a published rate is probed upward), which is no
+#: other configuration: compared with the live rate, every policy made after such a
+#: step raised ConfigError, as a per-request ``Policy(...)`` in a web handler does.
+_stated: weakref.WeakKeyDictionary[Gate, Rate | None] = weakref.WeakKeyDictionary()
 
 
 def resolve_gate(cfg: PolicyConfig, gate: Gate | None) -> tuple[Gate, bool]:
@@ -67,23 +75,32 @@ def resolve_gate(cfg: PolicyConfig, gate: Gate | None) -> tuple[Gate, bool]:
     wanted = cfg.max_concurrent_calls
     cap = wanted if wanted else math.inf
     shared, created = gates.get_or_create(gname, lambda: Gate(cap, name=gname, rate=cfg.rate))
+    if created:
+        _stated[shared] = cfg.rate
     return shared, not created
+
+
+def _stated_rate(gate: Gate) -> Rate | None:
+    """The rate ``gate`` was stated (see ``_stated``); a gate no policy made: its own."""
+    return _stated.get(gate, gate.rate)
 
 
 def reconcile_rate(cfg: PolicyConfig, gate: Gate, reconfigure: bool) -> None:
     """Check (or, with ``reconfigure``, apply) this policy's rate on an existing shared gate."""
     wanted = cfg.rate
-    if wanted is None or gate.rate == wanted:
+    stated = _stated_rate(gate)
+    if wanted is None or stated == wanted:
         return
     if not reconfigure:
         msg = (
-            f"llm_call rate: the shared gate {gate.name!r} already has rate {gate.rate!r} "
+            f"llm_call rate: the shared gate {gate.name!r} already has rate {stated!r} "
             f"and this policy asks for {wanted!r}. Pass reconfigure=True to change it live, "
             "set gate.rate, or use another gate_name"
         )
         raise ConfigError(msg, path="llm_call.requests_per_minute", value=wanted)
     logger.info("gate %r rate set to %r by policy %r", gate.name, wanted, cfg.name)
     gate.rate = wanted
+    _stated[gate] = wanted
 
 
 def apply_ceiling(cfg: PolicyConfig, gate: Gate, adaptive: AdaptiveLimit) -> None:
@@ -97,7 +114,7 @@ def apply_ceiling(cfg: PolicyConfig, gate: Gate, adaptive: AdaptiveLimit) -> Non
     adaptive limit (``adaptive``) probes a published request rate upward
     (:meth:`~anygate.AdaptiveLimit.probes_published_rate`).
     """
-    if cfg.rate is None or gate.rate != cfg.rate:
+    if cfg.rate is None or _stated_rate(gate) != cfg.rate:
         return
     RateLearner.of(gate).ceiling = cfg.rate if cfg.rate_is_ceiling else None
     # A published request rate is stepped up while it binds and draws no 429
