@@ -525,7 +525,6 @@ def test_config_keys_build_the_rate_and_the_policy_passes_it_to_its_gate() -> No
     assert policy.gate.rate == Rate(requests_per_minute=1)
 
 
-
 def test_a_policy_is_compared_with_the_rate_its_gate_was_stated_not_the_live_one() -> None:
     """The live rate moves on its own (headers lower it, a published rate is stepped up):
     a policy made after that with the same settings is the same configuration (it once
@@ -547,6 +546,7 @@ def test_a_policy_is_compared_with_the_rate_its_gate_was_stated_not_the_live_one
     Policy(name="stated", rate=Rate(requests_per_minute=600), reconfigure=True)
     assert first.gate.rate == Rate(requests_per_minute=600)
     Policy(name="stated", rate=Rate(requests_per_minute=600))  # the new statement
+
 
 @pytest.mark.parametrize(
     ("llm", "words"),

@@ -328,3 +328,149 @@ async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> 
         assert stats.latency_limit <= TOLERANCE * 4 + 1  # (2 while it probes down)
     else:
         assert max(late) == 24
+
+
+# --------------------------------------------------------------------------- published slots
+
+
+def test_a_published_slot_count_is_raised_by_latencies_that_show_no_queue() -> None:
+    """``concurrency_is_ceiling=False``: the maximum is where the gate starts; answers at
+    it that queued nothing take the gate up to the estimate (1.5 x the slots shown), past
+    the maximum, which the configuration keeps."""
+    clock = FakeClock()
+    gate = Gate(1, name="pub-slots", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    assert not limit.probes_published_slots
+    limit._probe_published_slots(True)
+    assert limit.probes_published_slots
+    assert gate.capacity == 1  # nothing answered yet: the published count
+    level = 1
+    for _ in range(8):  # a server with 8 slots: no queue at any of these levels
+        _success(limit, clock, 4.0, level)
+        level = int(gate.capacity)
+    assert gate.capacity > 8
+    assert limit.max_concurrent_calls == 1  # the statement stands
+    limit._probe_published_slots(False)
+    assert gate.capacity == 1  # a ceiling again
+
+
+def test_a_one_slot_server_keeps_one_call_queued_over_its_published_slot() -> None:
+    clock = FakeClock()
+    gate = Gate(1, name="pub-one", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    for _ in range(20):
+        level = int(gate.capacity)
+        _success(limit, clock, _queued(1, 4.0, level), level)
+    assert gate.capacity == 2  # max(1.5 x 1, 1 + 1): one serving, one queued
+
+
+@pytest.mark.parametrize("refusal", ["concurrency 429", "busy 503"])
+def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) -> None:
+    """A hosted API's latency says nothing of its slots: the raise goes until the
+    provider refuses, and from then on stays under the calls in flight at the refusal
+    less one; never under the published count."""
+    clock = FakeClock()
+    gate = Gate(4, name=f"pub-cap-{refusal}", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    for level in range(4, 10):
+        _success(limit, clock, 4.0, level)
+    assert gate.capacity > 6
+    if refusal == "concurrency 429":
+        limit.on_concurrency(limit.generation, 7, exact=True)
+    else:
+        limit.on_full(7)
+    assert gate.capacity == 6
+    for level in range(6, 12):
+        _success(limit, clock, 4.0, level)
+    assert gate.capacity == 6  # the latencies go no higher than the refusal allowed
+    limit.on_full(2)  # a refusal below the published count: the count stands
+    assert gate.capacity == 4
+
+
+def test_a_ceiling_is_never_raised_by_latencies() -> None:
+    clock = FakeClock()
+    gate = Gate(2, name="pub-ceiling", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    for level in range(1, 9):
+        _success(limit, clock, 4.0, level)
+    limit.on_full(5)  # not probing: nothing to cap
+    assert gate.capacity == 2
+    assert limit.statistics().latency_limit is None  # nothing fed
+
+
+def test_a_policy_states_its_slot_count_as_published() -> None:
+    published = Policy(name="pub-policy", max_concurrent_calls=2, concurrency_is_ceiling=False)
+    assert published.adaptive_limit.probes_published_slots
+    assert published.config.to_mapping()["llm_call"]["concurrency_is_ceiling"] is False
+    # A policy that states no count leaves the gate's statement alone.
+    same_gate = Policy(name="pub-policy-2", gate=published.gate)
+    assert same_gate.adaptive_limit.probes_published_slots
+    ceiling = Policy(name="pub-policy-3", gate=published.gate, max_concurrent_calls=2)
+    assert not ceiling.adaptive_limit.probes_published_slots  # the last statement decides
+    config = anygate.load_config(
+        {
+            "llm_call": {
+                "name": "pub-yaml",
+                "max_concurrent_calls": 1,
+                "concurrency_is_ceiling": False,
+            }
+        }
+    )
+    assert Policy.from_config(config).adaptive_limit.probes_published_slots
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_concurrency_is_ceiling_must_be_a_bool(value: object) -> None:
+    with pytest.raises(TypeError, match=r"concurrency_is_ceiling must be .*"):
+        Policy(name="pub-bad", concurrency_is_ceiling=value)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"llm_call.concurrency_is_ceiling"):
+        anygate.load_config({"llm_call": {"concurrency_is_ceiling": value}})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_policy_finds_a_local_server_with_more_slots_than_published() -> None:
+    """A server with 4 slots behind a published 1 (its queue holds the rest): the gate
+    leaves the published count and ends near the slots, and the run takes about the
+    server's own time for 4 slots, not 4 times it."""
+    slots = anyio.Semaphore(4)
+    at_server = 0
+    seen: list[int] = []
+    done = 0
+
+    async def server() -> str:
+        nonlocal at_server, done
+        at_server += 1
+        seen.append(at_server)
+        try:
+            async with slots:
+                await anyio.sleep(2.0 * (0.9 + 0.05 * (done % 5)))
+        finally:
+            at_server -= 1
+        done += 1
+        return "ok"
+
+    policy = Policy(
+        name="published-local",
+        gate=Gate(1, name="published-local", clock=anyio.current_time),
+        max_concurrent_calls=1,
+        concurrency_is_ceiling=False,
+        clock=anyio.current_time,
+    )
+
+    async def agent() -> None:
+        for _ in range(20):
+            assert await policy.call(server) == "ok"
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(agent)
+            await anyio.sleep(0.01)
+    elapsed = anyio.current_time() - start
+    assert done == 8 * 20
+    assert max(seen) >= 4  # left the published count
+    assert max(seen[-60:]) <= TOLERANCE * 4 + 1  # near the slots once learned
+    assert elapsed <= 1.25 * 160 / 4 * 2.0  # capped at 1 it takes 4x that

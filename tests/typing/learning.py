@@ -42,6 +42,9 @@ published = anygate.Policy(
     name="published", rate=anygate.Rate(requests_per_minute=500), rate_is_ceiling=False
 )
 assert_type(published.config.rate_is_ceiling, bool)
+local = anygate.Policy(name="local", max_concurrent_calls=1, concurrency_is_ceiling=False)
+assert_type(local.config.concurrency_is_ceiling, bool)
+assert_type(local.adaptive_limit.probes_published_slots, bool)
 assert_type(published.adaptive_limit.probes_published_rate, bool)
 assert_type(anygate.learn_from_headers(gate, None), bool)
 assert_type(anygate.learn_from_error(gate, Exception(), headers=False), bool)

@@ -52,6 +52,7 @@ _LLM_KEYS = (
     "ramp",
     "ramp_window_s",
     "rate_is_ceiling",
+    "concurrency_is_ceiling",
     "reraise",
 )
 _BREAKER_KEYS = (
@@ -277,6 +278,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> PolicyCon
         policy["reraise"] = _FILE.boolean(p("reraise"), llm["reraise"])
     if "rate_is_ceiling" in llm:
         policy["rate_is_ceiling"] = _FILE.boolean(p("rate_is_ceiling"), llm["rate_is_ceiling"])
+    if "concurrency_is_ceiling" in llm:
+        policy["concurrency_is_ceiling"] = _FILE.boolean(
+            p("concurrency_is_ceiling"), llm["concurrency_is_ceiling"]
+        )
     if "max_concurrent_calls" in llm:
         policy["max_concurrent_calls"] = _FILE.integer(
             p("max_concurrent_calls"), llm["max_concurrent_calls"], minimum=0, none=True

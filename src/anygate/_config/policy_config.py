@@ -87,6 +87,10 @@ class PolicyConfig:
             provider's rate-limit headers teach only ever lowers it. ``False``: ``rate``
             states the provider's *published* limits, a starting point its headers replace
             up or down (a tier upgrade is picked up); see ``docs/learning.md``.
+        concurrency_is_ceiling: ``True`` (the default): ``max_concurrent_calls`` is a
+            ceiling. ``False``: it is the server's *published* slot count (a local
+            server's ``--parallel``), a starting point: the answers' latencies may take
+            the gate above it, up to the last refusal; see ``docs/policy.md``.
         reraise: after giving up on a provider failure, raise the provider's own exception
             (an SDK's typed error) instead of :class:`anygate.CallFailed`; the
             ``CallFailed`` rides along (:meth:`anygate.CallFailed.of`, a note). Errors
@@ -107,12 +111,14 @@ class PolicyConfig:
     control_flow: tuple[str, ...] = ()
     rate: Rate | None = None
     rate_is_ceiling: bool = True
+    concurrency_is_ceiling: bool = True
     reraise: bool = False
 
     def __post_init__(self) -> None:
         _PY.name("name", self.name)
         _PY.boolean("reraise", self.reraise)
         _PY.boolean("rate_is_ceiling", self.rate_is_ceiling)
+        _PY.boolean("concurrency_is_ceiling", self.concurrency_is_ceiling)
         if self.rate is not None and not isinstance(self.rate, Rate):
             raise _PY.bad_type("rate", self.rate, "an anygate.Rate or None")
         _PY.name("gate_name", self.gate_name, none=True)
@@ -172,6 +178,7 @@ class PolicyConfig:
                 "ramp": None if self.rate is None else self.rate.ramp,
                 "ramp_window_s": None if self.rate is None else self.rate.window_s,
                 "rate_is_ceiling": self.rate_is_ceiling,
+                "concurrency_is_ceiling": self.concurrency_is_ceiling,
                 # None below means "the gate's existing adaptive limit's value" (defaults
                 # when this policy creates it).
                 "adaptive_concurrency": {

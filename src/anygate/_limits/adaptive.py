@@ -144,6 +144,54 @@ class AdaptiveLimit(BurstAnswer):
             elif self._published is None:
                 self._published = PublishedProbe(rpm)
 
+    @property
+    def probes_published_slots(self) -> bool:
+        """Whether the gate's maximum is a *published* slot count that the answers'
+        latencies may raise (a policy with ``concurrency_is_ceiling=False``)."""
+        return self._above is not None
+
+    def _probe_published_slots(self, on: bool) -> None:
+        """Let successes' latencies raise the gate above its maximum (``on``): the
+        maximum is the provider's published slot count, a starting point. A local model
+        server started with more slots than the count the client was given (llama.cpp
+        ``--parallel 4`` and a published 1) queues nothing at the published count: the
+        latencies show the slots (:mod:`.latency`), and the gate goes up to
+        ``max(1.5 x slots, slots + 1)`` of them. Never above the calls in flight less one
+        at a refusal (a concurrency 429, an overload answer, a full queue's 503), so a
+        hosted API whose latency says nothing of its slots pays one refusal, and never
+        below what the throttle rules allow. Set by the policy that states the gate's
+        maximum (``_policy.sharing.apply_ceiling``)."""
+        with self._lock:
+            if not on:
+                self._above = None
+            elif self._above is None:
+                self._above = math.inf
+            self._apply()
+
+    def _refused_above(self, in_flight: int) -> bool:
+        # A refusal with ``in_flight`` at the provider: a published slot count's latency
+        # probe goes no higher than the calls in flight less one (never below the count).
+        # Whether that lowered it.
+        above = self._above
+        if above is None:
+            return False
+        self._above = min(above, max(self._slots.maximum, in_flight - 1.0))
+        return self._above < above
+
+    @ki_protected
+    def on_full(self, in_flight: int) -> None:
+        """A server answered that it is full (a 503 "busy": its queue is) with
+        ``in_flight`` of this gate's calls at it, the refused one included: the latencies
+        may raise a published slot count no higher than ``in_flight - 1``
+        (:meth:`_probe_published_slots`). Nothing else: its answer is the breaker's and
+        the retry's. Measured on the local server with a queue of 1 (seeds 1-5): the
+        latencies' 1.5x the slots filled it, and seed 3 lost a call to three "busy" 503s."""
+        if self._above is None or in_flight <= 1 or not self._enabled:
+            return
+        with self._lock:
+            if self._refused_above(in_flight):
+                self._apply()
+
     def settings(self) -> tuple[bool, int, float, float]:
         """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
         slots = self._slots
@@ -234,6 +282,8 @@ class AdaptiveLimit(BurstAnswer):
                 return None
             now = self._clock()
             old = self._applied
+            if not tentative and (exact or in_flight > 1) and self._refused_above(in_flight):
+                self._apply()  # whether or not the throttle teaches the limit below
             if self._old_news(generation, slots.holding(now)):
                 # One sent before the lesson, nothing changed since: the same overshoot's
                 # 429s come back in any order, and the least count bounds the slots. Taken
@@ -285,7 +335,7 @@ class AdaptiveLimit(BurstAnswer):
                 self._check_ended(checking, now)
                 self._learn_edge()
         change = None
-        if self._latency_on and self._enabled and sent_at is not None:
+        if self._latency_fed() and self._enabled and sent_at is not None:
             change = self._on_latency(sent_at, in_flight)
         # Unlocked fast path: at the maximum (the usual case) there is nothing to do, and a
         # stale read only delays one increment.
@@ -317,7 +367,8 @@ class AdaptiveLimit(BurstAnswer):
             if slots.maximum < 1:
                 return None
             latency = self._latency
-            latency.bound(ceiling=slots.maximum, floor=slots.floor_now)
+            ceiling = slots.maximum if self._above is None else math.inf
+            latency.bound(ceiling=ceiling, floor=slots.floor_now)
             latency.observe(self._clock() - sent_at, in_flight)
             old = self._applied
             self._apply()

@@ -82,7 +82,9 @@ class SendPath(AdaptiveState):
         # before the first lease kept its limit at 0 and held its first call forever.
         self._adopt_external_resize()
         held = self._held
-        return self._slots.over(gate.in_flight - len(held) - (0 if caller in held else 1))
+        others = gate.in_flight - len(held) - (0 if caller in held else 1)
+        # Above the maximum by a published slot count's latencies: the gate's own limit.
+        return self._slots.over(others) and others >= self._applied
 
     def unhold(self, caller: object | None) -> None:
         """``caller``'s attempt left a hold without sending (cancelled, refused)."""

@@ -53,6 +53,7 @@ class AdaptiveState:
 
     __slots__ = (
         "__weakref__",
+        "_above",
         "_ahead",
         "_applied",
         "_below",
@@ -150,6 +151,10 @@ class AdaptiveState:
         # The limit a queueing server's latencies show (issue 30 item 5), when on.
         self._latency_on = latency
         self._latency = LatencyLimit()
+        # A published slot count (``_probe_published_slots``): the most the latencies may
+        # take the gate above its maximum, lowered to the calls in flight less one at each
+        # refusal; ``None``: the maximum is a ceiling.
+        self._above: float | None = None
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -172,6 +177,11 @@ class AdaptiveState:
         return self._generation
 
     # ------------------------------------------------------------------ internals (locked)
+
+    def _latency_fed(self) -> bool:
+        # Successes feed the latency estimate: it is on, or it may raise a published
+        # slot count (``_above``).
+        return self._latency_on or self._above is not None
 
     def _pace_gate(self) -> Gate | None:
         """The gate, if pacing may set its rate: on, and the gate on our clock (its
@@ -227,10 +237,20 @@ class AdaptiveState:
             return
         slots = self._slots
         capacity = slots.capacity() if self._enabled else slots.maximum
-        latency = self._latency.limit if self._latency_on and self._enabled else None
+        latency = self._latency.limit if self._latency_fed() and self._enabled else None
         if latency is not None and slots.maximum >= 1:
-            # The latency estimate (issue 30 item 5), a second ceiling (_on_latency).
-            capacity = min(capacity, capacity_for(latency, floor=slots.floor_now))
+            shown = capacity_for(latency, floor=slots.floor_now)
+            if self._latency_on:
+                # The latency estimate (issue 30 item 5), a second ceiling (_on_latency).
+                capacity = min(capacity, shown)
+            above = self._above
+            # Rounded, not floored: the estimate errs either way by the answers' noise,
+            # and floored, 4 slots read as 1.85 at 2 in flight held the gate at 2.
+            nearest = capacity_for(latency + 0.5, floor=slots.floor_now)
+            if above is not None and nearest > capacity:
+                # A published slot count is a starting point: the latencies may show more
+                # (``AdaptiveLimit._probe_published_slots``), up to the last refusal.
+                capacity = max(capacity, min(nearest, above))
         if force or capacity != self._applied:
             gate.capacity = capacity
             self._applied = capacity

@@ -128,6 +128,11 @@ class Policy(PolicyForms):
             point its headers replace, up as well as down (a tier upgrade is picked up).
             Sets the gate's learner's ceiling when the policy's ``rate`` is the gate's
             (a ``gate=`` handed in with another rate keeps its learner as it is).
+        concurrency_is_ceiling: ``True`` (the default): ``max_concurrent_calls`` is a
+            ceiling. ``False``: it is the server's *published* slot count, a starting
+            point: successes' latencies may take the gate above it (a local server
+            started with more slots than you were told), never above the calls in flight
+            less one at a refusal (:attr:`anygate.AdaptiveLimit.probes_published_slots`).
         rng: the random source for jitter (``random.Random(seed)`` for reproducible runs).
         clock: the monotonic clock in seconds of the breaker and of the gate's adaptive
             limit, used when this policy creates them (``anyio.current_time`` for virtual
@@ -185,6 +190,7 @@ class Policy(PolicyForms):
         logging_hook: Hook | None = _DEFAULT_LOGGING_HOOK,
         rate: Rate | None = None,
         rate_is_ceiling: bool = True,
+        concurrency_is_ceiling: bool = True,
         rng: Uniform | None = None,
         clock: Callable[[], float] | None = None,
         gate: Gate | None = None,
@@ -210,6 +216,7 @@ class Policy(PolicyForms):
             rng=rng,
             reraise=reraise,
             rate_is_ceiling=rate_is_ceiling,
+            concurrency_is_ceiling=concurrency_is_ceiling,
         )
         self._config = args.config
         self._hooks = args.hooks

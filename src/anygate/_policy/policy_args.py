@@ -61,6 +61,7 @@ def check_policy_args(
     rng: Uniform | None,
     reraise: bool = False,
     rate_is_ceiling: bool = True,
+    concurrency_is_ceiling: bool = True,
 ) -> PolicyArgs:
     """Check :class:`anygate.Policy`'s arguments, always in the same order.
 
@@ -113,6 +114,7 @@ def check_policy_args(
         control_flow=tuple(control_names) + tuple(t.__name__ for t in control_types),
         rate=rate,
         rate_is_ceiling=rate_is_ceiling,
+        concurrency_is_ceiling=concurrency_is_ceiling,
         reraise=reraise,
     )
     hook_list = _sequence("hooks", hooks, "callables taking one event")
@@ -151,6 +153,7 @@ def policy_kwargs(config: PolicyConfig) -> dict[str, Any]:
         "rules": config.rules,
         "rate": config.rate,
         "rate_is_ceiling": config.rate_is_ceiling,
+        "concurrency_is_ceiling": config.concurrency_is_ceiling,
         "control_flow": config.control_flow,
         "reraise": config.reraise,
     }

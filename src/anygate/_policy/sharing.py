@@ -112,8 +112,13 @@ def apply_ceiling(cfg: PolicyConfig, gate: Gate, adaptive: AdaptiveLimit) -> Non
     published limits, and its headers may raise it as well as lower it (no ceiling).
     The gate's learner is shared: the last policy to state its rate decides. The gate's
     adaptive limit (``adaptive``) probes a published request rate upward
-    (:meth:`~anygate.AdaptiveLimit.probes_published_rate`).
+    (:meth:`~anygate.AdaptiveLimit.probes_published_rate`). Likewise a policy that states
+    ``max_concurrent_calls`` says whether it is a ceiling (``concurrency_is_ceiling``) or
+    a published slot count the latencies may raise
+    (:meth:`~anygate.AdaptiveLimit.probes_published_slots`).
     """
+    if cfg.max_concurrent_calls:
+        adaptive._probe_published_slots(not cfg.concurrency_is_ceiling)
     if cfg.rate is None or _stated_rate(gate) != cfg.rate:
         return
     RateLearner.of(gate).ceiling = cfg.rate if cfg.rate_is_ceiling else None

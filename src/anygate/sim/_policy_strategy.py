@@ -88,6 +88,9 @@ def _facts(spec: StrategySpec, published: Published) -> dict[str, Any]:
         return facts
     if published.concurrency is not None:
         facts["max_concurrent_calls"] = published.concurrency
+        # Published, not chosen: a starting point the latencies may raise (a server with
+        # 4 slots behind a published 1, seeds 1-5: 3.77x the oracle capped at 1, 1.16x).
+        facts["concurrency_is_ceiling"] = False
     if spec.paces_published_rpm and published.rpm is not None:
         facts["requests_per_minute"] = published.rpm
     # A token budget only where the published one is the whole budget (OpenAI's TPM):
