@@ -182,8 +182,8 @@ class AdaptiveLimit(BurstAnswer):
     def on_full(self, in_flight: int) -> None:
         """A server answered that it is full (a 503 "busy": its queue is) with
         ``in_flight`` of this gate's calls at it, the refused one included: the latencies
-        may raise a published slot count no higher than ``in_flight - 1``
-        (:meth:`_probe_published_slots`). Nothing else: its answer is the breaker's and
+        may raise a published slot count (a policy's ``concurrency_is_ceiling=False``) no
+        higher than ``in_flight - 1``. Nothing else: its answer is the breaker's and
         the retry's. Measured on the local server with a queue of 1 (seeds 1-5): the
         latencies' 1.5x the slots filled it, and seed 3 lost a call to three "busy" 503s."""
         if self._above is None or in_flight <= 1 or not self._enabled:
