@@ -333,6 +333,13 @@ async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> 
 # --------------------------------------------------------------------------- published slots
 
 
+def _served(limit: AdaptiveLimit, clock: FakeClock, latency: float, in_flight: int) -> None:
+    """A success as a policy reports it: got through with ``in_flight`` at the server
+    (the most that got through), then its latency."""
+    limit.passed(clock.now, in_flight)
+    _success(limit, clock, latency, in_flight)
+
+
 def test_a_published_slot_count_is_raised_by_latencies_that_show_no_queue() -> None:
     """``concurrency_is_ceiling=False``: the maximum is where the gate starts; answers at
     it that queued nothing take the gate up to the estimate (1.5 x the slots shown), past
@@ -346,7 +353,7 @@ def test_a_published_slot_count_is_raised_by_latencies_that_show_no_queue() -> N
     assert gate.capacity == 1  # nothing answered yet: the published count
     level = 1
     for _ in range(8):  # a server with 8 slots: no queue at any of these levels
-        _success(limit, clock, 4.0, level)
+        _served(limit, clock, 4.0, level)
         level = int(gate.capacity)
     assert gate.capacity > 8
     assert limit.max_concurrent_calls == 1  # the statement stands
@@ -361,7 +368,7 @@ def test_a_one_slot_server_keeps_one_call_queued_over_its_published_slot() -> No
     limit._probe_published_slots(True)
     for _ in range(20):
         level = int(gate.capacity)
-        _success(limit, clock, _queued(1, 4.0, level), level)
+        _served(limit, clock, _queued(1, 4.0, level), level)
     assert gate.capacity == 2  # max(1.5 x 1, 1 + 1): one serving, one queued
 
 
@@ -375,7 +382,7 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     limit = AdaptiveLimit(gate, clock=clock)
     limit._probe_published_slots(True)
     for level in range(4, 10):
-        _success(limit, clock, 4.0, level)
+        _served(limit, clock, 4.0, level)
     assert gate.capacity > 6
     if refusal == "concurrency 429":
         limit.on_concurrency(limit.generation, 7, exact=True)
@@ -383,10 +390,27 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
         limit.on_full(7)
     assert gate.capacity == 6
     for level in range(6, 12):
-        _success(limit, clock, 4.0, level)
+        _served(limit, clock, 4.0, level)
     assert gate.capacity == 6  # the latencies go no higher than the refusal allowed
     limit.on_full(2)  # a refusal below the published count: the count stands
     assert gate.capacity == 4
+
+
+def test_the_first_raise_is_one_slot_until_a_call_got_through_there() -> None:
+    """A hosted API's latency says nothing of its slots: from a stated 32 the estimate
+    read 48, and the 16 calls sent past 32 at once were 429s. One past the count first;
+    the estimate's jump once a call got through with 33 at the provider."""
+    clock = FakeClock()
+    gate = Gate(4, name="pub-one-past", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    for _ in range(4):
+        _success(limit, clock, 4.0, 4)  # no queue at 4: the estimate says 6
+    assert limit.statistics().latency_limit == pytest.approx(6)
+    assert gate.capacity == 5
+    limit.passed(clock.now, 5)  # one got through with 5 at the provider
+    _success(limit, clock, 4.0, 5)
+    assert gate.capacity > 6
 
 
 def test_a_ceiling_is_never_raised_by_latencies() -> None:
@@ -394,7 +418,7 @@ def test_a_ceiling_is_never_raised_by_latencies() -> None:
     gate = Gate(2, name="pub-ceiling", clock=clock)
     limit = AdaptiveLimit(gate, clock=clock)
     for level in range(1, 9):
-        _success(limit, clock, 4.0, level)
+        _served(limit, clock, 4.0, level)
     limit.on_full(5)  # not probing: nothing to cap
     assert gate.capacity == 2
     assert limit.statistics().latency_limit is None  # nothing fed
