@@ -498,3 +498,52 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
     assert max(seen) >= 4  # left the published count
     assert max(seen[-60:]) <= TOLERANCE * 4 + 1  # near the slots once learned
     assert elapsed <= 1.25 * 160 / 4 * 2.0  # capped at 1 it takes 4x that
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_busy_answer_caps_the_raise_through_a_policy() -> None:
+    """A server with 4 slots and no queue answers 503 "busy" to a fifth call: the policy's
+    retrier reports it (``AdaptiveLimit.on_full``), and the raise stays at 4 from then on,
+    however little the latencies show queued."""
+    at_server = 0
+    after_busy: list[int] = []
+    busy = 0
+
+    async def server() -> str:
+        nonlocal at_server, busy
+        if at_server >= 4:
+            busy += 1
+            raise anygate.ResponseError(
+                503, body={"error": {"code": "server_busy", "message": "server busy"}}
+            )
+        at_server += 1
+        if busy:
+            after_busy.append(at_server)
+        try:
+            await anyio.sleep(2.0)
+        finally:
+            at_server -= 1
+        return "ok"
+
+    policy = Policy(
+        name="published-busy",
+        gate=Gate(2, name="published-busy", clock=anyio.current_time),
+        max_concurrent_calls=2,
+        concurrency_is_ceiling=False,
+        clock=anyio.current_time,
+        retry=anygate.RetryConfig(base_delay_ms=10, cap_delay_ms=100),
+    )
+
+    async def agent() -> None:
+        for _ in range(10):
+            assert await policy.call(server) == "ok"
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(agent)
+            await anyio.sleep(0.01)
+    assert busy >= 1  # the raise went past the slots once
+    assert after_busy
+    assert policy.gate.capacity == 4
+    assert max(after_busy) <= 4
