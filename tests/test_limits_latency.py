@@ -547,3 +547,18 @@ async def test_a_busy_answer_caps_the_raise_through_a_policy() -> None:
     assert after_busy
     assert policy.gate.capacity == 4
     assert max(after_busy) <= 4
+
+
+def test_no_raise_while_a_throttle_holds_the_limit_below_the_published_count() -> None:
+    """16 slots behind a published 32: the concurrency 429s teach 16, and latencies that
+    show no queue (the provider refuses instead of queueing) must not take the gate back
+    up (58 % of calls got a 429 and calls were lost in the morning peak when they did)."""
+    clock = FakeClock()
+    gate = Gate(32, name="pub-below", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    limit.on_concurrency(limit.generation, 17, exact=True)
+    assert gate.capacity == 16
+    for _ in range(10):
+        _served(limit, clock, 4.0, 16)
+    assert gate.capacity == 16
