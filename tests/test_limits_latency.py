@@ -376,7 +376,7 @@ def test_a_one_slot_server_keeps_one_call_queued_over_its_published_slot() -> No
 def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) -> None:
     """A hosted API's latency says nothing of its slots: the raise goes until the
     provider refuses, and from then on stays under the calls in flight at the refusal
-    less one; never under the published count."""
+    less one; a refusal within the published count says nothing of the slots above."""
     clock = FakeClock()
     gate = Gate(4, name=f"pub-cap-{refusal}", clock=clock)
     limit = AdaptiveLimit(gate, clock=clock)
@@ -392,8 +392,8 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     for level in range(6, 12):
         _served(limit, clock, 4.0, level)
     assert gate.capacity == 6  # the latencies go no higher than the refusal allowed
-    limit.on_full(2)  # a refusal below the published count: the count stands
-    assert gate.capacity == 4
+    limit.on_full(3)  # a refusal within the published count: nothing about the slots above
+    assert gate.capacity == 6
 
 
 def test_the_first_raise_is_one_slot_until_a_call_got_through_there() -> None:
@@ -502,10 +502,11 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
-async def test_a_busy_answer_caps_the_raise_through_a_policy() -> None:
-    """A server with 4 slots and no queue answers 503 "busy" to a fifth call: the policy's
-    retrier reports it (``AdaptiveLimit.on_full``), and the raise stays at 4 from then on,
-    however little the latencies show queued."""
+@pytest.mark.parametrize("refusal", ["busy 503", "plain 429"])
+async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
+    """A server with 4 slots and no queue refuses a fifth call (503 "busy", or a 429 that
+    names no limit): the policy's retrier reports it (``AdaptiveLimit.on_full``), and the
+    raise stays at 4 from then on, however little the latencies show queued."""
     at_server = 0
     after_busy: list[int] = []
     busy = 0
@@ -514,6 +515,8 @@ async def test_a_busy_answer_caps_the_raise_through_a_policy() -> None:
         nonlocal at_server, busy
         if at_server >= 4:
             busy += 1
+            if refusal == "plain 429":
+                raise anygate.ResponseError(429)
             raise anygate.ResponseError(
                 503, body={"error": {"code": "server_busy", "message": "server busy"}}
             )
@@ -527,8 +530,8 @@ async def test_a_busy_answer_caps_the_raise_through_a_policy() -> None:
         return "ok"
 
     policy = Policy(
-        name="published-busy",
-        gate=Gate(2, name="published-busy", clock=anyio.current_time),
+        name=f"published-{refusal}",
+        gate=Gate(2, name=f"published-{refusal}", clock=anyio.current_time),
         max_concurrent_calls=2,
         concurrency_is_ceiling=False,
         clock=anyio.current_time,

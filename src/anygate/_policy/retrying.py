@@ -250,8 +250,10 @@ class Retrier:
             # and the provider's window after a quiet one turned 39 of them away (morning
             # peak with an outage at 100-130 s, seed 1).
             adaptive.turned_away(run.admitted_at, run.tokens, refused=kind == "concurrency")
-        if server_error and judgement.verdict.reason is Reason.BUSY:
-            adaptive.on_full(run.sending or run.in_flight)  # a server whose queue is full
+        if kind is not None or (server_error and judgement.verdict.reason is Reason.BUSY):
+            # A refusal of any kind (a 429, an overload answer, a full queue's "busy"):
+            # above a published slot count, the raise stops there.
+            adaptive.on_full(run.sending or run.in_flight)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
