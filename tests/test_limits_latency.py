@@ -5,6 +5,7 @@ MockClock against a fake local model server that queues what its slots cannot se
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import anyio
 import pytest
@@ -265,6 +266,24 @@ def test_policies_on_one_gate_must_agree_about_latency() -> None:
 # --------------------------------------------------------------------------- a policy
 
 
+async def _agents(policy: Policy, server: Any, agents: int, calls: int) -> float:
+    """``agents`` agents each making ``calls`` calls back to back; the virtual seconds
+    the run took (trio's MockClock). Agents log on 10 ms apart: started in one tick, trio
+    would run them (and reach the server) in random order, and the calls in flight at
+    each one's admission would not be the queue ahead of it (the estimate's premise)."""
+
+    async def agent() -> None:
+        for _ in range(calls):
+            assert await policy.call(server) == "ok"
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(agents):
+            tg.start_soon(agent)
+            await anyio.sleep(0.01)
+    return anyio.current_time() - start
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
 @pytest.mark.parametrize("latency", [True, False])
@@ -300,19 +319,7 @@ async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> 
         adaptive_concurrency=AdaptiveConfig(latency=latency),
     )
 
-    async def agent() -> None:
-        for _ in range(20):
-            assert await policy.call(server) == "ok"
-
-    start = anyio.current_time()
-    async with anyio.create_task_group() as tg:
-        for _ in range(24):
-            tg.start_soon(agent)
-            # Agents log on 10 ms apart: started in one tick, trio would run them (and
-            # reach the server) in random order, and the calls in flight at each one's
-            # admission would not be the queue ahead of it (the estimate's premise).
-            await anyio.sleep(0.01)
-    elapsed = anyio.current_time() - start
+    elapsed = await _agents(policy, server, agents=24, calls=20)
     assert done == 24 * 20
     assert late
     if latency:
@@ -387,12 +394,12 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     if refusal == "concurrency 429":
         limit.on_concurrency(limit.generation, 7, exact=True)
     else:
-        limit.on_full(7)
+        limit.on_refusal(7)
     assert gate.capacity == 6
     for level in range(6, 12):
         _served(limit, clock, 4.0, level)
     assert gate.capacity == 6  # the latencies go no higher than the refusal allowed
-    limit.on_full(3)  # a refusal within the published count: nothing about the slots above
+    limit.on_refusal(3)  # a refusal within the published count: nothing about the slots above
     assert gate.capacity == 6
 
 
@@ -419,7 +426,7 @@ def test_a_ceiling_is_never_raised_by_latencies() -> None:
     limit = AdaptiveLimit(gate, clock=clock)
     for level in range(1, 9):
         _served(limit, clock, 4.0, level)
-    limit.on_full(5)  # not probing: nothing to cap
+    limit.on_refusal(5)  # not probing: nothing to cap
     assert gate.capacity == 2
     assert limit.statistics().latency_limit is None  # nothing fed
 
@@ -484,20 +491,12 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
         clock=anyio.current_time,
     )
 
-    async def agent() -> None:
-        for _ in range(20):
-            assert await policy.call(server) == "ok"
-
-    start = anyio.current_time()
-    async with anyio.create_task_group() as tg:
-        for _ in range(8):
-            tg.start_soon(agent)
-            await anyio.sleep(0.01)
-    elapsed = anyio.current_time() - start
+    elapsed = await _agents(policy, server, agents=8, calls=20)
     assert done == 8 * 20
     assert max(seen) >= 4  # left the published count
     assert max(seen[-60:]) <= TOLERANCE * 4 + 1  # near the slots once learned
-    assert elapsed <= 1.25 * 160 / 4 * 2.0  # capped at 1 it takes 4x that
+    # Virtual seconds (trio MockClock): capped at 1 the run takes 4x the server's time.
+    assert elapsed <= 1.25 * 160 / 4 * 2.0
 
 
 @pytest.mark.anyio
@@ -505,7 +504,7 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
 @pytest.mark.parametrize("refusal", ["busy 503", "plain 429"])
 async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
     """A server with 4 slots and no queue refuses a fifth call (503 "busy", or a 429 that
-    names no limit): the policy's retrier reports it (``AdaptiveLimit.on_full``), and the
+    names no limit): the policy's retrier reports it (``AdaptiveLimit.on_refusal``), and the
     raise stays at 4 from then on, however little the latencies show queued."""
     at_server = 0
     after_busy: list[int] = []
@@ -538,14 +537,7 @@ async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
         retry=anygate.RetryConfig(base_delay_ms=10, cap_delay_ms=100),
     )
 
-    async def agent() -> None:
-        for _ in range(10):
-            assert await policy.call(server) == "ok"
-
-    async with anyio.create_task_group() as tg:
-        for _ in range(8):
-            tg.start_soon(agent)
-            await anyio.sleep(0.01)
+    await _agents(policy, server, agents=8, calls=10)
     assert busy >= 1  # the raise went past the slots once
     assert after_busy
     assert policy.gate.capacity == 4

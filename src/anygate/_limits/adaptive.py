@@ -179,7 +179,7 @@ class AdaptiveLimit(BurstAnswer):
         return self._above < above
 
     @ki_protected
-    def on_full(self, in_flight: int) -> None:
+    def on_refusal(self, in_flight: int) -> None:
         """A call sent with ``in_flight`` of this gate's calls at the provider (itself
         included) was refused: a 429 of any kind, an overload answer, a server's 503
         "busy" (its queue is full). Above a published slot count (a policy's

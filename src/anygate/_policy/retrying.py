@@ -253,7 +253,7 @@ class Retrier:
         if kind is not None or (server_error and judgement.verdict.reason is Reason.BUSY):
             # A refusal of any kind (a 429, an overload answer, a full queue's "busy"):
             # above a published slot count, the raise stops there.
-            adaptive.on_full(run.sending or run.in_flight)
+            adaptive.on_refusal(run.sending or run.in_flight)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
