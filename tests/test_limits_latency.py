@@ -266,6 +266,30 @@ def test_policies_on_one_gate_must_agree_about_latency() -> None:
 # --------------------------------------------------------------------------- a policy
 
 
+class _LocalServer:
+    """A local model server with ``slots`` that queues the rest, each call taking
+    ``service(done)`` seconds; it records the calls at it on each arrival (with the calls
+    done by then)."""
+
+    def __init__(self, slots: int, service: Any) -> None:
+        self._slots = anyio.Semaphore(slots)
+        self._service = service
+        self.at_server = 0
+        self.arrivals: list[tuple[int, int]] = []  # (calls done, calls at the server)
+        self.done = 0
+
+    async def __call__(self) -> str:
+        self.at_server += 1
+        self.arrivals.append((self.done, self.at_server))
+        try:
+            async with self._slots:
+                await anyio.sleep(self._service(self.done))
+        finally:
+            self.at_server -= 1
+        self.done += 1
+        return "ok"
+
+
 async def _agents(policy: Policy, server: Any, agents: int, calls: int) -> float:
     """``agents`` agents each making ``calls`` calls back to back; the virtual seconds
     the run took (trio's MockClock). Agents log on 10 ms apart: started in one tick, trio
@@ -292,25 +316,9 @@ async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> 
     slots that queues the rest (a semaphore in front of a 1.6-2.4 s service time). With the
     option on, at most 1.5 x 4 (+1) calls are at the server once learned, and it never
     idles; off, all 24 are there (the server's queue holds 20)."""
-    slots = anyio.Semaphore(4)
-    at_server = 0
-    late: list[int] = []
-    done = 0
-
-    async def server() -> str:
-        nonlocal at_server, done
-        at_server += 1
-        if done >= 24 * 10:  # the second half of the run
-            late.append(at_server)
-        try:
-            async with slots:
-                # 1.6 to 2.4 s, 2 s on average: calls that all took one time would
-                # finish (and be replaced) in lockstep batches of 4.
-                await anyio.sleep(2.0 * (0.8 + 0.1 * (done % 5)))
-        finally:
-            at_server -= 1
-        done += 1
-        return "ok"
+    # 1.6 to 2.4 s, 2 s on average: calls that all took one time would finish (and be
+    # replaced) in lockstep batches of 4.
+    server = _LocalServer(4, lambda done: 2.0 * (0.8 + 0.1 * (done % 5)))
 
     policy = Policy(
         name=f"latency-{latency}",
@@ -319,8 +327,9 @@ async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> 
         adaptive_concurrency=AdaptiveConfig(latency=latency),
     )
 
-    elapsed = await _agents(policy, server, agents=24, calls=20)
-    assert done == 24 * 20
+    virtual_s = await _agents(policy, server, agents=24, calls=20)
+    assert server.done == 24 * 20
+    late = [n for done, n in server.arrivals if done >= 24 * 10]  # the second half
     assert late
     if latency:
         # At most 1.5 x 4 at the server in the end (7 as the estimate moves; up to 3 x 4
@@ -328,7 +337,7 @@ async def test_a_policy_settles_near_a_queueing_servers_slots(latency: bool) -> 
         # its slots for long: the run takes the server's own time, 480 calls / 4 x 2 s.
         assert max(late[-100:]) <= TOLERANCE * 4 + 1
         assert max(late) <= 3 * 4
-        assert elapsed <= 1.05 * 480 / 4 * 2.0  # virtual seconds (trio MockClock)
+        assert virtual_s <= 1.05 * 480 / 4 * 2.0  # trio MockClock
         stats = policy.adaptive_limit.statistics()
         assert stats.no_load_latency_s == pytest.approx(2.0, rel=0.21)  # 1.6 to 2.4
         assert stats.latency_limit is not None
@@ -466,22 +475,7 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
     """A server with 4 slots behind a published 1 (its queue holds the rest): the gate
     leaves the published count and ends near the slots, and the run takes about the
     server's own time for 4 slots, not 4 times it."""
-    slots = anyio.Semaphore(4)
-    at_server = 0
-    seen: list[int] = []
-    done = 0
-
-    async def server() -> str:
-        nonlocal at_server, done
-        at_server += 1
-        seen.append(at_server)
-        try:
-            async with slots:
-                await anyio.sleep(2.0 * (0.9 + 0.05 * (done % 5)))
-        finally:
-            at_server -= 1
-        done += 1
-        return "ok"
+    server = _LocalServer(4, lambda done: 2.0 * (0.9 + 0.05 * (done % 5)))
 
     policy = Policy(
         name="published-local",
@@ -491,12 +485,13 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
         clock=anyio.current_time,
     )
 
-    elapsed = await _agents(policy, server, agents=8, calls=20)
-    assert done == 8 * 20
+    virtual_s = await _agents(policy, server, agents=8, calls=20)
+    assert server.done == 8 * 20
+    seen = [n for _, n in server.arrivals]
     assert max(seen) >= 4  # left the published count
     assert max(seen[-60:]) <= TOLERANCE * 4 + 1  # near the slots once learned
-    # Virtual seconds (trio MockClock): capped at 1 the run takes 4x the server's time.
-    assert elapsed <= 1.25 * 160 / 4 * 2.0
+    # On trio's MockClock: capped at 1 the run takes 4x the server's own time.
+    assert virtual_s <= 1.25 * 160 / 4 * 2.0
 
 
 @pytest.mark.anyio
