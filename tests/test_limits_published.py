@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from anygate import AdaptiveLimit, Gate, Policy, Rate
-from anygate._limits.published import BIND, GROWTH, PublishedProbe
+from anygate import AdaptiveLimit, Gate, LimitReport, Policy, Rate, RateLearner, ReportedLimit
+from anygate._limits.published import BIND, BIND_S, GROWTH, WINDOW_S, PublishedProbe, TokenProbe
 from tests.policy_helpers import FakeClock
 
 
@@ -92,3 +92,157 @@ def test_a_policy_probes_its_rate_only_when_it_is_the_published_one(published: b
     assert policy.adaptive_limit.probes_published_rate is published
     bare = Policy(name=f"probe-bare-{published}", rate_is_ceiling=False)
     assert not bare.adaptive_limit.probes_published_rate
+
+
+# ----------------------------------------------------------------------------- tokens
+
+
+def test_the_token_probe_steps_while_the_rate_binds_and_only_on_proof_again() -> None:
+    """A token rate that bound over the last ``BIND_S`` doubles at once; the next step
+    waits until the tokens accepted since the first prove more than the rate below it
+    (a full bucket of the old rate could have passed them otherwise)."""
+    probe = TokenProbe(120_000)
+    share = BIND * 120_000 * BIND_S / WINDOW_S  # what binding means over BIND_S
+    assert probe.step(10.0, share - 1, 0.0, 120_000, rejected=False) is None
+    assert probe.next_at == 11.0
+    assert probe.step(11.0, share + 1, 20_000, 120_000, rejected=False) == 240_000
+    assert probe.stepped
+    # Binding at 240,000 a minute later, but 240,000 accepted since the step is what a full
+    # bucket of 120,000 holds plus a minute of its refill: no proof, no step.
+    assert probe.step(71.0, 2 * share, 20_000 + 240_000, 240_000, rejected=False) is None
+    # 80 s: 320,000 since the step, against the old rate's 120,000 x (1 + 80/60) x 1.05.
+    assert probe.step(91.0, 2 * share, 20_000 + 320_000, 240_000, rejected=False) == 480_000
+
+
+def test_a_429_brings_the_token_rate_back_to_what_the_tokens_prove() -> None:
+    """The first 429 ends the probe at the proven rate: a bucket of ``c`` drained by a
+    step (at twice ``c``) after a minute proves ``c`` exactly; never above the rate."""
+    probe = TokenProbe(100_000)
+    share = BIND * 100_000 * BIND_S / WINDOW_S
+    assert probe.step(10.0, share, 10_000, 100_000, rejected=False) == 200_000
+    # A real 130,000 full at the step runs dry ~1.86 min later at 200,000 a minute.
+    drained = 130_000 * (1 + 1.8571)
+    assert probe.proven(10.0 + 1.8571 * 60, 10_000 + drained) == pytest.approx(130_000, rel=1e-3)
+    assert probe.step(10.0 + 1.8571 * 60, 0.0, 10_000 + drained, 200_000, rejected=True) == (
+        pytest.approx(130_000, rel=1e-3)
+    )
+    assert probe.ended
+    # The published rate proven no more than itself: a 429 before any step leaves it.
+    fresh = TokenProbe(100_000)
+    assert fresh.step(5.0, 0.0, 5_000, 100_000, rejected=True) is None
+    assert fresh.ended
+
+
+def test_a_token_rate_set_by_another_hand_ends_the_token_probe() -> None:
+    probe = TokenProbe(100_000)
+    assert probe.step(5.0, 0.0, 0.0, 90_000, rejected=False) is None
+    assert probe.ended
+    assert not probe.stepped
+
+
+class _Bucket:
+    """A provider's token bucket: ``per_minute`` refilled continuously, full at the start."""
+
+    def __init__(self, per_minute: float) -> None:
+        self.per_minute = per_minute
+        self.level = per_minute
+        self.at = 0.0
+
+    def take(self, at: float, cost: float) -> bool:
+        self.level = min(self.per_minute, self.level + (at - self.at) * self.per_minute / 60)
+        self.at = at
+        if self.level < cost:
+            return False
+        self.level -= cost
+        return True
+
+
+def _pace_tokens(
+    limit: AdaptiveLimit, gate: Gate, clock: FakeClock, bucket: _Bucket, until: float
+) -> int:
+    """Send 2,000-token requests at the gate's token rate into ``bucket`` until ``until``;
+    each answer goes to the adaptive limit as the policy gives it, and a send the token
+    estimate holds waits. Returns the 429s."""
+    cost, rejected = 2_000, 0
+    while clock.now < until:
+        rate = gate.rate
+        assert rate is not None
+        assert rate.tokens_per_minute is not None
+        at = clock.now
+        wait = limit.reserve_send(at, None, tokens=cost)
+        if wait > 0:  # held to the token estimate a 429 taught
+            clock.now = at + wait
+            continue
+        if bucket.take(at, cost):
+            limit.passed(at, 1, cost)
+        else:
+            rejected += 1
+            limit.on_rate("tokens", at, tokens=cost)
+        clock.now = at + 60.0 * cost / rate.tokens_per_minute
+    return rejected
+
+
+@pytest.mark.parametrize("real", [50_000, 100_000, 150_000, 200_000, 400_000])
+def test_a_paced_token_rate_ends_near_the_buckets_limit_and_never_above(real: int) -> None:
+    """A gate paced at a published 100,000 TPM in front of a bucket of ``real``: the probe
+    ends within a few minutes at no more than the real limit, and at nearly all of it
+    when that is above the published rate; a tier below leaves the published rate to the
+    token estimate (the probe ends at its first 429)."""
+    clock = FakeClock()
+    gate = Gate(64, name=f"tokens-{real}", rate=Rate(tokens_per_minute=100_000), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    limit._probe_published_rate(True)
+    assert limit.probes_published_rate
+    rejected = _pace_tokens(limit, gate, clock, _Bucket(real), 600.0)
+    rate = gate.rate
+    assert rate is not None
+    assert rate.tokens_per_minute is not None
+    assert not limit.probes_published_rate
+    assert rejected >= 1
+    if real > 100_000:
+        assert 0.9 * real <= rate.tokens_per_minute <= real
+    else:
+        assert rate.tokens_per_minute == 100_000
+
+
+def test_a_stated_token_limit_ends_the_token_probe() -> None:
+    """Headers (or a 429's words) that state the token limit are the provider's own
+    number: the probe leaves the rate to the learner, even at the published value."""
+    clock = FakeClock()
+    gate = Gate(64, name="stated-tokens", rate=Rate(tokens_per_minute=100_000), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    limit._probe_published_rate(True)
+    report = LimitReport(tokens=ReportedLimit(limit=100_000, remaining=90_000, reset_s=1.0))
+    RateLearner.of(gate).observe(report, 0.0)
+    _pace_tokens(limit, gate, clock, _Bucket(400_000), 120.0)
+    assert gate.rate == Rate(tokens_per_minute=100_000)
+    assert not limit.probes_published_rate
+
+
+def test_a_plain_429_is_the_stepped_token_rates_and_ends_an_unstepped_probe() -> None:
+    """A 429 that says nothing (no code, no words, no headers): while the token rate is
+    stepped it is taken for the tokens' (a bucket the step drains answers so: hidden
+    300,000 behind a published 200,000 with plain 429s kept the step and lost calls);
+    before any step it ends the probe at the published rate."""
+    clock = FakeClock()
+    gate = Gate(64, name="plain-stepped", rate=Rate(tokens_per_minute=100_000), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    limit._probe_published_rate(True)
+    _pace_tokens(limit, gate, clock, _Bucket(1_000_000), 12.0)
+    assert gate.rate == Rate(tokens_per_minute=200_000)
+    assert limit.attribute(clock.now, 1, 2_000) == "tokens"
+    limit.on_rate("tokens", clock.now, tokens=2_000)  # as the policy does with "tokens"
+    rate = gate.rate
+    assert rate is not None
+    assert rate.tokens_per_minute is not None
+    assert 100_000 <= rate.tokens_per_minute < 200_000
+    assert not limit.probes_published_rate
+
+    clock = FakeClock()
+    gate = Gate(64, name="plain-unstepped", rate=Rate(tokens_per_minute=100_000), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    limit._probe_published_rate(True)
+    assert limit.attribute(0.0, 1, 2_000) != "tokens"
+    assert not limit.probes_published_rate
+    _pace_tokens(limit, gate, clock, _Bucket(1_000_000), 120.0)
+    assert gate.rate == Rate(tokens_per_minute=100_000)

@@ -69,7 +69,7 @@ from .._gate.waiters import ki_protected
 from .._validation import check_flag
 from .burst import BurstAnswer
 from .latency import LatencyLimit
-from .published import PublishedProbe
+from .published import PublishedProbe, TokenProbe
 from .state import check_settings
 
 __all__ = ["AdaptiveLimit"]
@@ -122,27 +122,35 @@ class AdaptiveLimit(BurstAnswer):
 
     @property
     def probes_published_rate(self) -> bool:
-        """Whether the gate's requests per minute are the provider's published limit,
-        stepped up while they bind and no 429 says they are the real one
+        """Whether the gate's requests or tokens per minute are the provider's published
+        limits, stepped up while they bind and no 429 says they are the real ones
         (:mod:`anygate._limits.published`; a policy with ``rate_is_ceiling=False`` turns
         it on)."""
-        probe = self._published
-        return probe is not None and not probe.ended
+        return any(probe is not None and not probe.ended for probe in self._probes())
+
+    def _probes(self) -> tuple[PublishedProbe | None, TokenProbe | None]:
+        return self._published, self._published_tokens
 
     def _probe_published_rate(self, on: bool) -> None:
-        """Probe the gate's published request rate upward (``on``) or not: set by the
-        policy that states the gate's rate (``_policy.sharing.apply_ceiling``). Only with
-        pacing on (``pace_burst_rate``): the probe's answer, the request estimate, is
-        part of it."""
+        """Probe the gate's published request and token rates upward (``on``) or not:
+        set by the policy that states the gate's rate (``_policy.sharing.apply_ceiling``).
+        Only with pacing on (``pace_burst_rate``): the probes' answer, the per-minute
+        estimates, is part of it."""
         gate = self._gate()
         # A fleet's local gate: its rate is the fleet's, set once for every process.
         rate = None if gate is None or gate._shares_rate else gate.rate
         rpm = None if rate is None else rate.requests_per_minute
+        tpm = None if rate is None else rate.tokens_per_minute
         with self._lock:
-            if not on or rpm is None or not self._pace:
+            on = on and self._pace
+            if not on or rpm is None:
                 self._published = None
             elif self._published is None:
                 self._published = PublishedProbe(rpm)
+            if not on or tpm is None:
+                self._published_tokens = None
+            elif self._published_tokens is None:
+                self._published_tokens = TokenProbe(tpm)
 
     @property
     def probes_published_slots(self) -> bool:

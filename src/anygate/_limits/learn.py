@@ -132,6 +132,7 @@ class RateLearner:
         "_synced",
         "_synced_kinds",
         "_syncs",
+        "_told",
         "_windowed",
     )
 
@@ -176,6 +177,9 @@ class RateLearner:
         self._paced_at = -math.inf
         # Kinds whose `remaining` has been synced to (paced without headroom, see _apply).
         self._synced_kinds: set[str] = set()
+        # The kinds of limit any report stated (headers, or a refusal's words): the
+        # provider's own numbers, which a published rate's probe leaves to them.
+        self._told: set[str] = set()
         # Kinds whose reports showed a sliding window (keep the headroom, see _apply).
         self._windowed: set[str] = set()
         # What the bucket leaves us: the lift, the share measure (_limits.share).
@@ -204,6 +208,14 @@ class RateLearner:
         return learner
 
     # ------------------------------------------------------------------ views
+
+    @staticmethod
+    def told(gate: Gate, kind: Literal["requests", "tokens"]) -> bool:
+        """Whether any report to ``gate``'s learner (if it has one) stated a limit of
+        ``kind``: rate-limit headers, or a refusal's words. A published rate's upward
+        probe (:mod:`anygate._limits.published`) ends then: the provider says its limit."""
+        learner = _registry.get(gate)
+        return learner is not None and kind in learner._told
 
     @property
     def gate(self) -> Gate:
@@ -295,6 +307,7 @@ class RateLearner:
         with self._lock:
             self._reports += 1
             self._source = report.source
+            self._told.update(kind for kind, dim in dims.items() if dim is not None)
             adopted = False
             hold_s = 0.0
             for kind in _KINDS:

@@ -24,10 +24,12 @@ from .._config.limit_values import (
 )
 from .._gate.waiters import ki_protected
 from .attribute import Attributed, attribute
+from .learn import RateLearner
+from .published import BIND_S
 from .state import AdaptiveState
 
 if TYPE_CHECKING:
-    from .published import PublishedProbe
+    from .published import PublishedProbe, TokenProbe
 
 __all__ = ["SendPath"]
 
@@ -132,6 +134,13 @@ class SendPath(AdaptiveState):
         probe = self._published
         if probe is not None and not probe.ended and self._clock() >= probe.next_at:
             self._probe_published(probe)
+        token_probe = self._published_tokens
+        if (
+            token_probe is not None
+            and not token_probe.ended
+            and self._clock() >= token_probe.next_at
+        ):
+            self._probe_published_tokens(token_probe)
 
     def _probe_published(self, probe: PublishedProbe, *, at_once: bool = False) -> None:
         """Step the gate's published request rate (:mod:`anygate._limits.published`);
@@ -153,6 +162,30 @@ class SendPath(AdaptiveState):
         # sees it changed at its next look and ends).
         if new is not None and rate is not None and gate.rate is rate:
             gate.rate = dataclasses.replace(rate, requests_per_minute=new)
+
+    def _probe_published_tokens(
+        self, probe: TokenProbe, *, at_once: bool = False, refused: bool = False
+    ) -> None:
+        """Step the gate's published token rate (:class:`anygate._limits.published.TokenProbe`);
+        ``at_once``: look now (a tokens-per-minute 429 came); ``refused``: a 429 that did
+        not say which limit came, and may be the tokens' (a stepped rate goes back)."""
+        gate = self._pace_gate() if self._enabled else None
+        if gate is None:
+            return
+        rate = gate.rate
+        with self._lock:
+            now = self._clock()
+            if now < probe.next_at and not at_once:
+                return  # another answer looked first
+            tokens = self._sends.tokens
+            tpm = None if rate is None else rate.tokens_per_minute
+            if RateLearner.told(gate, "tokens"):
+                probe.ended = True  # the provider states its limit: the learner's now
+                return
+            rejected = refused or tokens.limit is not None
+            new = probe.step(now, tokens.held(now, BIND_S), tokens.accepted, tpm, rejected)
+        if new is not None and rate is not None and gate.rate is rate:
+            gate.rate = dataclasses.replace(rate, tokens_per_minute=new)
 
     def attribute(
         self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
@@ -187,11 +220,23 @@ class SendPath(AdaptiveState):
                 per_minute=per_minute,
             )
             most = self._slots.most_passed
+            token_probe = self._published_tokens
+            probing = token_probe is not None and not token_probe.ended
+            if probing and attributed != "tokens" and tokens:
+                assert token_probe is not None
+                if token_probe.stepped:
+                    # A stepped token rate is what most likely ran out: a bucket the step
+                    # drains answers plain 429s the counts take for another limit's.
+                    attributed = "tokens"
             if attributed == "burst" and 0 < most < sending:
                 # A new high the ramp kept from being the slots': a suspect, checked
                 # once a call has left (anygate._limits.burst).
                 self._suspect = (at, sending)
-            return attributed
+        if probing and attributed != "tokens":
+            # Refused at the published rate, by any limit: the probe ends there.
+            assert token_probe is not None
+            self._probe_published_tokens(token_probe, at_once=True, refused=True)
+        return attributed
 
     @ki_protected
     def on_rate(
@@ -224,6 +269,9 @@ class SendPath(AdaptiveState):
         probe = self._published
         if unit == "requests" and probe is not None and not probe.ended:
             self._probe_published(probe, at_once=True)  # back to the last rate without one
+        token_probe = self._published_tokens
+        if unit == "tokens" and token_probe is not None and not token_probe.ended:
+            self._probe_published_tokens(token_probe, at_once=True)  # back to the proven rate
         rate = gate.rate
         paced = None if rate is None else rate.tokens_per_minute
         if unit == "tokens" and cost and paced is not None and held + cost > paced:

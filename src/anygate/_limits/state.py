@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from .._config.limit_values import LimitChange
     from .._gate.gate import Gate
-    from .published import PublishedProbe
+    from .published import PublishedProbe, TokenProbe
 
 
 __all__ = ["AdaptiveState", "check_settings"]
@@ -76,6 +76,7 @@ class AdaptiveState:
         "_pause",
         "_pause_s",
         "_published",
+        "_published_tokens",
         "_sends",
         "_slots",
         "_stale",
@@ -131,6 +132,8 @@ class AdaptiveState:
         self._sends = Sends()
         # The upward probe of a published request rate (``published_rate``), when on.
         self._published: PublishedProbe | None = None
+        # ... and of a published token rate.
+        self._published_tokens: TokenProbe | None = None
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()

@@ -65,7 +65,7 @@ _MAX_GROWTH_S = 600.0
 class TokenLog:
     """Send times with their token costs, and the sends turned away, in a trailing window."""
 
-    __slots__ = ("_cum", "_rej_cost", "_rej_time", "_sent", "window_s")
+    __slots__ = ("_cum", "_rej_cost", "_rej_time", "_rej_total", "_sent", "window_s")
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
@@ -76,6 +76,7 @@ class TokenLog:
         # Sends turned away, sorted by send time (their answers arrive out of send order).
         self._rej_time: list[float] = []
         self._rej_cost: list[float] = []
+        self._rej_total = 0.0  # the tokens of every send turned away (ever)
 
     def sent(self, at: float, cost: float) -> None:
         """A request costing ``cost`` tokens went out at ``at``."""
@@ -92,13 +93,22 @@ class TokenLog:
         index = bisect_right(self._rej_time, at)
         self._rej_time.insert(index, at)
         self._rej_cost.insert(index, cost)
+        self._rej_total += cost
 
     def _turned(self, lo: int, hi: int) -> float:
         return sum(self._rej_cost[lo:hi])
 
-    def held(self, at: float) -> float:
-        """Tokens sent in ``(at - window_s, at]`` and not (yet) known turned away: the
-        provider's sliding window at ``at`` as this client counts it.
+    @property
+    def accepted(self) -> float:
+        """Tokens of every send so far not (yet) known turned away: the provider's
+        total from this client, as it counts it (a published token rate's probe,
+        :mod:`.published`, bounds the limit from below with differences of it)."""
+        return self._cum[-1] - self._rej_total
+
+    def held(self, at: float, span: float | None = None) -> float:
+        """Tokens sent in ``(at - window_s, at]`` (or the ``span`` seconds up to ``at``)
+        and not (yet) known turned away: the provider's sliding window at ``at`` as this
+        client counts it.
 
         Sends at ``at`` itself count: under a virtual clock a release wave sends several
         at one instant, and counted without them (``[at - window_s, at)``, as
@@ -106,7 +116,7 @@ class TokenLog:
         the rejected call then passed above that count and "disproved" it: a test
         provider holding 20,000 tokens saw 10 rejections in a row at 19,000.
         """
-        lo = at - self.window_s
+        lo = at - (self.window_s if span is None else span)
         sent, cum, times = self._sent, self._cum, self._rej_time
         start = bisect_right(sent, lo)
         end = bisect_right(sent, at, start)
@@ -178,10 +188,15 @@ class TokenLimit:
         """The token limit sends are held to now, or ``None``."""
         return finite_estimate(self._limit, now)
 
-    def held(self, at: float) -> float:
-        """Tokens the provider accepted in the minute up to ``at``, as this client counts
-        them (:meth:`TokenLog.held`)."""
-        return self._log.held(at)
+    def held(self, at: float, span: float | None = None) -> float:
+        """Tokens the provider accepted in the minute (or ``span`` seconds) up to ``at``,
+        as this client counts them (:meth:`TokenLog.held`)."""
+        return self._log.held(at, span)
+
+    @property
+    def accepted(self) -> float:
+        """Tokens the provider accepted from this client so far (:attr:`TokenLog.accepted`)."""
+        return self._log.accepted
 
     def wait(self, at: float, cost: float, caller: object | None = None) -> float:
         """Seconds until a send of ``cost`` tokens at ``at`` fits the estimated window
