@@ -655,6 +655,38 @@ def test_a_bucket_refilled_at_its_limit_lifts_the_token_budget_once() -> None:
         call.release()
 
 
+def test_a_bucket_full_again_after_a_lull_is_lent_again() -> None:
+    """A lull (an outage, a gap in demand) refills the provider's bucket to a whole
+    minute; the gate's budget holds a second. A report with the bucket full again (90 %
+    of its limit or more left) arms the lift once more, and the same test lends it: two
+    reports 5 s apart refilling at the limit beyond our charges. A project a tier above
+    the published 200,000 TPM with a 60 s outage (seeds 1-3) went 1.186x -> 1.027x the
+    oracle, which spends the full bucket at once."""
+    gate, learner, now = lift_gate()
+    calls = [gate.acquire_nowait(tokens=1000)]
+    learner.observe(bucket_report(50_000), sent=gate.budget_mark())
+    now[0] += 5
+    calls.append(gate.acquire_nowait(tokens=1000))
+    assert learner.observe(bucket_report(54_000), sent=gate.budget_mark())
+    assert learner._share.lifted
+    for call in calls:
+        call.release()
+    calls = [gate.acquire_nowait(tokens=1000)]
+    learner.observe(bucket_report(5_000), sent=gate.budget_mark())  # the bucket spent
+    assert learner._share.lifted  # low: not armed
+    now[0] += 120  # an outage: nothing sent, the provider's bucket full again
+    calls.append(gate.acquire_nowait(tokens=1000))
+    assert learner.observe(bucket_report(59_000), sent=gate.budget_mark()) is False
+    assert not learner._share.lifted  # armed, this report its snapshot
+    assert tokens_left(gate) == pytest.approx(5_000)  # the burst, and the old credit's rest
+    now[0] += 5
+    calls.append(gate.acquire_nowait(tokens=5000))  # at the limit's pace since
+    assert learner.observe(bucket_report(59_000), sent=gate.budget_mark())
+    assert tokens_left(gate) == pytest.approx(53_000)  # 59,000 less the headroom
+    for call in calls:
+        call.release()
+
+
 def test_no_lift_while_others_spend() -> None:
     """Refilled at 48,000/min for us (80 % of the limit: another client spends the rest),
     the lift would drain the bucket before the share measure sees it fall, and the gate

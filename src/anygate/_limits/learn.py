@@ -373,6 +373,8 @@ class RateLearner:
                     tokens = window_left(tokens, dims["tokens"], gate.rate)
                 lift = None
                 share = self._share
+                if tokens is not None and bucket:
+                    share.refilled(dims["tokens"], sent)
                 if tokens is not None and not share.lifted:
                     lift = (
                         share.lift(dims["tokens"], sent, self._headroom, self._paced_at)
