@@ -102,13 +102,15 @@ def test_garbage_go_durations_are_none(text: str) -> None:
 
 
 def test_anthropic_headers_count_resets_from_the_date_header() -> None:
-    """RFC 3339 resets (Z, fractions, offsets) are seconds from the response's Date."""
+    """RFC 3339 resets (Z, fractions, offsets) are seconds from the response's Date.
+    Token counts come rounded to the nearest thousand: a whole thousand is reported
+    less 500, the least it may have been; requests are exact."""
     report = parse_limit_headers(ANTHROPIC, now=0.0)  # now is ignored: Date is used
     assert report.source == "anthropic"
     assert report.requests == ReportedLimit(50, 49, 1.0, 60)
-    assert report.tokens == ReportedLimit(48000, 47000, 1.5, 60)
-    assert report.input_tokens == ReportedLimit(40000, 39000, 2.0, 60)
-    assert report.output_tokens == ReportedLimit(8000, 8000, 0.0, 60)
+    assert report.tokens == ReportedLimit(48000, 46500, 1.5, 60)
+    assert report.input_tokens == ReportedLimit(40000, 38500, 2.0, 60)
+    assert report.output_tokens == ReportedLimit(8000, 7500, 0.0, 60)
     # The combined header is reported as sent, but with split limits there is no one
     # total-token budget to pace by (issue 30: the lower split limit paced 5.3x slow).
     assert report.token_limit is None
@@ -156,7 +158,7 @@ def test_anthropic_tokens_header_is_not_a_total_token_budget() -> None:
     report = parse_limit_headers(ANTHROPIC_TIER2)
     assert report.tokens is not None
     assert report.tokens.limit == 96000  # reported as sent
-    assert report.input_tokens == ReportedLimit(80000, 80000, 0.0, 60)
+    assert report.input_tokens == ReportedLimit(80000, 79500, 0.0, 60)
     assert report.token_limit is None
 
 
@@ -179,7 +181,31 @@ def test_anthropic_tokens_header_alone_is_the_token_budget() -> None:
     headers = {k: v for k, v in ANTHROPIC_TIER2.items() if "put-tokens" not in k}
     report = parse_limit_headers(headers)
     assert report.token_limit is report.tokens
-    assert report.tokens == ReportedLimit(96000, 96000, 0.0, 60)
+    assert report.tokens == ReportedLimit(96000, 95500, 0.0, 60)
+
+
+@pytest.mark.parametrize(
+    ("sent", "reported"), [("12000", 11500), ("0", 0), ("12345", 12345), ("1000", 500)]
+)
+def test_anthropic_token_counts_are_read_as_the_least_they_may_have_been(
+    sent: str, reported: float
+) -> None:
+    """Anthropic rounds token ``remaining`` to the nearest thousand: taken at face value a
+    rounded-up level sent 1,000-token reservations into an output bucket holding 600-990
+    (an Anthropic-like project a tier below its published limits: 2.5 % of calls with a
+    429). A whole thousand is read 500 lower; 0, and a count that was not rounded, as
+    sent."""
+    headers = {
+        "anthropic-ratelimit-output-tokens-limit": "16000",
+        "anthropic-ratelimit-output-tokens-remaining": sent,
+        "anthropic-ratelimit-requests-limit": "1000",
+        "anthropic-ratelimit-requests-remaining": "1000",
+    }
+    report = parse_limit_headers(headers, now=0.0)
+    assert report.output_tokens is not None
+    assert report.output_tokens.remaining == reported
+    assert report.requests is not None
+    assert report.requests.remaining == 1000
 
 
 def test_anthropic_reset_in_the_past_is_zero() -> None:
