@@ -407,7 +407,7 @@ class Policy(PolicyForms):
             CallFailed: the call failed for good; the provider's exception is the cause.
             CircuitOpen: nothing was attempted: the breaker is open and
                 ``circuit_breaker.when_open`` is ``"fail"``, or (``"wait"``, the default)
-                the deadline or ``circuit_breaker.max_wait_sec`` (120 s) passed while the
+                the deadline or ``circuit_breaker.max_wait_sec`` (600 s) passed while the
                 call waited for it to close.
             Busy: an attempt got no slot within ``busy_wait_s`` (or before ``deadline``).
             TypeError: ``fn`` did not return an awaitable.
