@@ -193,7 +193,10 @@ class SendPath(AdaptiveState):
         """The limit a 429 that does not say which (no wording, no headers) for the attempt
         sent at ``at`` with ``sending`` calls at the provider, charged ``tokens``, is taken
         for (:mod:`anygate._limits.attribute`); ``per_minute``: its code names a
-        per-minute limit (requests or tokens only)."""
+        per-minute limit (requests or tokens only). While a published token rate's probe
+        stands above the published rate, the tokens' (its step is what most likely ran
+        out); while it has not stepped, the 429 ends it where it is
+        (:class:`anygate._limits.published.TokenProbe`)."""
         gate = self._gate()
         rate = None if gate is None else gate.rate
         with self._lock:
@@ -221,20 +224,18 @@ class SendPath(AdaptiveState):
             )
             most = self._slots.most_passed
             token_probe = self._published_tokens
-            probing = token_probe is not None and not token_probe.ended
-            if probing and attributed != "tokens" and tokens:
-                assert token_probe is not None
-                if token_probe.stepped:
-                    # A stepped token rate is what most likely ran out: a bucket the step
-                    # drains answers plain 429s the counts take for another limit's.
-                    attributed = "tokens"
+            if token_probe is not None and token_probe.ended:
+                token_probe = None
+            if token_probe is not None and tokens and token_probe.stepped:
+                # A stepped token rate is what most likely ran out: a bucket the step
+                # drains answers plain 429s the counts take for another limit's.
+                attributed = "tokens"
             if attributed == "burst" and 0 < most < sending:
                 # A new high the ramp kept from being the slots': a suspect, checked
                 # once a call has left (anygate._limits.burst).
                 self._suspect = (at, sending)
-        if probing and attributed != "tokens":
-            # Refused at the published rate, by any limit: the probe ends there.
-            assert token_probe is not None
+        if token_probe is not None and attributed != "tokens":
+            # Refused at the published token rate, by whichever limit: the probe ends.
             self._probe_published_tokens(token_probe, at_once=True, refused=True)
         return attributed
 
