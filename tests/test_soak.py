@@ -87,23 +87,40 @@ class Tally:
 class ReleasesOnDel:
     """A user object owning a token, released only by its finalizer (cyclic garbage)."""
 
-    outstanding: ClassVar[int] = (
-        0  # at most 2 at once, so the raw gate (capacity 4) never fills with them
-    )
+    #: At most ``MOST`` at once, so that they and the handoff's one token never fill the
+    #: raw gate (``RAW_CAPACITIES``): the workers left waiting on it would wait for the
+    #: collector, which nothing runs once they all wait. Counted under ``_lock``: an
+    #: unlocked check-then-add let the runtimes' threads park 3 at once, and a short soak
+    #: under CI load stuck with 4 slots held by garbage and its handoff, 3 waiters (stop
+    #: 43, the "1 in 30-75 runs" stall seen since stop 41). Reentrant: the collector may
+    #: finalize one in the thread that holds it.
+    MOST: ClassVar[int] = 2
+    outstanding: ClassVar[int] = 0
+    _lock: ClassVar[threading.RLock] = threading.RLock()
+
+    @classmethod
+    def reserve(cls) -> bool:
+        """Count one more if fewer than ``MOST`` are outstanding; whether it was."""
+        with cls._lock:
+            if cls.outstanding >= cls.MOST:
+                return False
+            cls.outstanding += 1
+            return True
 
     # The token dies in the same garbage cycle: the collector may finalize it first, and
     # the gate must still count the release below, not a leak (issue 27; the soak used to
     # keep every token reachable from a dict to dodge that).
     def __init__(self, token: Token, world: World) -> None:
+        """Own ``token``; the caller reserved its place (:meth:`reserve`)."""
         self.token = token
         self.world = world
         self.cycle: object = self
-        ReleasesOnDel.outstanding += 1
 
     def __del__(self) -> None:
         self.world.finalized.append(None)  # atomic, no lock: see World.add_held
         self.token.release()
-        ReleasesOnDel.outstanding -= 1
+        with ReleasesOnDel._lock:
+            ReleasesOnDel.outstanding -= 1
 
 
 def failing_provider_error(rng: random.Random) -> BaseException | None:
@@ -236,7 +253,7 @@ class World:
             if other is not None:
                 self.drop_held()
                 other.release()  # acquired by another worker, maybe another runtime
-        elif draw < 0.45 and ReleasesOnDel.outstanding < 2:  # racy bound: off by a few at most
+        elif draw < 0.45 and ReleasesOnDel.reserve():
             ReleasesOnDel(token, self)  # the collector releases it, whenever it runs
         else:
             self.drop_held()
