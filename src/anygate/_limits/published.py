@@ -70,17 +70,36 @@ BIND_S = 10.0
 _RECHECK_S = 1.0
 
 
-@final
-class PublishedProbe:
-    """The upward probe of one gate's published request rate (see the module docstring)."""
+class _Probe:
+    """What the request and token probes share: the rate each last set, and its end."""
 
-    __slots__ = ("_good", "_set", "ended", "next_at")
+    __slots__ = ("_set", "ended", "next_at")
 
     def __init__(self, rate: float) -> None:
         self._set = rate  # the rate this probe last set (or found)
-        self._good = rate  # the last rate that drew no 429
         self.ended = False
         self.next_at = -math.inf  # when to look next (at the first success: at once)
+
+    def _live(self, rate: float | None) -> float | None:
+        """``rate`` if the probe goes on from it; ``None`` once it ended, or when another
+        hand (the header learner, the user) set the rate since: it is theirs then."""
+        if self.ended:
+            return None
+        if rate is None or rate != self._set:
+            self.ended = True
+            return None
+        return rate
+
+
+@final
+class PublishedProbe(_Probe):
+    """The upward probe of one gate's published request rate (see the module docstring)."""
+
+    __slots__ = ("_good",)
+
+    def __init__(self, rate: float) -> None:
+        super().__init__(rate)
+        self._good = rate  # the last rate that drew no 429
 
     def step(self, now: float, accepted: int, rate: float | None, rejected: bool) -> float | None:
         """The gate's next requests per minute, or ``None`` to leave it.
@@ -91,10 +110,8 @@ class PublishedProbe:
             rate: the gate's requests per minute now.
             rejected: whether a per-minute 429 has taught the request estimate.
         """
-        if self.ended:
-            return None
-        if rate is None or rate != self._set:
-            self.ended = True  # another hand set the rate: it is theirs now
+        rate = self._live(rate)
+        if rate is None:
             return None
         if rejected:
             self.ended = True
@@ -109,19 +126,17 @@ class PublishedProbe:
 
 
 @final
-class TokenProbe:
+class TokenProbe(_Probe):
     """The upward probe of one gate's published token rate (see the module docstring):
     a step stands only as far as the tokens accepted since prove it."""
 
-    __slots__ = ("_good", "_set", "_steps", "ended", "next_at")
+    __slots__ = ("_good", "_steps")
 
     def __init__(self, rate: float) -> None:
-        self._set = rate  # the rate this probe last set (or found)
+        super().__init__(rate)
         self._good = rate  # the most the tokens accepted prove (or the published rate)
         # (time, tokens accepted by then) at each step: where each proof counts from.
         self._steps: list[tuple[float, float]] = []
-        self.ended = False
-        self.next_at = -math.inf
 
     @property
     def stepped(self) -> bool:
@@ -154,10 +169,8 @@ class TokenProbe:
             rate: the gate's tokens per minute now.
             rejected: whether a tokens-per-minute 429 has taught the token estimate.
         """
-        if self.ended:
-            return None
-        if rate is None or rate != self._set:
-            self.ended = True  # another hand set the rate: it is theirs now
+        rate = self._live(rate)
+        if rate is None:
             return None
         if rejected:
             # The step found the limit (a bucket runs dry a while after it: a full one of

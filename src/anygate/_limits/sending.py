@@ -29,6 +29,8 @@ from .published import BIND_S
 from .state import AdaptiveState
 
 if TYPE_CHECKING:
+    from .._gate.gate import Gate
+    from .._gate.rate import Rate
     from .published import PublishedProbe, TokenProbe
 
 __all__ = ["SendPath"]
@@ -157,11 +159,8 @@ class SendPath(AdaptiveState):
             accepted = self._sends.requests_in_minute(now)
             rpm = None if rate is None else rate.requests_per_minute
             new = probe.step(now, accepted, rpm, rejected)
-        # Set only over the rate the step was computed from: another thread (the header
-        # learner, a user) may have set one since, and it is theirs then (the probe
-        # sees it changed at its next look and ends).
-        if new is not None and rate is not None and gate.rate is rate:
-            gate.rate = dataclasses.replace(rate, requests_per_minute=new)
+        if new is not None and rate is not None:
+            _step_rate(gate, rate, dataclasses.replace(rate, requests_per_minute=new))
 
     def _probe_published_tokens(
         self, probe: TokenProbe, *, at_once: bool = False, refused: bool = False
@@ -184,8 +183,8 @@ class SendPath(AdaptiveState):
                 return
             rejected = refused or tokens.limit is not None
             new = probe.step(now, tokens.held(now, BIND_S), tokens.accepted, tpm, rejected)
-        if new is not None and rate is not None and gate.rate is rate:
-            gate.rate = dataclasses.replace(rate, tokens_per_minute=new)
+        if new is not None and rate is not None:
+            _step_rate(gate, rate, dataclasses.replace(rate, tokens_per_minute=new))
 
     def attribute(
         self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
@@ -283,3 +282,11 @@ class SendPath(AdaptiveState):
             # lower limit, the estimate's (:mod:`anygate._limits.tokens`). Without
             # headers to sync to, seeds 1-5: 2.33 % -> 0.33 % of calls with a 429.
             gate._keep_token_estimates()
+
+
+def _step_rate(gate: Gate, rate: Rate, stepped: Rate) -> None:
+    """Set a probe's step (``stepped``) on ``gate``, only over the ``rate`` it was
+    computed from: another thread (the header learner, a user) may have set one since,
+    and it is theirs then (the probe sees it changed at its next look and ends)."""
+    if gate.rate is rate:
+        gate.rate = stepped
