@@ -78,12 +78,13 @@ def test_a_first_rejection_holds_tentatively_and_a_second_confirms() -> None:
     assert limit.estimate(20.0) == 590
 
 
-def test_an_unconfirmed_estimate_lapses_after_a_window() -> None:
-    """No second word within a window: the one rejection was noise."""
+def test_an_unconfirmed_estimate_stands_after_a_window() -> None:
+    """No second word and no pass above it within a window: the one rejection stands
+    (a token limit's check rarely repeats its count) and is confirmed."""
     limit = WindowLimit(60.0)
     limit.rejected(600, 10.0)
-    assert limit.estimate(69.0) == pytest.approx(600 + 59.0 / 60.0)
-    assert limit.estimate(70.5) == math.inf
+    assert not limit.confirmed
+    assert limit.estimate(70.5) == pytest.approx(600 + 60.5 / 60.0)
     assert limit.confirmed
 
 
@@ -127,21 +128,25 @@ def _reserve(requests: RequestLimit, at: float, caller: object | None = None) ->
     return wait
 
 
-def test_the_request_limit_lets_the_rejected_call_check_its_own_rejection() -> None:
-    """After a first rejection, others wait for the window; the rejected caller's retry
-    goes at once (the check), once."""
+def test_the_request_limit_holds_sends_once_two_rejections_agree() -> None:
+    """One per-minute 429 holds nothing (a shared pool's as often as a limit's); a second
+    at the same count holds every send but one, the check above the new threshold, until
+    the window has room."""
     requests = RequestLimit()
     caller, other = object(), object()
     for i in range(11):
         assert _reserve(requests, float(i)) == 0.0
-    # The send at 10 was turned away: 10 others in the window, estimate 10.
-    assert requests.rejected(10.0, 10.0, caller)
-    assert requests.estimate(10.0) == 10
-    wait = _reserve(requests, 10.5, other)
-    assert wait == pytest.approx(60.0 - 10.5, abs=1e-5)  # the send at 0.0 leaves at 60
-    assert _reserve(requests, 10.5, caller) == 0.0  # the check goes
-    assert _reserve(requests, 10.6, caller) > 0  # once
-    assert requests.wait(10.6, 1.0, other) > 0  # asking counts nothing: still held
+    # The send at 10 was turned away: 10 others in the window.
+    assert not requests.rejected(10.0, 10.0, caller)
+    assert requests.estimate(10.0) is None
+    assert _reserve(requests, 10.2, caller) == 0.0  # its retry goes: nothing is held
+    assert requests.rejected(10.2, 10.3, caller)  # 10 others again: the limit
+    assert requests.estimate(10.3) == 10
+    assert requests.wait(10.4, 1.0, other) == 0.0  # asking counts nothing
+    assert _reserve(requests, 10.5, other) == 0.0  # the check: one send above it
+    wait = _reserve(requests, 10.6, caller)
+    assert wait == pytest.approx(61.0 - 10.6, abs=1e-5)  # the check counts: 0 and 1 leave
+    assert requests.wait(10.7, 1.0, other) > 0  # still held
 
 
 def test_a_rejection_within_the_counts_error_of_what_passed_is_the_limit() -> None:
@@ -190,24 +195,6 @@ def test_a_send_the_slots_refused_counts_for_a_rejection_and_the_hold_only() -> 
     assert log.held(30.0) == 2
 
 
-def test_a_rejection_at_the_count_of_one_that_lapsed_confirms_it() -> None:
-    """A first rejection lapses after a quiet window; one at the same count later is its
-    second word (noise does not land on the same count twice), and the estimate holds
-    instead of lapsing again. At another count it is a new first word."""
-    limit = WindowLimit(60.0)
-    limit.rejected(600, 10.0)
-    assert limit.estimate(71.0) == math.inf  # lapsed
-    limit.rejected(600, 113.0)
-    assert limit.confirmed
-    assert limit.estimate(174.0) == pytest.approx(600 + 61.0 / 60.0)  # held, growing
-    other = WindowLimit(60.0)
-    other.rejected(600, 10.0)
-    assert other.estimate(71.0) == math.inf
-    other.rejected(550, 113.0)  # 50 apart: more than the count's error
-    assert not other.confirmed
-    assert other.estimate(174.0) == math.inf
-
-
 def test_each_regrowth_turned_away_at_the_same_count_doubles_the_next_ones_time() -> None:
     """The request estimate grows a request a minute to find a raised limit; grown back
     and turned away at the count it grew from, the limit held: the next request of growth
@@ -246,5 +233,7 @@ def test_a_rejection_with_only_refused_sends_in_its_window_teaches_nothing() -> 
     assert requests.wait(0.7) == 0.0
     requests.sent(1.0)
     requests.sent(1.5)
+    requests.sent(1.6)
     requests.rejected(1.5, 1.6)
-    assert requests.estimate(1.6) == 2  # the refused one and the one at 1.0
+    requests.rejected(1.6, 1.7)
+    assert requests.estimate(1.7) == 2  # the refused one and the one at 1.0

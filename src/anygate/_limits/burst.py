@@ -193,10 +193,11 @@ class BurstAnswer(SendPath):
         ``PROBE_RESERVE_S``. Cheap when it holds none (every call ends here)."""
         pause = self._pause
         # Unlocked: a stale read only keeps the 20 ms wait (or a finished call's mark).
-        if pause.owner is not caller and not self._ahead:
+        if pause.owner is not caller and not self._ahead and caller not in self._accepted:
             return
         with self._lock:
             self._ahead.discard(caller)
+            self._accepted.pop(caller, None)
             pause.disown(caller)
 
     async def wait_pause(self, seconds: float) -> None:

@@ -27,6 +27,7 @@ from .attribute import Attributed, attribute
 from .learn import RateLearner
 from .published import BIND_S
 from .state import AdaptiveState
+from .threshold import MEMORY_S
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
@@ -34,6 +35,12 @@ if TYPE_CHECKING:
     from .published import PublishedProbe, TokenProbe
 
 __all__ = ["SendPath"]
+
+#: Acceptance marks kept before the stale ones are swept: a call ends by ``disown``,
+#: which drops its mark, so more than this many means calls that ended elsewhere (an
+#: ``accepted()`` after its call was over); a mark older than the threshold's memory
+#: marks no answer it still keeps.
+_MARKS = 1024
 
 
 class SendPath(AdaptiveState):
@@ -119,11 +126,18 @@ class SendPath(AdaptiveState):
             with self._lock:
                 self._slots.rejected(at, self._clock())
 
-    def passed(self, at: float, sending: int = 0, tokens: int | None = None) -> None:
-        """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
-        included), charged ``tokens``, succeeded: a lower bound for the estimates
+    def passed(
+        self,
+        at: float,
+        sending: int = 0,
+        tokens: int | None = None,
+        caller: object | None = None,
+    ) -> None:
+        """``caller``'s attempt sent at ``at`` with ``sending`` calls at the provider
+        (itself included), charged ``tokens``, succeeded: a lower bound for the estimates
         (:meth:`anygate._limits.concurrency.ConcurrencyLimit.passed`,
-        :meth:`anygate._limits.sends.Sends.passed`)."""
+        :meth:`anygate._limits.sends.Sends.passed`); the request estimate's, unless
+        :meth:`accepted` gave it already."""
         if sending > self._slots.most_passed:  # unlocked: a stale read locks once more
             with self._lock:
                 self._slots.passed(at, sending)
@@ -132,7 +146,8 @@ class SendPath(AdaptiveState):
         # Unlocked: no estimate (no per-minute 429 yet), no work.
         if sends.requests.limit is not None or (tokens and sends.tokens.limit is not None):
             with self._lock:
-                sends.passed(at, tokens or 0)
+                told = caller is not None and self._accepted.get(caller) == at
+                sends.passed(at, tokens or 0, requests=not told)
         probe = self._published
         if probe is not None and not probe.ended and self._clock() >= probe.next_at:
             self._probe_published(probe)
@@ -143,6 +158,28 @@ class SendPath(AdaptiveState):
             and self._clock() >= token_probe.next_at
         ):
             self._probe_published_tokens(token_probe)
+
+    def accepted(self, at: float, caller: object) -> None:
+        """``caller``'s attempt sent at ``at`` was accepted (a success status and headers
+        arrived, or the first streamed bytes) and is still running: it got past the
+        provider's request window, so the request estimate hears its pass now, not when
+        the generation ends (:mod:`anygate._limits.threshold`: a random 429 answers in
+        tens of milliseconds, a pass seconds later; heard only then, two random 429s at
+        a new high of the window held sends there before any pass could outvote them).
+        Once per attempt; :meth:`passed` then leaves the request estimate out, and the
+        mark goes when the call ends (``disown``)."""
+        if self._sends.requests.limit is None:  # unlocked: no estimate yet, no work
+            return
+        with self._lock:
+            accepted = self._accepted
+            if accepted.get(caller) == at:
+                return
+            if len(accepted) >= _MARKS:  # marks of calls that never ended here: stale
+                horizon = at - MEMORY_S
+                for old in [key for key, sent in accepted.items() if sent < horizon]:
+                    del accepted[old]
+            accepted[caller] = at
+            self._sends.requests.passed(at)
 
     def _probe_published(self, probe: PublishedProbe, *, at_once: bool = False) -> None:
         """Step the gate's published request rate (:mod:`anygate._limits.published`);
@@ -264,8 +301,15 @@ class SendPath(AdaptiveState):
             return
         cost = tokens or 0
         with self._lock:
-            self._sends.rejected(unit, admitted_at, cost, self._clock(), caller)
-            held = self._sends.tokens.held(admitted_at) if unit == "tokens" else 0.0
+            sends = self._sends
+            sends.rejected(unit, admitted_at, cost, self._clock(), caller)
+            held = sends.tokens.held(admitted_at) if unit == "tokens" else 0.0
+            limit = sends.requests.limit
+            if unit == "requests" and limit is not None and limit.noise and caller is not None:
+                # Below every limit the answers allow: a shared pool's. The provider
+                # would have served the call; its retry goes ahead of fresh calls, as a
+                # burst 429 taken for noise does (goes_ahead), not behind the queue.
+                self._ahead.add(caller)
         probe = self._published
         if unit == "requests" and probe is not None and not probe.ended:
             self._probe_published(probe, at_once=True)  # back to the last rate without one

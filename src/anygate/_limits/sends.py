@@ -83,10 +83,11 @@ class Sends:
         self.tokens.sent(at, cost, caller)
         self.requests.sent(at, cost, caller)
 
-    def passed(self, at: float, cost: float) -> None:
+    def passed(self, at: float, cost: float, *, requests: bool = True) -> None:
         """The attempt sent at ``at`` costing ``cost`` succeeded: a lower bound for the
-        per-minute estimates (no work before their first rejection)."""
-        if self.requests.limit is not None:
+        per-minute estimates (no work before their first rejection); ``requests=False``:
+        the request estimate heard it already (:meth:`.SendPath.accepted`)."""
+        if requests and self.requests.limit is not None:
             self.requests.passed(at)
         if cost and self.tokens.limit is not None:
             self.tokens.passed(at, cost)

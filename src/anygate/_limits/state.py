@@ -54,6 +54,7 @@ class AdaptiveState:
     __slots__ = (
         "__weakref__",
         "_above",
+        "_accepted",
         "_ahead",
         "_applied",
         "_below",
@@ -139,6 +140,10 @@ class AdaptiveState:
         self._held: set[object] = set()
         # Calls whose burst 429 was taken for noise: their retry goes ahead (goes_ahead).
         self._ahead: set[object] = set()
+        # Calls whose attempt the provider accepted before it ended, by that attempt's
+        # send time: its pass went to the request estimate then (SendPath.accepted), so
+        # not again when the attempt ends.
+        self._accepted: dict[object, float] = {}
         # A plain 429 taken for the slope rule's at a new high of calls at the provider:
         # (its send time, those calls), until its throttle is checked (see burst.py).
         self._suspect: tuple[float, int] | None = None

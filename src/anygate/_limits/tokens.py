@@ -239,7 +239,7 @@ class TokenLimit:
             # goes at a window that has moved on, so a real limit rarely says it twice,
             # and lapsing, the estimate let the window refill to a 429 every minute or two
             # (Azure at 120,000 TPM, seed 1: 7 of them, each lapsed).
-            limit = self._limit = WindowLimit(WINDOW_S, math.inf, lapses=False)
+            limit = self._limit = WindowLimit(WINDOW_S, math.inf)
         # The window held ``held`` and the send's ``cost`` did not fit: the limit lies in
         # ``[held, held + cost - 1]`` (a request's cost is 1: exactly ``count``), and in
         # ``[low, ...]`` from the passes. Held to the lowest value both allow. Taking a

@@ -136,7 +136,7 @@ class Retrier:
         if self.adaptive is not None:
             if outcome == SUCCESS:
                 if run.admitted_at is not None:
-                    self.adaptive.passed(run.admitted_at, run.sending, run.tokens)
+                    self.adaptive.passed(run.admitted_at, run.sending, run.tokens, run)
                 grown = self.adaptive.on_success(
                     saturated=run.saturated,
                     probe=probe,

@@ -167,6 +167,9 @@ def accept(run: Run, number: int, permit: Permit | None, loop: Attempts) -> None
     The attempt's outcome is still reported when it ends. Idempotent and thread-safe:
     each of the two takes its own lock and counts once."""
     change = None if permit is None else permit.accepted()
+    at = run.admitted_at
+    if at is not None and run.attempt == number:
+        loop.adaptive.accepted(at, run)  # past the request window: its estimate's pass now
     # Unlocked reads: probe_accepted checks the role again under its lock. The number:
     # a late call for an attempt that has ended must not end a pause its retry probes.
     if run.burst_probe and run.attempt == number:

@@ -1,0 +1,188 @@
+"""A per-window request limit: the count the provider's answers contradict least.
+
+Why. A requests-per-minute 429 says the provider's window was full: the count of ours in
+it (:meth:`.SentLog.held`) bounds the limit from above; a pass bounds it from below. But a
+shared key's pool also answers random per-minute 429s at any count (a few per cent of
+calls), and in a steady flow every one of them lands at the count the window holds right
+then: it looks like the limit. Taken at its word, each lowered the estimate a request and
+the next landed on the new hold, 48 a minute against a regrowth of one: the morning peak
+with 5 % of its calls turned away at random took 8.1x the oracle (1 %: 5.0x; issue 30,
+"noise is told apart by evidence"). Two words within a window did not tell them apart: at
+0.8 random 429s a second, a second word always came before the passes (2 s a call) that
+would have disproved the first.
+
+What tells them apart is every answer at once. A limit ``L`` says a send that found ``n``
+of ours in its window passes when ``n < L`` and is turned away when ``n >= L``. A random
+429 is a send at a count that passes around it; a real limit turns away every send at or
+above it. :class:`CountLimit` keeps the answers of the last :data:`MEMORY_S` (by send time)
+and holds sends to the threshold that contradicts fewest of them: a pass at or above it,
+or a rejection below it, each count one. "No limit" contradicts every rejection. Noise at
+any rate below a half contradicts the threshold at its own count more (the passes there)
+than no limit (itself). A real limit's rejections pile up at and above it with no pass,
+and a count that errs a request high (a rejection still unanswered when counted) is
+lowered by the next window's rejections, none of which pass.
+
+A threshold is held only when it fits at least :data:`SUPPORT` more answers than no limit
+does: one 429 alone is a shared pool's as often as a limit's; a real limit's next send
+is turned away a reject latency later (about 50 ms), noise's is not.
+
+The estimate grows back by ``growth`` requests a window from the threshold (a raised limit
+is found again at that bounded, stated rate), and a pass at or above the threshold is a
+contradiction that moves it at once (:meth:`CountLimit.passed`). A threshold set where
+none was held is *checked*: one send goes above it (:attr:`CountLimit.checked`, the
+caller lets it, :class:`.RequestLimit`). Held, nothing else is ever sent there: a call
+turned away at random twice in a row (its retry went 26 ms after the first 429) held the
+morning peak at 453 requests a minute for a minute, while its sends at 452 passed 185
+times (5 % random 429s, seed 3: 1.244x the lower bound, checked 1.142x). A real limit
+turns the check away, one 429 more per limit learned.
+
+A pass is best heard when the provider accepts the send (status and headers, or the first
+streamed bytes: :meth:`.SendPath.accepted`), as fast as a 429 comes; heard when the
+generation ends, seconds later, the random 429s at a new high of the window outvote the
+passes still on their way.
+
+Not thread-safe, no clock of its own: the caller passes times and holds a lock.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections import deque
+from typing import final
+
+__all__ = ["MEMORY_S", "SUPPORT", "CountLimit"]
+
+#: How long an answer is evidence, by its send time: two windows. A limit that changed
+#: (another user of the key took part of it) is learned again within this, and a window's
+#: worth of answers at the hold is always in it (the hold's sends answer within a window).
+MEMORY_S = 120.0
+#: How many more answers a threshold must fit than "no limit" before sends are held to it.
+#: One: the first 429 of a random pool held the whole ramp until a pass disproved it (the
+#: morning peak with 5 % random 429s lost 2-6 s of sends at each of them). Two: a real
+#: limit's second rejection comes a reject latency after its first.
+SUPPORT = 2
+
+
+@final
+class CountLimit:
+    """The threshold of a per-window count limit, fitted to the answers; see the module
+    docstring.
+
+    Args:
+        window_s: the provider's window (60 s for a per-minute limit).
+        growth: how much the estimate grows back per window from the threshold.
+    """
+
+    __slots__ = (
+        "_answers",
+        "_newest",
+        "_passes",
+        "_rejections",
+        "checked",
+        "estimated_at",
+        "growth",
+        "high",
+        "noise",
+        "window_s",
+    )
+
+    def __init__(self, window_s: float = 60.0, growth: float = 1.0) -> None:
+        self.window_s = window_s
+        self.growth = growth
+        self.high: float = math.inf  # the threshold held (inf: none)
+        self.estimated_at = -math.inf  # when ``high`` was set
+        # (send time, count, rejected) in answer order, and the counts sorted by answer.
+        self._answers: deque[tuple[float, int, bool]] = deque()
+        self._passes: list[int] = []
+        self._rejections: list[int] = []
+        self._newest = -math.inf  # the latest send time answered
+        # Whether a send has gone above the threshold since it was set from none (the
+        # check, RequestLimit.wait): until then it stands on its 429s alone.
+        self.checked = True
+        # Whether the last rejection fits no threshold held (none, or it came below it):
+        # a shared pool's, as far as every answer says.
+        self.noise = False
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether a threshold is held (kept for :class:`.RequestLimit`'s regrowth rule)."""
+        return True
+
+    def passed(self, at: float, count: int) -> None:
+        """The send at ``at`` passed with ``count`` of ours already in its window. At or
+        above the threshold it contradicts it: the threshold is fitted again."""
+        self._record(at, count, rejected=False)
+        if count >= self.high:
+            self._fit(at)
+
+    def rejected(self, at: float, count: int, now: float) -> bool:
+        """The send at ``at`` was turned away, answered at ``now``, with ``count`` of ours
+        in its window (``0``: someone else filled it, which teaches nothing); whether the
+        estimate went down."""
+        if count <= 0:
+            self.noise = False
+            return False
+        before = self.estimate(now)
+        self._record(at, count, rejected=True)
+        held = self.high
+        self._fit(now)
+        self.noise = count < self.high
+        if self.high == held and count >= held:
+            # At or above the threshold it held: the regrowth since went too far (or the
+            # send went with one the hold let through): grow again from the threshold.
+            self.estimated_at = now
+        return self.estimate(now) < before
+
+    def estimate(self, now: float) -> float:
+        """The limit to hold sends to: the threshold, grown by ``growth`` per window since
+        it was set; ``inf`` when none is held."""
+        if self.high == math.inf:
+            return math.inf
+        return self.high + self.growth * max(0.0, now - self.estimated_at) / self.window_s
+
+    def _record(self, at: float, count: int, *, rejected: bool) -> None:
+        answers = self._answers
+        answers.append((at, count, rejected))
+        insort(self._rejections if rejected else self._passes, count)
+        if at <= self._newest:
+            return  # answered out of send order: nothing newer to forget by
+        self._newest = at
+        horizon = at - MEMORY_S
+        while answers and answers[0][0] < horizon:
+            _, old, was_rejected = answers.popleft()
+            counts = self._rejections if was_rejected else self._passes
+            del counts[bisect_left(counts, old)]
+
+    def _fit(self, now: float) -> None:
+        """Hold the threshold that contradicts fewest answers, when it fits :data:`SUPPORT`
+        more than no limit does; ties go to the lower (the cheaper mistake)."""
+        passes, rejections = self._passes, self._rejections
+        best, fewest = math.inf, len(rejections)  # no limit: every rejection contradicts it
+        previous = None
+        for below, level in enumerate(rejections):
+            if level == previous:
+                continue
+            previous = level
+            wrong = (len(passes) - bisect_left(passes, level)) + below
+            if wrong < fewest:
+                best, fewest = level, wrong
+        if best != math.inf and len(rejections) - fewest < SUPPORT:
+            best = math.inf
+        high = self.high
+        if best > high and len(passes) == bisect_left(passes, high):
+            # Only a pass at or above it lifts a threshold: its 429s forgotten (a hold
+            # that works draws none), it stands. Lifted as they aged out, the morning
+            # peak's real 600 a minute let sends through to the next 429s (seed 1, 231 s).
+            return
+        if best != high:
+            if high == math.inf:
+                self.checked = False
+            self.high = best
+            self.estimated_at = now
+
+    def __repr__(self) -> str:
+        return (
+            f"CountLimit(high={self.high}, answers={len(self._answers)}, "
+            f"rejections={len(self._rejections)})"
+        )

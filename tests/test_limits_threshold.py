@@ -1,0 +1,135 @@
+"""The request limit's threshold (``anygate._limits.threshold``): pure arithmetic, no clock.
+
+A send's count is the number of ours already in its window. Every expected number follows
+from the rule in the module docstring: the threshold ``L`` held contradicts fewest answers
+(a pass at ``n >= L``, a rejection at ``n < L``), and "no limit" (every rejection) must
+contradict at least ``SUPPORT`` more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from anygate._gate.gate import Gate
+from anygate._limits.adaptive import AdaptiveLimit
+from anygate._limits.threshold import MEMORY_S, SUPPORT, CountLimit
+from tests.policy_helpers import FakeClock
+
+
+def test_one_rejection_holds_nothing_and_a_second_at_its_count_holds_it() -> None:
+    limit = CountLimit()
+    for i in range(100):
+        limit.passed(i * 0.1, i)
+    assert SUPPORT == 2
+    assert not limit.rejected(10.0, 100, 10.05)
+    assert limit.estimate(10.05) == math.inf
+    assert limit.rejected(10.1, 101, 10.15)  # at or above 100: both fit a limit of 100
+    assert limit.estimate(10.15) == 100
+    assert limit.estimate(70.15) == pytest.approx(101)  # grows a request a window
+
+
+def test_random_429s_among_passes_at_the_same_count_are_noise() -> None:
+    """A steady flow at about 500 in the window, one send in twenty turned away at
+    random: every rejection lands where the passes are, and each count's passes
+    contradict a threshold there more than no limit is contradicted. Nothing is held."""
+    limit = CountLimit()
+    for i in range(2_000):
+        at, count = i * 0.06, 495 + i % 10
+        if i % 20 == 7:
+            limit.rejected(at, count, at + 0.05)
+        else:
+            limit.passed(at, count)
+        assert limit.estimate(at + 0.05) == math.inf, i
+
+
+def test_a_real_limit_turns_away_every_send_at_and_above_it() -> None:
+    """Passes below 500, every send at 500 or more turned away: held at 500; random 429s
+    below it afterwards (among the hold's passes at 499) do not lower it, and a run of
+    rejections at 499 with no pass there does (the limit came down a request)."""
+    limit = CountLimit()
+    for i in range(500):
+        limit.passed(i * 0.1, i)
+    for count in (500, 501, 502):
+        limit.rejected(50.0, count, 50.05)
+    assert limit.estimate(50.05) == 500
+    for i in range(40):
+        limit.passed(51.0 + i * 0.1, 499)
+    limit.rejected(55.0, 499, 55.05)
+    limit.rejected(55.1, 499, 55.15)
+    assert limit.estimate(55.15) == pytest.approx(500 + 5.1 / 60)  # unmoved
+    other = CountLimit()
+    for count in (500, 501, 499, 499, 499):
+        other.rejected(50.0, count, 50.05)
+    assert other.estimate(50.05) == 499
+
+
+def test_passes_above_the_threshold_lift_it() -> None:
+    limit = CountLimit()
+    for count in (50, 51, 51):
+        limit.rejected(1.0, count, 1.05)
+    assert limit.estimate(1.05) == 50
+    limit.passed(1.0, 52)  # sent in the same wave, answered later: above it
+    assert math.floor(limit.estimate(2.0)) == 50  # three rejections fit it, one pass not
+    limit.passed(1.0, 53)
+    assert limit.estimate(2.0) == math.inf  # no limit fits as well: none held
+
+
+def test_a_rejection_at_the_threshold_starts_its_regrowth_again() -> None:
+    limit = CountLimit()
+    limit.rejected(0.0, 60, 0.0)
+    limit.rejected(0.0, 60, 0.0)
+    assert limit.estimate(60.0) == pytest.approx(61)
+    limit.rejected(60.0, 60, 60.0)  # the regrowth's send turned away at 60
+    assert limit.estimate(60.0) == 60
+    assert limit.estimate(120.0) == pytest.approx(61)
+
+
+def test_answers_are_forgotten_after_the_memory_and_only_a_pass_lifts_a_threshold() -> None:
+    """A hold that works draws no 429s: its threshold stands when they age out, until a
+    pass at or above it. Two rejections older than the memory then count for nothing."""
+    limit = CountLimit()
+    limit.rejected(0.0, 60, 0.05)
+    limit.rejected(0.1, 60, 0.15)
+    assert limit.estimate(0.15) == 60
+    later = MEMORY_S + 1.0
+    limit.passed(later, 59)  # both rejections are older than the memory now
+    limit.rejected(later, 30, later + 0.05)  # one word, against no limit: not held
+    assert math.floor(limit.estimate(later + 0.05)) == 62  # 60, grown two windows
+    limit.passed(later + 0.1, 61)  # above it: nothing in memory holds it any more
+    assert limit.estimate(later + 0.2) == math.inf
+
+
+def test_a_window_with_none_of_ours_teaches_nothing() -> None:
+    limit = CountLimit()
+    assert not limit.rejected(0.0, 0, 0.0)
+    assert not limit.rejected(0.0, 0, 0.0)
+    assert limit.estimate(0.0) == math.inf
+
+
+def test_an_answers_pass_told_at_acceptance_is_not_counted_again_at_its_end() -> None:
+    """Three sends of one instant turned away with 100 others in the window hold the
+    estimate at 100; one pass at 100 or more leaves it (two more rejections fit it than
+    fit no limit), a second lifts it. The same attempt's pass, told when the provider
+    accepted it (``accepted``) and again when it succeeded (``passed``), is one pass."""
+    clock = FakeClock()
+    gate = Gate(256, name="threshold", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    for at in [i * 0.01 for i in range(100)] + [1.0, 1.0, 1.0, 1.05, 1.05]:
+        clock.now = at
+        assert limit.reserve_send(at) == 0.0
+    clock.now = 1.1
+    for _ in range(3):  # the three sends at 1.0
+        limit.on_rate("requests", 1.0)
+    assert limit.statistics().requests_per_minute_estimate == 100
+    caller = object()
+    clock.now = 1.2
+    limit.accepted(1.05, caller)  # 101 others at its send (the other one at 1.05 too)
+    limit.passed(1.05, caller=caller)
+    limit.accepted(1.05, caller)
+    estimate = limit.statistics().requests_per_minute_estimate
+    assert estimate is not None
+    assert math.floor(estimate) == 100
+    limit.passed(1.05)  # the other send at 1.05 passed too: a second
+    assert limit.statistics().requests_per_minute_estimate is None
