@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import final
 
-from .threshold import CountLimit
+from .threshold import CONFIRM, CountLimit
 from .window import SentLog, same_count
 
 __all__ = ["WINDOW_S", "RequestLimit"]
@@ -34,13 +34,16 @@ class RequestLimit:
     """Sends and the request limit's estimate. The estimate has no ceiling of its own:
     the gate's rate (the user's, published or learned) already bounds what is sent."""
 
-    __slots__ = ("_check_at", "_growth_s", "_limit", "_log")
+    __slots__ = ("_check_at", "_checking", "_growth_s", "_limit", "_log")
 
     def __init__(self) -> None:
         self._log = SentLog(WINDOW_S)
         self._limit: CountLimit | None = None  # made at the first rejection
         self._growth_s = _GROWTH_S  # the regrowth's period (see _GROWTH_S)
-        self._check_at = math.nan  # when the last check went (CountLimit.checked)
+        # When the last check went (a send above the threshold, CountLimit.support), and
+        # whether its answer is still to come.
+        self._check_at = math.nan
+        self._checking = False
 
     @property
     def log(self) -> SentLog:
@@ -75,20 +78,26 @@ class RequestLimit:
         if limit is None or limit.high == math.inf:
             return 0.0
         free = self._log.free_at(at, limit.estimate(at))
-        if free is None or not limit.checked:
-            return 0.0  # room, or the check of a new threshold goes (CountLimit.checked)
+        if free is None or self._check_due(limit, at):
+            return 0.0  # room, or the check of a threshold goes (CountLimit.support)
         return free - at
+
+    def _check_due(self, limit: CountLimit, at: float) -> bool:
+        """Whether a send above the threshold goes now: it is not yet confirmed and no
+        check is out (one unanswered for a window is taken for lost)."""
+        if limit.support >= CONFIRM:
+            return False
+        return not self._checking or at - self._check_at > WINDOW_S
 
     def sent(self, at: float, cost: float = 1.0, caller: object | None = None) -> None:
         """The send :meth:`wait` let go went out (the check, if it found the window full)."""
         limit = self._limit
         if (
             limit is not None
-            and not limit.checked
+            and limit.high != math.inf
             and self._log.free_at(at, limit.estimate(at)) is not None
         ):
-            limit.checked = True
-            self._check_at = at
+            self._checking, self._check_at = True, at
         self._log.sent(at)
 
     def passed(self, at: float) -> None:
@@ -99,6 +108,8 @@ class RequestLimit:
             # random 429s of a wave of sends, counted with them, and the hold stalled
             # the morning peak's ramp at the wave's top (5 % random 429s, seed 1).
             self._limit.passed(at, max(0, self._log.held(at) - 1))
+            if at == self._check_at:
+                self._checking = False  # answered: the next send may check again
 
     def turned_away(self, at: float, *, refused: bool = False) -> None:
         """The attempt sent at ``at`` was throttled otherwise: by a rule (its send filled
@@ -106,9 +117,8 @@ class RequestLimit:
         The check's send turned away so says nothing of the request limit: the next send
         checks again (at the morning peak's 32 slots, a check refused by the slots left a
         threshold two random 429s set standing for a minute)."""
-        limit = self._limit
-        if at == self._check_at and limit is not None and limit.high != math.inf:
-            limit.checked = False
+        if at == self._check_at:
+            self._checking = False
         if refused:
             self._log.refused(at)
         else:
@@ -119,6 +129,8 @@ class RequestLimit:
         estimate went down."""
         log = self._log
         log.rejected(at)
+        if at == self._check_at:
+            self._checking = False
         count = log.held(at)  # the rejected send itself is turned away: not in it
         if log.held(at, refused=False) <= 0:
             # Only sends the slots refused, which may have filled no window: perhaps none
@@ -132,8 +144,8 @@ class RequestLimit:
         # A regrowth: the hold let one more through than the count it grew from.
         estimate = limit.estimate(now)
         grown = estimate != math.inf and math.floor(estimate) > limit.high
-        high = limit.high  # read after the estimate: a lapse resets it
-        if limit.confirmed and grown and same_count(count, high):
+        high = limit.high
+        if grown and same_count(count, high):
             self._growth_s = min(2 * self._growth_s, _MAX_GROWTH_S)
         elif count > 0 and not same_count(count, high):
             self._growth_s = _GROWTH_S
