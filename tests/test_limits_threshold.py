@@ -15,7 +15,7 @@ import pytest
 from anygate._gate.gate import Gate
 from anygate._limits.adaptive import AdaptiveLimit
 from anygate._limits.requests import RequestLimit
-from anygate._limits.threshold import CONFIRM, MEMORY_S, SUPPORT, CountLimit
+from anygate._limits.threshold import CONFIRM, MAX_ANSWERS, MEMORY_S, SUPPORT, CountLimit
 from tests.policy_helpers import FakeClock
 
 
@@ -192,3 +192,15 @@ def test_a_check_the_slots_refused_is_sent_again() -> None:
     assert requests.wait(11.2) > 0
     requests.turned_away(11.1, refused=True)
     assert _sent(requests, 11.2) == 0.0  # checks again
+
+
+def test_at_most_max_answers_are_kept() -> None:
+    """A fast flow: the oldest answers go first once MAX_ANSWERS are kept, so what an
+    answer costs stays bounded; two rejections among the newest still hold."""
+    limit = CountLimit()
+    for i in range(MAX_ANSWERS + 100):
+        limit.passed(i * 0.001, i % 50)
+    assert repr(limit) == f"CountLimit(high=inf, answers={MAX_ANSWERS}, rejections=0)"
+    limit.rejected(5.0, 60, 5.0)
+    limit.rejected(5.0, 60, 5.0)
+    assert limit.estimate(5.0) == 60

@@ -57,7 +57,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from typing import final
 
-__all__ = ["CONFIRM", "MEMORY_S", "SUPPORT", "CountLimit"]
+__all__ = ["CONFIRM", "MAX_ANSWERS", "MEMORY_S", "SUPPORT", "CountLimit"]
 
 #: How long an answer is evidence, by its send time: two windows. A limit that changed
 #: (another user of the key took part of it) is learned again within this, and a window's
@@ -68,6 +68,11 @@ MEMORY_S = 120.0
 #: morning peak with 5 % random 429s lost 2-6 s of sends at each of them). Two: a real
 #: limit's second rejection comes a reject latency after its first.
 SUPPORT = 2
+#: The most answers kept, the oldest forgotten first: what each costs stays bounded (an
+#: answer is an insertion into a sorted list, a fit a bisection per rejection level). At a
+#: thousand calls a minute the two minutes keep about 2,000; at 100,000 a minute the last
+#: 2.5 s, still thousands of answers around the count the window holds.
+MAX_ANSWERS = 4096
 #: The support a threshold is checked up to (one send above it at a time): see the module
 #: docstring. Four: two checks turned away at a real limit, a pool's walk from two at
 #: 10 % of calls confirms about 1 % of its thresholds.
@@ -149,11 +154,9 @@ class CountLimit:
         answers = self._answers
         answers.append((at, count, rejected))
         insort(self._rejections if rejected else self._passes, count)
-        if at <= self._newest:
-            return  # answered out of send order: nothing newer to forget by
-        self._newest = at
-        horizon = at - MEMORY_S
-        while answers and answers[0][0] < horizon:
+        self._newest = max(self._newest, at)  # answers come out of send order
+        horizon = self._newest - MEMORY_S
+        while answers and (answers[0][0] < horizon or len(answers) > MAX_ANSWERS):
             _, old, was_rejected = answers.popleft()
             counts = self._rejections if was_rejected else self._passes
             del counts[bisect_left(counts, old)]
