@@ -204,3 +204,20 @@ def test_at_most_max_answers_are_kept() -> None:
     limit.rejected(5.0, 60, 5.0)
     limit.rejected(5.0, 60, 5.0)
     assert limit.estimate(5.0) == 60
+
+
+def test_a_429_at_the_paced_rate_is_a_word_for_a_threshold_there() -> None:
+    """Sends paced at 1,200 a minute: a first 429 at 1,203 (within the count's error of
+    the pace) holds sends there at once; a first 429 well below it still holds nothing
+    (a pool's at the top of a ramp), and the pace adds nothing to a threshold there."""
+    limit = CountLimit()
+    limit.paced = 1200.0
+    assert limit.rejected(72.0, 1203, 72.05)
+    assert limit.estimate(72.05) == 1203
+    assert limit.support == SUPPORT
+    low = CountLimit()
+    low.paced = 1200.0
+    assert not low.rejected(30.0, 500, 30.05)
+    assert low.estimate(30.05) == math.inf
+    assert low.rejected(30.1, 500, 30.15)  # a second word at 500: held on its own two
+    assert (low.estimate(30.15), low.support) == (500, SUPPORT)

@@ -101,6 +101,11 @@ class PublishedProbe(_Probe):
         super().__init__(rate)
         self._good = rate  # the last rate that drew no 429
 
+    @property
+    def good(self) -> float:
+        """The last rate that drew no 429 (the published one until a step stood)."""
+        return self._good
+
     def step(self, now: float, accepted: int, rate: float | None, rejected: bool) -> float | None:
         """The gate's next requests per minute, or ``None`` to leave it.
 

@@ -124,8 +124,15 @@ class RequestLimit:
         else:
             self._log.rejected(at)
 
-    def rejected(self, at: float, now: float, caller: object | None = None) -> bool:
-        """A requests-per-minute 429 for ``caller``'s attempt sent at ``at``; whether the
+    def rejected(
+        self,
+        at: float,
+        now: float,
+        caller: object | None = None,
+        paced: float | None = None,
+    ) -> bool:
+        """A requests-per-minute 429 for ``caller``'s attempt sent at ``at``, with sends
+        ``paced`` at that many a minute (the gate's rate; ``None``: none); whether the
         estimate went down."""
         log = self._log
         log.rejected(at)
@@ -150,4 +157,5 @@ class RequestLimit:
         elif count > 0 and not same_count(count, high):
             self._growth_s = _GROWTH_S
         limit.growth = WINDOW_S / self._growth_s
+        limit.paced = math.inf if paced is None else paced
         return limit.rejected(at, count, now)

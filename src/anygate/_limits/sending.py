@@ -300,9 +300,13 @@ class SendPath(AdaptiveState):
         if gate is None:
             return
         cost = tokens or 0
+        paced = gate.rate.requests_per_minute if gate.rate is not None else None
+        probe = self._published
+        if probe is not None and not probe.ended:
+            paced = probe.good  # a step is the probe's guess; the rate below it was paced
         with self._lock:
             sends = self._sends
-            sends.rejected(unit, admitted_at, cost, self._clock(), caller)
+            sends.rejected(unit, admitted_at, cost, self._clock(), caller, paced)
             held = sends.tokens.held(admitted_at) if unit == "tokens" else 0.0
             limit = sends.requests.limit
             if unit == "requests" and limit is not None and limit.noise and caller is not None:
@@ -310,7 +314,6 @@ class SendPath(AdaptiveState):
                 # would have served the call; its retry goes ahead of fresh calls, as a
                 # burst 429 taken for noise does (goes_ahead), not behind the queue.
                 self._ahead.add(caller)
-        probe = self._published
         if unit == "requests" and probe is not None and not probe.ended:
             self._probe_published(probe, at_once=True)  # back to the last rate without one
         token_probe = self._published_tokens

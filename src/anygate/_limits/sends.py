@@ -100,15 +100,24 @@ class Sends:
         if cost:
             self.tokens.turned_away(at, cost)
 
-    def rejected(self, unit: str, at: float, cost: float, now: float, caller: object) -> None:
+    def rejected(
+        self,
+        unit: str,
+        at: float,
+        cost: float,
+        now: float,
+        caller: object,
+        paced: float | None = None,
+    ) -> None:
         """A per-minute 429 that counted ``unit`` (``"requests"`` or ``"tokens"``) for
-        ``caller``'s attempt sent at ``at`` costing ``cost``: that estimate learns from
-        its window; the other only hears that the send filled no window."""
+        ``caller``'s attempt sent at ``at`` costing ``cost``, with requests ``paced`` at
+        that many a minute: that estimate learns from its window; the other only hears
+        that the send filled no window."""
         if unit == "tokens" and cost:
             self.tokens.rejected(at, cost, now, caller)
             self.requests.turned_away(at)
         else:
-            self.requests.rejected(at, now, caller)
+            self.requests.rejected(at, now, caller, paced)
             if cost:
                 self.tokens.turned_away(at, cost)
 
