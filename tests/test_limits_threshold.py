@@ -88,8 +88,10 @@ def test_a_rejection_at_the_threshold_starts_its_regrowth_again() -> None:
 
 
 def test_answers_are_forgotten_after_the_memory_and_only_a_pass_lifts_a_threshold() -> None:
-    """A hold that works draws no 429s: its threshold stands when they age out, until a
-    pass at or above it. Two rejections older than the memory then count for nothing."""
+    """A hold that works draws no 429s: its threshold stands when they age out, and a
+    pass above it then raises it only as far as the passes go (to no limit, one pass by
+    the count's error let the gate's whole pace into the provider's full window). Two
+    rejections older than the memory count for nothing."""
     limit = CountLimit()
     limit.rejected(0.0, 60, 0.05)
     limit.rejected(0.1, 60, 0.15)
@@ -98,8 +100,14 @@ def test_answers_are_forgotten_after_the_memory_and_only_a_pass_lifts_a_threshol
     limit.passed(later, 59)  # both rejections are older than the memory now
     limit.rejected(later, 30, later + 0.05)  # one word, against no limit: not held
     assert math.floor(limit.estimate(later + 0.05)) == 62  # 60, grown two windows
-    limit.passed(later + 0.1, 61)  # above it: nothing in memory holds it any more
-    assert limit.estimate(later + 0.2) == math.inf
+    limit.passed(later + 0.1, 64)  # above it: raised to what passed, growing on
+    assert limit.estimate(later + 0.1) == 65
+    assert limit.estimate(later + 60.1) == pytest.approx(66)
+    young = CountLimit()  # a threshold whose 429s are still remembered: lifted outright
+    young.rejected(0.0, 60, 0.05)
+    young.rejected(0.1, 60, 0.15)
+    young.passed(0.2, 61)
+    assert young.estimate(0.2) == math.inf
 
 
 def test_a_window_with_none_of_ours_teaches_nothing() -> None:

@@ -40,7 +40,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from typing import final
 
-__all__ = ["SentLog", "WindowLimit", "finite_estimate", "same_count"]
+__all__ = ["SentLog", "WindowLimit", "count_slack", "finite_estimate", "same_count"]
 
 #: The log compacts at most once per this many sends (amortises the list slicing).
 _SLACK = 256
@@ -306,7 +306,7 @@ class WindowLimit:
         if count <= 0:
             return False
         before = self.estimate(now)
-        near = count >= self.low - _slack(self.low)
+        near = count >= self.low - count_slack(self.low)
         high = self.high
         if now - self._unconfirmed_at <= self.window_s:  # the second word: confirmed
             self._unconfirmed_at = -math.inf
@@ -338,16 +338,16 @@ class WindowLimit:
         return min(grown, self.ceiling)
 
 
-def _slack(low: float) -> float:
+def count_slack(low: float) -> float:
     """How far below the most that passed a rejection's count may be and still be the
     same limit: :data:`_COUNT_ERROR` of it, at least one request."""
     return max(1.0, math.ceil(_COUNT_ERROR * low))
 
 
 def same_count(count: float, value: float) -> bool:
-    """Whether ``count`` is ``value`` within the count's error (:func:`_slack`); never
+    """Whether ``count`` is ``value`` within the count's error (:func:`count_slack`); never
     when ``value`` is not finite (none held)."""
-    return math.isfinite(value) and abs(count - value) <= _slack(value)
+    return math.isfinite(value) and abs(count - value) <= count_slack(value)
 
 
 def finite_estimate(limit: WindowLimit | None, now: float) -> float | None:
