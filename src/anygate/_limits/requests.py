@@ -1,9 +1,11 @@
-"""Sends held to a per-minute request limit's estimate (:mod:`.window`).
+"""Sends held to a per-minute request limit's estimate (:mod:`.window`, :mod:`.threshold`).
 
-One :class:`RequestLimit` per adaptive limit: it counts sends, turns a requests-per-minute
-429 into the count the window held (the estimate), and from then on lets an attempt go
-only while the provider's window, as this client counts it, has room. Every method runs
-under the caller's lock; nothing here reads a clock or touches the gate.
+One :class:`RequestLimit` per adaptive limit: it counts sends (:class:`.SentLog`), gives
+each answer's count in the window to the threshold the answers contradict least
+(:class:`.CountLimit`), lets one send at a time go above a threshold not yet confirmed
+(the check), and otherwise lets an attempt go only while the provider's window, as this
+client counts it, has room under the estimate. Every method runs under the caller's
+lock; nothing here reads a clock or touches the gate.
 """
 
 from __future__ import annotations
