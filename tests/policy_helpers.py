@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anygate import ResponseError
+
+if TYPE_CHECKING:
+    from anygate._limits.sends import SendLimit
 
 
 def burst() -> ResponseError:
@@ -76,3 +79,13 @@ class SyncScript:
         if error is not None:
             raise error
         return self.result
+
+
+def send_if_let(limit: SendLimit, at: float, caller: object | None = None) -> float:
+    """Ask ``limit`` (a :class:`anygate._limits.sends.SendLimit`) about a send at ``at``,
+    and send when let go, as the adaptive limit does with every limit: the wait (``0.0``:
+    it went)."""
+    wait = limit.wait(at, 1.0, caller)
+    if wait <= 0:
+        limit.sent(at, 1.0, caller)
+    return wait

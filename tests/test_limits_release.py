@@ -14,7 +14,7 @@ import pytest
 from anygate import AdaptiveLimit, Gate, Policy, RetryConfig
 from anygate._limits.release import Release
 from tests.conftest import mock_clock
-from tests.policy_helpers import FakeClock, burst
+from tests.policy_helpers import FakeClock, burst, send_if_let
 
 # --------------------------------------------------------------------------- arithmetic
 
@@ -26,20 +26,12 @@ def test_the_allowance_doubles_every_round_trip() -> None:
     assert release.allowance(9.0) == 2  # a clock read before the start: the first wave
 
 
-def _go(release: Release, at: float) -> float:
-    """Ask, and send when let go (what the adaptive limit does with every limit)."""
-    wait = release.wait(at)
-    if wait <= 0:
-        release.sent(at)
-    return wait
-
-
 def test_an_attempt_over_the_allowance_waits_for_the_next_doubling() -> None:
     release = Release(0.0, 0.2)
-    assert [_go(release, 0.0) for _ in range(2)] == [0.0, 0.0]
-    assert _go(release, 0.05) == pytest.approx(0.15)
-    assert [_go(release, 0.2) for _ in range(2)] == [0.0, 0.0]  # 4 in all by 0.2
-    assert _go(release, 0.2) == pytest.approx(0.2)
+    assert [send_if_let(release, 0.0) for _ in range(2)] == [0.0, 0.0]
+    assert send_if_let(release, 0.05) == pytest.approx(0.15)
+    assert [send_if_let(release, 0.2) for _ in range(2)] == [0.0, 0.0]  # 4 in all by 0.2
+    assert send_if_let(release, 0.2) == pytest.approx(0.2)
 
 
 def test_asking_counts_nothing() -> None:
@@ -57,27 +49,27 @@ def test_a_doubling_instant_is_not_lost_to_rounding() -> None:
     attempt asking then must go, not wait a minimal step again and again."""
     release = Release(29349.1, 0.1)
     for _ in range(2):
-        assert _go(release, 29349.1) == 0.0
+        assert send_if_let(release, 29349.1) == 0.0
     at = 29349.1 + 3 * 0.1
     for _ in range(14):  # 16 in all by the third doubling
-        assert _go(release, at) == 0.0
+        assert send_if_let(release, at) == 0.0
 
 
 def test_the_release_is_over_once_its_allowance_covers_everyone_held() -> None:
     release = Release(0.0, 1.0)
     assert not release.over(0.0, 3)
     assert release.over(0.0, 2)
-    _go(release, 0.0)
-    _go(release, 0.0)
+    send_if_let(release, 0.0)
+    send_if_let(release, 0.0)
     assert not release.over(1.0, 3)  # 4 allowed, 2 sent: 2 more, 3 waiting
     assert release.over(2.0, 3)
 
 
 def test_an_instant_round_trip_is_paced_by_a_millisecond() -> None:
     release = Release(0.0, 0.0)
-    _go(release, 0.0)
-    _go(release, 0.0)
-    assert _go(release, 0.0) == pytest.approx(1e-3)
+    send_if_let(release, 0.0)
+    send_if_let(release, 0.0)
+    assert send_if_let(release, 0.0) == pytest.approx(1e-3)
 
 
 # --------------------------------------------------------------------------- the limit

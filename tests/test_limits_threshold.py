@@ -16,7 +16,7 @@ from anygate._gate.gate import Gate
 from anygate._limits.adaptive import AdaptiveLimit
 from anygate._limits.requests import RequestLimit
 from anygate._limits.threshold import CONFIRM, MAX_ANSWERS, MEMORY_S, SUPPORT, CountLimit
-from tests.policy_helpers import FakeClock
+from tests.policy_helpers import FakeClock, send_if_let
 
 
 def test_one_rejection_holds_nothing_and_a_second_at_its_count_holds_it() -> None:
@@ -144,30 +144,23 @@ def test_an_answers_pass_told_at_acceptance_is_not_counted_again_at_its_end() ->
     assert limit.statistics().requests_per_minute_estimate is None
 
 
-def _sent(requests: RequestLimit, at: float) -> float:
-    wait = requests.wait(at)
-    if wait <= 0:
-        requests.sent(at)
-    return wait
-
-
 def test_a_new_threshold_is_checked_one_send_at_a_time_until_confirmed() -> None:
     """Two rejections set a threshold (support 2); one send at a time goes above it until
     checks turned away raise the support to CONFIRM; then every send is held."""
     assert CONFIRM == 4
     requests = RequestLimit()
     for i in range(12):
-        assert _sent(requests, float(i)) == 0.0
+        assert send_if_let(requests, float(i)) == 0.0
     requests.rejected(10.0, 10.05)  # 10 others (11 is still out)
     requests.rejected(11.0, 11.05)  # 10 others (10 turned away)
     limit = requests.limit
     assert limit is not None
     assert (limit.high, limit.support) == (10, 2)
-    assert _sent(requests, 11.1) == 0.0  # the first check
+    assert send_if_let(requests, 11.1) == 0.0  # the first check
     assert requests.wait(11.2) > 0  # one at a time: its answer is still out
     requests.rejected(11.1, 11.15)
     assert limit.support == 3
-    assert _sent(requests, 11.2) == 0.0  # the second check
+    assert send_if_let(requests, 11.2) == 0.0  # the second check
     requests.rejected(11.2, 11.25)
     assert limit.support == CONFIRM
     assert requests.wait(11.3) > 0  # confirmed: held until the window has room
@@ -178,11 +171,11 @@ def test_a_check_that_passes_lifts_a_pools_threshold() -> None:
     two answers more than no limit: nothing is held."""
     requests = RequestLimit()
     for i in range(12):
-        assert _sent(requests, float(i)) == 0.0
+        assert send_if_let(requests, float(i)) == 0.0
     requests.rejected(10.0, 10.05)
     requests.rejected(11.0, 11.05)
     assert requests.estimate(11.05) == 10
-    assert _sent(requests, 11.1) == 0.0  # the check
+    assert send_if_let(requests, 11.1) == 0.0  # the check
     requests.passed(11.1)  # accepted with 10 others in its window
     assert requests.estimate(11.2) is None
     assert requests.wait(11.2) == 0.0
@@ -193,13 +186,13 @@ def test_a_check_the_slots_refused_is_sent_again() -> None:
     send checks again."""
     requests = RequestLimit()
     for i in range(12):
-        assert _sent(requests, float(i)) == 0.0
+        assert send_if_let(requests, float(i)) == 0.0
     requests.rejected(10.0, 10.05)
     requests.rejected(11.0, 11.05)
-    assert _sent(requests, 11.1) == 0.0
+    assert send_if_let(requests, 11.1) == 0.0
     assert requests.wait(11.2) > 0
     requests.turned_away(11.1, refused=True)
-    assert _sent(requests, 11.2) == 0.0  # checks again
+    assert send_if_let(requests, 11.2) == 0.0  # checks again
 
 
 def test_at_most_max_answers_are_kept() -> None:

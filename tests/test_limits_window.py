@@ -12,6 +12,7 @@ import pytest
 
 from anygate._limits.requests import RequestLimit
 from anygate._limits.window import SentLog, WindowLimit
+from tests.policy_helpers import send_if_let
 
 
 def test_the_log_counts_sends_less_rejections_in_the_window_before() -> None:
@@ -120,14 +121,6 @@ def test_a_window_with_none_of_ours_teaches_nothing() -> None:
     assert limit.estimate(5.0) == math.inf
 
 
-def _reserve(requests: RequestLimit, at: float, caller: object | None = None) -> float:
-    """Ask, and send when let go (what the adaptive limit does with every limit)."""
-    wait = requests.wait(at, 1.0, caller)
-    if wait <= 0:
-        requests.sent(at, 1.0, caller)
-    return wait
-
-
 def test_the_request_limit_holds_sends_once_two_rejections_agree() -> None:
     """One per-minute 429 holds nothing (a shared pool's as often as a limit's); a second
     at the same count holds every send but one, the check above the new threshold, until
@@ -135,16 +128,16 @@ def test_the_request_limit_holds_sends_once_two_rejections_agree() -> None:
     requests = RequestLimit()
     caller, other = object(), object()
     for i in range(11):
-        assert _reserve(requests, float(i)) == 0.0
+        assert send_if_let(requests, float(i)) == 0.0
     # The send at 10 was turned away: 10 others in the window.
     assert not requests.rejected(10.0, 10.0, caller)
     assert requests.estimate(10.0) is None
-    assert _reserve(requests, 10.2, caller) == 0.0  # its retry goes: nothing is held
+    assert send_if_let(requests, 10.2, caller) == 0.0  # its retry goes: nothing is held
     assert requests.rejected(10.2, 10.3, caller)  # 10 others again: the limit
     assert requests.estimate(10.3) == 10
     assert requests.wait(10.4, 1.0, other) == 0.0  # asking counts nothing
-    assert _reserve(requests, 10.5, other) == 0.0  # the check: one send above it
-    wait = _reserve(requests, 10.6, caller)
+    assert send_if_let(requests, 10.5, other) == 0.0  # the check: one send above it
+    wait = send_if_let(requests, 10.6, caller)
     assert wait == pytest.approx(61.0 - 10.6, abs=1e-5)  # the check counts: 0 and 1 leave
     assert requests.wait(10.7, 1.0, other) > 0  # still held
 

@@ -14,7 +14,7 @@ import math
 from typing import final
 
 from .threshold import CONFIRM, CountLimit
-from .window import SentLog, same_count
+from .window import SentLog, finite_estimate, same_count
 
 __all__ = ["WINDOW_S", "RequestLimit"]
 
@@ -59,11 +59,7 @@ class RequestLimit:
 
     def estimate(self, now: float) -> float | None:
         """The limit sends are held to now, or ``None``."""
-        limit = self._limit
-        if limit is None:
-            return None
-        value = limit.estimate(now)
-        return None if value == math.inf else value
+        return finite_estimate(self._limit, now)
 
     def wait(self, at: float, cost: float = 1.0, caller: object | None = None) -> float:
         """Seconds until the estimated window has room for a send at ``at`` (``0.0``: now;

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from typing import final
+from typing import Protocol, final
 
 __all__ = ["SentLog", "WindowLimit", "count_slack", "finite_estimate", "same_count"]
 
@@ -350,8 +350,13 @@ def same_count(count: float, value: float) -> bool:
     return math.isfinite(value) and abs(count - value) <= count_slack(value)
 
 
-def finite_estimate(limit: WindowLimit | None, now: float) -> float | None:
-    """``limit``'s estimate at ``now``, or ``None`` when there is no limit or it holds
+class _Estimate(Protocol):
+    def estimate(self, now: float) -> float: ...
+
+
+def finite_estimate(limit: _Estimate | None, now: float) -> float | None:
+    """``limit``'s estimate at ``now`` (a :class:`WindowLimit` or a
+    :class:`.threshold.CountLimit`), or ``None`` when there is no limit or it holds
     nothing finite (what the request and token estimates report)."""
     if limit is None:
         return None
