@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from anygate import AdaptiveLimit, Gate, LimitChanged, Policy, ResponseError, RetryConfig
+from anygate import AdaptiveLimit, Gate, LimitChanged, Policy, Rate, ResponseError, RetryConfig
 from anygate._config.limit_values import OVER_LIMIT_POLL_S
 from anygate._limits.attribute import NEAR, attribute
 from tests.conftest import mock_clock
@@ -429,3 +429,98 @@ async def test_a_ramp_into_full_slots_is_taken_for_the_slots_not_a_slope_rule() 
     assert gate.capacity == slots
     assert provider.turned == 2
     assert anyio.current_time() - start < 30.0
+
+
+# --------------------------------------------------------------------------- no estimate near
+
+
+def test_a_count_below_a_fitted_threshold_is_not_the_request_limits() -> None:
+    """Learned from its answers, the request limit's threshold is its count exactly (to
+    the count's error): a plain 429 below it is another limit's, however near."""
+    facts = {"requests_estimate": 600.0, "requests_fitted": True}
+    assert _attribute(requests=600, **facts) == "requests"
+    assert _attribute(requests=610, **facts) == "requests"
+    assert _attribute(requests=595, **facts) == "burst"  # NEAR of 600, below the fit
+    assert _attribute(requests=595, requests_estimate=600.0) == "requests"  # published
+
+
+def _level(limit: AdaptiveLimit, clock: FakeClock, until: float, *, start: float = 0.0) -> None:
+    """Ten sends a second from ``start`` to ``until`` (not included), each let go."""
+    for i in range(round((until - start) * 10)):
+        clock.now = start + i / 10
+        assert limit.reserve_send(clock.now) == 0.0
+
+
+def _plain_429(limit: AdaptiveLimit, clock: FakeClock, at: float) -> object:
+    """A send at ``at`` answered by a bare 429 50 ms later: what it is taken for (then
+    told, as a policy tells it: a throttle's send filled no window)."""
+    clock.now = at
+    assert limit.reserve_send(at) == 0.0
+    clock.now = at + 0.05
+    limit.rejected(at)
+    attributed = limit.attribute(at, 5)
+    if attributed == "burst":
+        limit.turned_away(at)
+    return attributed
+
+
+def test_plain_429s_at_a_count_nothing_passes_above_are_the_request_limits() -> None:
+    """Ten sends a second for two minutes (published 1,200 a minute: the 600 in the
+    window is half of it, nowhere near), then bare 429s. The first is no one's: a slope
+    rule's, as far as the counts say. The second at the same count, with nothing passed
+    above it, is the request limit's: two 429s there fit a threshold (as two worded ones
+    would), and the request estimate learns it from then on."""
+    clock = FakeClock()
+    gate = Gate(64, name="plain-rpm", rate=Rate(requests_per_minute=1200), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    _level(limit, clock, 120.0)
+    assert _plain_429(limit, clock, 120.0) == "burst"
+    assert _plain_429(limit, clock, 120.1) == "requests"
+    limit.on_rate("requests", 120.1)
+    estimate = limit.statistics().requests_per_minute_estimate
+    assert estimate is not None
+    assert 590 <= estimate <= 600
+
+
+def test_plain_429s_among_passes_at_their_count_are_not_the_request_limits() -> None:
+    """The same flow, a shared pool's bare 429s now and then: the sends between them
+    pass at the count each 429 came at, and no threshold fits."""
+    clock = FakeClock()
+    gate = Gate(64, name="plain-pool", rate=Rate(requests_per_minute=1200), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    _level(limit, clock, 120.0)
+    assert _plain_429(limit, clock, 120.0) == "burst"
+    for i in range(1, 20):
+        at = 120.0 + i / 10
+        clock.now = at
+        assert limit.reserve_send(at) == 0.0
+        clock.now = at + 0.05
+        limit.passed(at, sending=5)
+    assert _plain_429(limit, clock, 122.0) == "burst"
+    assert _plain_429(limit, clock, 122.1) == "burst"
+    assert limit.statistics().requests_per_minute_estimate is None
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_plain_429s_where_a_slope_rule_could_have_sent_them_are_not_the_request_limits(
+    quiet: bool,
+) -> None:
+    """Bare 429s at one count, again and again, while the rate rose (the trailing 10 s
+    held more than the 10 s before) or right after a quiet stretch (a 30 s slope window's
+    floor): a slope rule's as readily as a request limit's, and never taken for the
+    latter (a 30 s window's floor of 60 held the morning peak to 60 a minute for two
+    minutes: 1.56x the oracle)."""
+    clock = FakeClock()
+    gate = Gate(64, name="plain-slope", rate=Rate(requests_per_minute=1200), clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    if quiet:
+        _level(limit, clock, 25.0)  # level for 25 s after nothing: the 30 s before was quiet
+    else:
+        _level(limit, clock, 120.0)
+        for i in range(50):  # five times the rate for the last second
+            clock.now = 119.0 + i / 50
+            assert limit.reserve_send(clock.now) == 0.0
+    at = clock.now + 0.1
+    for k in range(4):
+        assert _plain_429(limit, clock, at + k / 100) == "burst"
+    assert limit.statistics().requests_per_minute_estimate is None

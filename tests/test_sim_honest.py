@@ -448,3 +448,39 @@ async def test_anygate_gives_back_the_input_of_an_attempt_turned_away(anyio_back
     assert charged is not None
     # Net charges (admissions less settle refunds): the answered attempt's usage alone.
     assert (charged.input_tokens, charged.output_tokens) == (1000, 50)
+
+
+def _peak_with(seed: int, **provider: Any) -> tuple[sim.StrategyResult, sim.StrategyResult]:
+    """The built-in anygate strategy and the oracle on the morning peak with ``provider``
+    changed, one seed."""
+    scenario = parse_scenario(
+        deep_merge(scenario_mapping("morning-peak")[0], {"provider": provider})
+    )
+    result = sim.simulate(
+        scenario,
+        seed=seed,
+        strategies=sim.resolve_strategies(scenario, only=["anygate", "oracle"]),
+    )
+    anygate_result, oracle = result.strategies
+    return anygate_result, oracle
+
+
+def test_plain_429s_of_a_request_limit_below_the_published_one_are_learned() -> None:
+    """Hidden RPM 600 behind a published 1,200, every 429 bare: the 429s come at 597 of
+    ours in the minute, half the published rate, again and again. Taken for a slope
+    rule's (the count nowhere near its estimate), they slowed everything and taught
+    nothing: 7.4 % of calls got a 429 (seed 1). Fitted as the request limit's, 0.5 %."""
+    anygate_result, oracle = _peak_with(1, rpm=600, plain_429=True)
+    assert anygate_result.failures == {}
+    assert anygate_result.rate_429 <= 0.01, anygate_result.rate_429
+    assert anygate_result.makespan_s <= 1.03 * oracle.makespan_s
+
+
+def test_plain_429s_at_a_slope_windows_floor_are_not_taken_for_a_request_limit() -> None:
+    """A 30 s slope window, every 429 bare: the first window's floor of 60 turns sends
+    away at 60 in the minute, again and again, as a request limit of 60 would. Taken for
+    one, it held the fleet to 60 a minute for two minutes (seed 5: 1.45x the lower bound,
+    the oracle 1.27x)."""
+    anygate_result, oracle = _peak_with(5, plain_429=True, burst={"window_s": 30.0})
+    assert anygate_result.failures == {}
+    assert anygate_result.makespan_s <= 1.05 * oracle.makespan_s

@@ -144,7 +144,7 @@ class SendPath(AdaptiveState):
                 self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
         # Unlocked: no estimate (no per-minute 429 yet), no work.
-        if sends.requests.limit is not None or (tokens and sends.tokens.limit is not None):
+        if sends.requests.listening or (tokens and sends.tokens.limit is not None):
             with self._lock:
                 told = caller is not None and self._accepted.get(caller) == at
                 sends.passed(at, tokens or 0, requests=not told)
@@ -168,7 +168,7 @@ class SendPath(AdaptiveState):
         a new high of the window held sends there before any pass could outvote them).
         Once per attempt; :meth:`passed` then leaves the request estimate out, and the
         mark goes when the call ends (``disown``)."""
-        if self._sends.requests.limit is None:  # unlocked: no estimate yet, no work
+        if not self._sends.requests.listening:  # unlocked: no estimate yet, no work
             return
         with self._lock:
             accepted = self._accepted
@@ -237,25 +237,32 @@ class SendPath(AdaptiveState):
         rate = None if gate is None else gate.rate
         with self._lock:
             sends = self._sends
-            estimate = sends.requests.estimate(at)
-            if estimate is None and rate is not None:
-                estimate = rate.requests_per_minute
+            requests = sends.requests
+            threshold = requests.threshold
+            if threshold is not None:
+                estimate: float | None = threshold
+                count = requests.count(at)
+            else:
+                estimate = None if rate is None else rate.requests_per_minute
+                count = sends.requests_in_minute(at)
             token_estimate = None
             if tokens:
                 token_estimate = sends.tokens.estimate(at)
                 if token_estimate is None and rate is not None:
                     token_estimate = rate.tokens_per_minute
+            steep = sends.steep(at)
             attributed = attribute(
                 sending=sending,
                 most_passed=self._slots.most_passed,
-                requests=sends.requests_in_minute(at),
+                requests=count,
                 requests_estimate=estimate,
+                requests_fitted=threshold is not None,
                 tokens=sends.tokens.held(at) if tokens else 0.0,
                 tokens_estimate=token_estimate,
                 # Learned, the slope rule holds every send to its allowance: a new high
                 # then is the slots' (taken for the slope's, the peak's herd limit grown
                 # past 32 slots taught a 5 s window and growth 1.5 from their 429s: 1.045x).
-                steep=sends.steep(at),
+                steep=steep,
                 per_minute=per_minute,
             )
             most = self._slots.most_passed
@@ -266,6 +273,14 @@ class SendPath(AdaptiveState):
                 # A stepped token rate is what most likely ran out: a bucket the step
                 # drains answers plain 429s the counts take for another limit's.
                 attributed = "tokens"
+            if (
+                attributed == "burst"
+                and not sends.sloped(at)
+                and requests.unexplained(at, self._clock())
+            ):
+                # A count no estimate explained, where such 429s keep coming with nothing
+                # passing above: the request limit's, below the published rate.
+                attributed = "requests"
             if attributed == "burst" and 0 < most < sending:
                 # A new high the ramp kept from being the slots': a suspect, checked
                 # once a call has left (anygate._limits.burst).

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol, final
 
 from .requests import WINDOW_S, RequestLimit
 from .slope import SlopeLimit
+from .slope_fit import MIN_PREVIOUS, WINDOWS
 from .tokens import TokenLimit
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class Sends:
         """The attempt sent at ``at`` costing ``cost`` succeeded: a lower bound for the
         per-minute estimates (no work before their first rejection); ``requests=False``:
         the request estimate heard it already (:meth:`.SendPath.accepted`)."""
-        if requests and self.requests.limit is not None:
+        if requests and self.requests.listening:
             self.requests.passed(at)
         if cost and self.tokens.limit is not None:
             self.tokens.passed(at, cost)
@@ -132,7 +133,31 @@ class Sends:
     def steep(self, at: float) -> bool:
         """Whether a slope rule, not yet learned, could have turned a send at ``at`` away:
         the trailing slope window held more than the one before it."""
-        if self.slope.known:
-            return False
+        return not self.slope.known and self.rising(at)
+
+    def rising(self, at: float) -> bool:
+        """Whether the trailing window of the slope rule's length (:attr:`.SlopeLimit.window_s`,
+        learned or not) held more of ours at ``at`` than the one before it."""
         log, window = self.requests.log, self.slope.window_s
         return log.count(at - window, at) > log.count(at - 2 * window, at - window)
+
+    def sloped(self, at: float) -> bool:
+        """Whether a slope rule could have turned a send at ``at`` away. Once learned,
+        unless the send went well inside its allowance (:meth:`.SlopeLimit.inside`).
+        Before: the trailing window held more than the one before it (:meth:`rising`),
+        or over some window a provider may count in (:data:`.slope_fit.WINDOWS` shorter
+        than the minute) the one before the trailing one held fewer than
+        :data:`.slope_fit.MIN_PREVIOUS` of ours: a window after a quiet one may hold the
+        rule's floor whatever its growth (a 30 s window's floor of 60 looked like 60
+        requests a minute from the first window on)."""
+        slope = self.slope
+        if slope.known:
+            return not slope.inside(at)
+        if self.rising(at):
+            return True
+        log = self.requests.log
+        return any(
+            log.count(at - 2 * window, at - window) < MIN_PREVIOUS
+            for window in WINDOWS
+            if window < WINDOW_S
+        )
