@@ -157,6 +157,55 @@ def test_a_probe_that_finds_the_same_limit_holds_longer() -> None:
     assert any(limit.on_success(saturated=True) is not None for _ in range(40))
 
 
+def test_a_lesson_above_the_last_one_is_a_first_lesson_not_a_longer_hold() -> None:
+    """32 learned, then the limit grew back past it (calls got through at 36): a 429 at
+    37 is a lesson at a new level, held as a first one is. Taken for the last lesson's
+    probe, each such 429 doubled the hold (a shared pool's bare 429s at the morning
+    peak's top: 30 s, 60 s, 120 s, 240 s at 24-28 of 32 slots, seed 1 1.36x the lower
+    bound). A plain one there is tentative: a pass above it undoes it."""
+    clock = FakeClock()
+    gate = Gate()
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit.on_concurrency(limit.generation, 33, exact=True)
+    clock.now += DEFAULT_HOLD_S
+    while gate.capacity < 36:
+        limit.on_success(saturated=True)
+    limit.on_concurrency(limit.generation, 37, exact=True)
+    assert gate.capacity == 36
+    clock.now += DEFAULT_HOLD_S  # the first hold's length, not twice it
+    assert any(limit.on_success(saturated=True) is not None for _ in range(40))
+    # Plain, and above the last lesson (36) again: tentative.
+    while gate.capacity < 40:
+        limit.on_success(saturated=True)
+    limit.on_concurrency(limit.generation, 41, exact=True, tentative=True)
+    assert gate.capacity == 40
+    assert not limit._slots.holding(clock.now)  # grows back at once
+
+
+def test_a_pass_above_a_held_lesson_ends_its_hold() -> None:
+    """A concurrency 429 taught 8 and holds it; a call sent before it, with 10 at the
+    provider, then ends well: the slots hold more than 8. The hold ends, the limit goes
+    to the most seen through, and it grows from there at once."""
+    clock = FakeClock()
+    clock.now = 10.0
+    gate = Gate()
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit.on_concurrency(limit.generation, 9, exact=True)
+    assert gate.capacity == 8
+    assert limit._slots.holding(clock.now)
+    clock.now = 12.0
+    limit.passed(9.5, sending=10)
+    assert not limit._slots.holding(clock.now)
+    assert gate.capacity == 10
+    assert any(limit.on_success(saturated=True) is not None for _ in range(20))
+    # An overload answer's lesson is a cut by a factor, not a count: calls above it
+    # get through as a matter of course, and its hold stands.
+    busy = AdaptiveLimit(Gate(), clock=clock)
+    busy.on_concurrency(busy.generation, 20, exact=False)
+    busy.passed(11.9, sending=19)
+    assert busy._slots.holding(clock.now)
+
+
 # --------------------------------------------------------------------------- policy
 
 
