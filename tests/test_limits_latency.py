@@ -4,6 +4,7 @@ MockClock against a fake local model server that queues what its slots cannot se
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 import anygate
 from anygate import AdaptiveConfig, AdaptiveLimit, ConfigError, Gate, Policy
+from anygate._config.limit_values import DEFAULT_HOLD_S
 from anygate._limits.latency import PROBE_MULTIPLIER, TOLERANCE, LatencyLimit
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock
@@ -136,6 +138,26 @@ def test_floor_and_ceiling_bound_the_limit() -> None:
     queued.bound(ceiling=5, floor=1)
     queued.observe(8.0, 2)
     assert queued.limit == 2
+
+
+def test_a_probe_down_goes_no_lower_than_the_floor() -> None:
+    """A floor above two thirds of the slots (a published count the latencies never take
+    the gate below): the probe waits for an answer at the floor, the least level the
+    gate still sends at, not for one below it that never comes (a published 16 waited
+    90 s at 16 of 32 slots for an answer at 13)."""
+    limit = LatencyLimit(floor=16)
+    _ramp(limit, slots=32, service=4.0, top=48)
+    seen = _drive(limit, slots=32, service=4.0, samples=3000)
+    dips = [i for i, value in enumerate(seen) if value < TOLERANCE * 32]
+    assert dips
+    assert {seen[i] for i in dips} == {math.floor(32 / TOLERANCE)}  # above the floor
+    floored = LatencyLimit(floor=24)
+    _ramp(floored, slots=32, service=4.0, top=48)
+    seen = _drive(floored, slots=32, service=4.0, samples=3000)
+    dips = [i for i, value in enumerate(seen) if value < TOLERANCE * 32]
+    assert dips
+    assert {seen[i] for i in dips} == {24}  # the floor, and each ends at its first answer
+    assert all(b != a + 1 for a, b in itertools.pairwise(dips))
 
 
 @pytest.mark.parametrize(
@@ -403,13 +425,64 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     if refusal == "concurrency 429":
         limit.on_concurrency(limit.generation, 7, exact=True)
     else:
-        limit.on_refusal(7)
+        limit.on_refusal(7, slots=True)
     assert gate.capacity == 6
     for level in range(6, 12):
         _served(limit, clock, 4.0, level)
     assert gate.capacity == 6  # the latencies go no higher than the refusal allowed
     limit.on_refusal(3)  # a refusal within the published count: nothing about the slots above
     assert gate.capacity == 6
+
+
+def test_a_refusal_that_need_not_be_the_slots_caps_the_raise_for_a_hold() -> None:
+    """A 429 of a rate rule (a slope 429 during the ramp, a per-minute one, a plain one
+    the slots are only suspected of) above the published count: the raise stays under
+    the calls in flight less one for a hold, then goes on; refused there again, for
+    twice as long. For good, a slope 429 in the morning peak's ramp held a published 16
+    with 32 real slots near 20 for the run (1.61x the oracle)."""
+    clock = FakeClock()
+    gate = Gate(4, name="pub-held", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    for level in range(4, 10):
+        _served(limit, clock, 4.0, level)
+    assert gate.capacity > 6
+    limit.on_refusal(7)
+    assert gate.capacity == 6
+    _served(limit, clock, 4.0, 6)
+    assert gate.capacity == 6  # held
+    clock.now += DEFAULT_HOLD_S
+    for level in range(6, 10):
+        _served(limit, clock, 4.0, level)
+    assert gate.capacity > 6  # the hold is over: the latencies raise it again
+    limit.on_refusal(7)  # refused there again: twice the hold
+    assert gate.capacity == 6
+    clock.now += DEFAULT_HOLD_S
+    _served(limit, clock, 4.0, 6)
+    assert gate.capacity == 6
+    clock.now += DEFAULT_HOLD_S
+    _served(limit, clock, 4.0, 6)
+    assert gate.capacity > 6
+
+
+def test_after_a_refusal_the_raise_goes_one_past_the_most_seen_through() -> None:
+    """Once refused above the count, the raise past the refusal's ceiling is one call past
+    the most that got through at once, not the estimate's jump: at each hold's end the
+    jump sent ten calls past a published 16's 32 plain slots (2.5 % of calls a 429)."""
+    clock = FakeClock()
+    gate = Gate(4, name="pub-one-past-refusal", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    for level in range(4, 9):
+        _served(limit, clock, 4.0, level)
+    assert gate.capacity > 9  # the estimate's jump
+    limit.on_refusal(10)
+    assert gate.capacity == 9
+    clock.now += DEFAULT_HOLD_S
+    _served(limit, clock, 4.0, 9)
+    assert gate.capacity == 10  # one past the most seen through (9)
+    _served(limit, clock, 4.0, 10)
+    assert gate.capacity == 11
 
 
 def test_the_first_raise_is_one_slot_until_a_call_got_through_there() -> None:

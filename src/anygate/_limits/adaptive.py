@@ -61,6 +61,8 @@ import math
 from typing import final
 
 from .._config.limit_values import (
+    DEFAULT_HOLD_S,
+    DEFAULT_MAX_HOLD_S,
     AdaptiveStatistics,
     LimitChange,
 )
@@ -171,7 +173,7 @@ class AdaptiveLimit(BurstAnswer):
         maximum (``_policy.sharing.apply_ceiling``)."""
         with self._lock:
             if not on:
-                self._above = None
+                self._above, self._above_held = None, None
             elif self._above is None:
                 self._above = math.inf
             self._apply()
@@ -187,22 +189,41 @@ class AdaptiveLimit(BurstAnswer):
         return self._above < above
 
     @ki_protected
-    def on_refusal(self, in_flight: int) -> None:
+    def on_refusal(self, in_flight: int, *, slots: bool = False) -> None:
         """A call sent with ``in_flight`` of this gate's calls at the provider (itself
         included) was refused: a 429 of any kind, an overload answer, a server's 503
         "busy" (its queue is full). Above a published slot count (a policy's
         ``concurrency_is_ceiling=False``), the latencies may raise the gate no higher than
-        ``in_flight - 1`` from now on; at or below it, it says nothing of the slots above.
-        Nothing else: the throttle rules and the retry answer the refusal. Measured: the
-        local server with a queue of 1 (seeds 1-5), whose "busy" 503s said nothing the
-        throttle rules read, lost a call in seed 3; the morning peak with plain 429s and a
-        published 32 (seeds 1-3), whose 429s were taken for the slots only tentatively,
-        got 15.6 % of calls a 429 (0.10 % as a ceiling)."""
+        ``in_flight - 1``: from now on when the refusal is the slots' by its words
+        (``slots``: a full queue's "busy"; a concurrency 429 or an overload answer say so
+        through :meth:`on_concurrency`), else for a hold (:data:`DEFAULT_HOLD_S`, twice
+        as long each time it is refused there again, up to :data:`DEFAULT_MAX_HOLD_S`).
+        At or below the count it says nothing of the slots above. Nothing else: the
+        throttle rules and the retry answer the refusal.
+
+        Measured: the local server with a queue of 1 (seeds 1-5), whose "busy" 503s said
+        nothing the throttle rules read, lost a call in seed 3 with no cap at all; the
+        morning peak with plain 429s and a published 32 (seeds 1-3), whose 429s were
+        taken for the slots only tentatively, got 15.6 % of calls a 429. For good at any
+        refusal, a published 16 with 32 real slots stayed near where the slope rule's
+        429s turned its ramp away: 1.61x the oracle (seeds 1-3)."""
         if self._above is None or in_flight <= self._slots.maximum or not self._enabled:
             return
         with self._lock:
-            if self._refused_above(in_flight):
-                self._apply()
+            if slots:
+                if self._refused_above(in_flight):
+                    self._apply()
+                return
+            now = self._clock()
+            ceiling = max(self._slots.maximum, in_flight - 1.0)
+            held = self._above_held
+            if held is not None and ceiling >= held[0] and now < held[1]:
+                return  # the ceiling holds already
+            hold = DEFAULT_HOLD_S
+            if held is not None and abs(ceiling - held[0]) <= 1:
+                hold = min(2 * held[2], DEFAULT_MAX_HOLD_S)  # refused there again
+            self._above_held = (ceiling, now + hold, hold)
+            self._apply()
 
     def settings(self) -> tuple[bool, int, float, float]:
         """``(enabled, min_concurrent_calls, decrease_factor, pause_s)``."""
@@ -380,7 +401,13 @@ class AdaptiveLimit(BurstAnswer):
                 return None
             latency = self._latency
             ceiling = slots.maximum if self._above is None else math.inf
-            latency.bound(ceiling=ceiling, floor=slots.floor_now)
+            floor: float = slots.floor_now
+            if self._above is not None and not self._latency_on:
+                # Raising a published count: the latencies never take the gate below it,
+                # so a probe down below it would wait for a level the gate never sends
+                # at (a published 16, the probe at 13: 90 s at 16 of 32 slots).
+                floor = max(floor, slots.maximum)
+            latency.bound(ceiling=ceiling, floor=floor)
             latency.observe(self._clock() - sent_at, in_flight)
             old = self._applied
             self._apply()

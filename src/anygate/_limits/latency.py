@@ -168,7 +168,7 @@ class LatencyLimit:
                 self._probe_level = 0  # refreshed (or the gate never got that low)
                 self._probed_at = now
         elif now - self._probed_at >= memory:
-            self._probe_level = max(1, math.floor(slots / TOLERANCE))
+            self._probe_level = max(1, math.floor(self._clamp(slots / TOLERANCE)))
             self._probed_at = now
         self._limit = self._clamp(self._probe_level) if self._probe_level else self._target
         return self._limit

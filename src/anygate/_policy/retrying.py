@@ -252,8 +252,9 @@ class Retrier:
             adaptive.turned_away(run.admitted_at, run.tokens, refused=kind == "concurrency")
         if kind is not None or (server_error and judgement.verdict.reason is Reason.BUSY):
             # A refusal of any kind (a 429, an overload answer, a full queue's "busy"):
-            # above a published slot count, the raise stops there.
-            adaptive.on_refusal(run.sending or run.in_flight)
+            # above a published slot count, the raise stops there (for a hold, unless
+            # the answer says it is the slots': "busy" here, the others' lessons below).
+            adaptive.on_refusal(run.sending or run.in_flight, slots=kind is None)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
