@@ -434,18 +434,24 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     assert gate.capacity == 6
 
 
+def _raised(name: str, *, top: int) -> tuple[FakeClock, Gate, AdaptiveLimit]:
+    """A published 4 raised by answers that queued nothing, at every level up to ``top``."""
+    clock = FakeClock()
+    gate = Gate(4, name=name, clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit._probe_published_slots(True)
+    for level in range(4, top + 1):
+        _served(limit, clock, 4.0, level)
+    return clock, gate, limit
+
+
 def test_a_refusal_that_need_not_be_the_slots_caps_the_raise_for_a_hold() -> None:
     """A 429 of a rate rule (a slope 429 during the ramp, a per-minute one, a plain one
     the slots are only suspected of) above the published count: the raise stays under
     the calls in flight less one for a hold, then goes on; refused there again, for
     twice as long. For good, a slope 429 in the morning peak's ramp held a published 16
     with 32 real slots near 20 for the run (1.61x the oracle)."""
-    clock = FakeClock()
-    gate = Gate(4, name="pub-held", clock=clock)
-    limit = AdaptiveLimit(gate, clock=clock)
-    limit._probe_published_slots(True)
-    for level in range(4, 10):
-        _served(limit, clock, 4.0, level)
+    clock, gate, limit = _raised("pub-held", top=9)
     assert gate.capacity > 6
     limit.on_refusal(7)
     assert gate.capacity == 6
@@ -469,12 +475,7 @@ def test_after_a_refusal_the_raise_goes_one_past_the_most_seen_through() -> None
     """Once refused above the count, the raise past the refusal's ceiling is one call past
     the most that got through at once, not the estimate's jump: at each hold's end the
     jump sent ten calls past a published 16's 32 plain slots (2.5 % of calls a 429)."""
-    clock = FakeClock()
-    gate = Gate(4, name="pub-one-past-refusal", clock=clock)
-    limit = AdaptiveLimit(gate, clock=clock)
-    limit._probe_published_slots(True)
-    for level in range(4, 9):
-        _served(limit, clock, 4.0, level)
+    clock, gate, limit = _raised("pub-one-past-refusal", top=8)
     assert gate.capacity > 9  # the estimate's jump
     limit.on_refusal(10)
     assert gate.capacity == 9

@@ -250,7 +250,6 @@ class SendPath(AdaptiveState):
                 token_estimate = sends.tokens.estimate(at)
                 if token_estimate is None and rate is not None:
                     token_estimate = rate.tokens_per_minute
-            steep = sends.steep(at)
             attributed = attribute(
                 sending=sending,
                 most_passed=self._slots.most_passed,
@@ -262,7 +261,7 @@ class SendPath(AdaptiveState):
                 # Learned, the slope rule holds every send to its allowance: a new high
                 # then is the slots' (taken for the slope's, the peak's herd limit grown
                 # past 32 slots taught a 5 s window and growth 1.5 from their 429s: 1.045x).
-                steep=steep,
+                steep=sends.steep(at),
                 per_minute=per_minute,
             )
             most = self._slots.most_passed
