@@ -72,7 +72,7 @@ from .._validation import check_flag
 from .burst import BurstAnswer
 from .latency import LatencyLimit
 from .published import PublishedProbe, TokenProbe
-from .state import check_settings
+from .state import HeldCeiling, check_settings
 
 __all__ = ["AdaptiveLimit"]
 
@@ -217,12 +217,12 @@ class AdaptiveLimit(BurstAnswer):
             now = self._clock()
             ceiling = max(self._slots.maximum, in_flight - 1.0)
             held = self._above_held
-            if held is not None and ceiling >= held[0] and now < held[1]:
+            if held is not None and ceiling >= held.ceiling and now < held.until:
                 return  # the ceiling holds already
             hold = DEFAULT_HOLD_S
-            if held is not None and abs(ceiling - held[0]) <= 1:
-                hold = min(2 * held[2], DEFAULT_MAX_HOLD_S)  # refused there again
-            self._above_held = (ceiling, now + hold, hold)
+            if held is not None and abs(ceiling - held.ceiling) <= 1:
+                hold = min(2 * held.hold_s, DEFAULT_MAX_HOLD_S)  # refused there again
+            self._above_held = HeldCeiling(ceiling, now + hold, hold)
             self._apply()
 
     def settings(self) -> tuple[bool, int, float, float]:

@@ -19,7 +19,7 @@ import math
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._config.limit_values import (
     DEFAULT_DECREASE_FACTOR,
@@ -44,7 +44,16 @@ if TYPE_CHECKING:
     from .published import PublishedProbe, TokenProbe
 
 
-__all__ = ["AdaptiveState", "check_settings"]
+__all__ = ["AdaptiveState", "HeldCeiling", "check_settings"]
+
+
+class HeldCeiling(NamedTuple):
+    """A published slot count's raise capped by a refusal that need not be the slots'
+    (:meth:`anygate.AdaptiveLimit.on_refusal`): the cap, until when, and for how long."""
+
+    ceiling: float
+    until: float
+    hold_s: float
 
 
 class AdaptiveState:
@@ -165,7 +174,7 @@ class AdaptiveState:
         # refusal; ``None``: the maximum is a ceiling.
         self._above: float | None = None
         # A ceiling a refusal that need not be the slots' set: (ceiling, until, hold).
-        self._above_held: tuple[float, float, float] | None = None
+        self._above_held: HeldCeiling | None = None
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -256,8 +265,8 @@ class AdaptiveState:
                 capacity = min(capacity, shown)
             above = self._above
             held = self._above_held
-            if above is not None and held is not None and self._clock() < held[1]:
-                above = min(above, held[0])  # a refusal's ceiling, while it holds
+            if above is not None and held is not None and self._clock() < held.until:
+                above = min(above, held.ceiling)  # a refusal's ceiling, while it holds
             # Rounded, not floored: the estimate errs either way by the answers' noise,
             # and floored, 4 slots read as 1.85 at 2 in flight held the gate at 2.
             nearest = capacity_for(latency + 0.5, floor=slots.floor_now)
@@ -279,7 +288,7 @@ class AdaptiveState:
                     # past the most that got through at once, as past the count. Raised
                     # to the estimate at each hold's end, a published 16 with 32 plain
                     # slots sent ten calls past them each time (2.5 % of calls a 429).
-                    nearest = min(nearest, max(held[0], slots.most_passed) + 1)
+                    nearest = min(nearest, max(held.ceiling, slots.most_passed) + 1)
                 capacity = max(capacity, min(nearest, above))
         if force or capacity != self._applied:
             gate.capacity = capacity
