@@ -66,6 +66,45 @@ def test_a_real_limit_turns_away_every_send_at_and_above_it() -> None:
     assert other.estimate(50.05) == 499
 
 
+def test_a_run_of_rejections_just_below_the_threshold_moves_it_down() -> None:
+    """Held at 600 with the hold's passes at 595-599 in memory: the provider's window
+    now holds a few more than our count of it (a send it counted and we did not), and
+    turns away every send the hold lets go, at 596. Three in a row, nothing passed
+    between, are outvoted by the passes (a shared pool's run, as likely); the fourth
+    (``CONFIRM``) says the count moved: the passes at or above it are forgotten and the
+    threshold comes down to it. Outvoted, a learned 597 turned away the hold's sends at
+    594 for 20 s (hidden RPM 600 with plain 429s, seed 9: 331 429s)."""
+    limit = CountLimit()
+    for i in range(600):
+        limit.passed(i * 0.1, i)
+    for count in (600, 601):
+        limit.rejected(60.0, count, 60.05)
+    assert limit.estimate(60.05) == 600
+    for i in range(100):
+        limit.passed(61.0 + i * 0.1, 595 + i % 5)
+    for i in range(CONFIRM - 1):
+        limit.rejected(71.0 + i * 0.1, 596, 71.05 + i * 0.1)
+    assert limit.estimate(71.3) == pytest.approx(600 + (71.3 - 60.05) / 60)  # unmoved
+    limit.rejected(71.3, 596, 71.35)
+    assert limit.estimate(71.35) == 596
+    # A pass between starts the run again: runs of three are noise, however many.
+    other = CountLimit()
+    for i in range(600):
+        other.passed(i * 0.1, i)
+    for count in (600, 601):
+        other.rejected(60.0, count, 60.05)
+    for i in range(100):
+        other.passed(61.0 + i * 0.1, 595 + i % 5)
+    at = 71.0
+    for _ in range(3):
+        for _ in range(CONFIRM - 1):
+            other.rejected(at, 596, at + 0.05)
+            at += 0.1
+        other.passed(at, 597)
+        at += 0.1
+    assert other.estimate(at) > 600
+
+
 def test_passes_above_the_threshold_lift_it() -> None:
     limit = CountLimit()
     for count in (50, 51, 51):
