@@ -206,6 +206,27 @@ def test_a_pass_above_a_held_lesson_ends_its_hold() -> None:
     assert busy._slots.holding(clock.now)
 
 
+def test_a_lesson_more_got_through_than_is_not_probed_again_below_a_new_level() -> None:
+    """8 served at once after a lesson of 7 (its hold over): the lesson is refuted. A
+    429 at 9 then teaches 8, a first lesson held for the first hold's length, not the
+    old lesson's regrowth probe with its hold doubled (a 10 % pool's plain 429 at 9,
+    with plain 429s: seed 4 held 32 slots at 8 for the whole run)."""
+    clock = FakeClock()
+    clock.now = 10.0
+    gate = Gate()
+    limit = AdaptiveLimit(gate, clock=clock)
+    limit.on_concurrency(limit.generation, 8, exact=True)
+    assert gate.capacity == 7
+    clock.now += DEFAULT_HOLD_S
+    while gate.capacity < 9:
+        limit.on_success(saturated=True)
+    limit.passed(clock.now, sending=8)
+    limit.on_concurrency(limit.generation, 9, exact=True)
+    assert gate.capacity == 8
+    clock.now += DEFAULT_HOLD_S  # the first hold's length is enough
+    assert any(limit.on_success(saturated=True) is not None for _ in range(20))
+
+
 # --------------------------------------------------------------------------- policy
 
 
