@@ -182,16 +182,23 @@ def test_a_lesson_above_the_last_one_is_a_first_lesson_not_a_longer_hold() -> No
     assert not limit._slots.holding(clock.now)  # grows back at once
 
 
-def test_a_pass_above_a_held_lesson_ends_its_hold() -> None:
-    """A concurrency 429 taught 8 and holds it; a call sent before it, with 10 at the
-    provider, then ends well: the slots hold more than 8. The hold ends, the limit goes
-    to the most seen through, and it grows from there at once."""
+def _taught(in_flight: int) -> tuple[FakeClock, Gate, AdaptiveLimit]:
+    """An uncapped limit at 10 s that a concurrency 429 with ``in_flight`` calls out has
+    just taught ``in_flight - 1`` slots."""
     clock = FakeClock()
     clock.now = 10.0
     gate = Gate()
     limit = AdaptiveLimit(gate, clock=clock)
-    limit.on_concurrency(limit.generation, 9, exact=True)
-    assert gate.capacity == 8
+    limit.on_concurrency(limit.generation, in_flight, exact=True)
+    assert gate.capacity == in_flight - 1
+    return clock, gate, limit
+
+
+def test_a_pass_above_a_held_lesson_ends_its_hold() -> None:
+    """A concurrency 429 taught 8 and holds it; a call sent before it, with 10 at the
+    provider, then ends well: the slots hold more than 8. The hold ends, the limit goes
+    to the most seen through, and it grows from there at once."""
+    clock, gate, limit = _taught(9)
     assert limit._slots.holding(clock.now)
     clock.now = 12.0
     limit.passed(9.5, sending=10)
@@ -211,12 +218,7 @@ def test_a_lesson_more_got_through_than_is_not_probed_again_below_a_new_level() 
     429 at 9 then teaches 8, a first lesson held for the first hold's length, not the
     old lesson's regrowth probe with its hold doubled (a 10 % pool's plain 429 at 9,
     with plain 429s: seed 4 held 32 slots at 8 for the whole run)."""
-    clock = FakeClock()
-    clock.now = 10.0
-    gate = Gate()
-    limit = AdaptiveLimit(gate, clock=clock)
-    limit.on_concurrency(limit.generation, 8, exact=True)
-    assert gate.capacity == 7
+    clock, gate, limit = _taught(8)
     clock.now += DEFAULT_HOLD_S
     while gate.capacity < 9:
         limit.on_success(saturated=True)
