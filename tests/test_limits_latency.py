@@ -419,7 +419,7 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     gate = Gate(4, name=f"pub-cap-{refusal}", clock=clock)
     limit = AdaptiveLimit(gate, clock=clock)
     limit._probe_published_slots(True)
-    for level in range(4, 10):
+    for level in range(4, 7):
         _served(limit, clock, 4.0, level)
     assert gate.capacity > 6
     if refusal == "concurrency 429":
@@ -434,6 +434,26 @@ def test_a_refusal_caps_the_raise_at_the_calls_in_flight_less_one(refusal: str) 
     assert gate.capacity == 6
 
 
+def test_a_concurrency_429_above_the_count_keeps_the_gate_at_the_slots() -> None:
+    """A provider that refuses at its slots queues nothing: once a concurrency 429 above
+    the published count says where they are, answers that look queued (their own
+    lengths) no longer take the gate below them. They held a published 16 with 32 real
+    slots at 18-25 for two minutes (morning peak, seed 5: 1.36x the oracle)."""
+    clock, gate, limit = _raised("pub-found", top=9)
+    limit.on_concurrency(limit.generation, 8, exact=True)
+    assert gate.capacity == 7
+    for _ in range(10):
+        for level in range(4, 10):
+            _success(limit, clock, 4.0 * level, level)  # longer answers at each level
+    assert limit.statistics().latency_limit is not None
+    assert limit.statistics().latency_limit < 7  # read as a queue...
+    assert gate.capacity == 7  # ...which a refusing provider does not have
+    limit.on_concurrency(limit.generation, 7, exact=True)
+    assert gate.capacity == 6  # a lower refusal still lowers it
+    limit._probe_published_slots(False)
+    assert gate.capacity == 4  # a ceiling again: the count
+
+
 def _raised(name: str, *, top: int) -> tuple[FakeClock, Gate, AdaptiveLimit]:
     """A published 4 raised by answers that queued nothing, at every level up to ``top``."""
     clock = FakeClock()
@@ -446,29 +466,59 @@ def _raised(name: str, *, top: int) -> tuple[FakeClock, Gate, AdaptiveLimit]:
 
 
 def test_a_refusal_that_need_not_be_the_slots_caps_the_raise_for_a_hold() -> None:
-    """A 429 of a rate rule (a slope 429 during the ramp, a per-minute one, a plain one
-    the slots are only suspected of) above the published count: the raise stays under
-    the calls in flight less one for a hold, then goes on; refused there again, for
-    twice as long. For good, a slope 429 in the morning peak's ramp held a published 16
-    with 32 real slots near 20 for the run (1.61x the oracle)."""
-    clock, gate, limit = _raised("pub-held", top=9)
-    assert gate.capacity > 6
-    limit.on_refusal(7)
-    assert gate.capacity == 6
+    """A refusal the slots are only suspected of (a plain 429) above the published
+    count and above the most that got through at once: the raise stays under the calls
+    in flight less one for a hold, then goes on one past the most seen through; refused
+    there again, for twice as long. For good, the morning peak's ramp held a published
+    16 with 32 real slots near 20 for the run (1.61x the oracle)."""
+    clock, gate, limit = _raised("pub-held", top=6)
+    assert gate.capacity > 7
+    limit.on_refusal(8)
+    assert gate.capacity == 7
     _served(limit, clock, 4.0, 6)
-    assert gate.capacity == 6  # held
+    assert gate.capacity == 7  # held
     clock.now += DEFAULT_HOLD_S
-    for level in range(6, 10):
-        _served(limit, clock, 4.0, level)
-    assert gate.capacity > 6  # the hold is over: the latencies raise it again
-    limit.on_refusal(7)  # refused there again: twice the hold
-    assert gate.capacity == 6
-    clock.now += DEFAULT_HOLD_S
-    _served(limit, clock, 4.0, 6)
-    assert gate.capacity == 6
+    _served(limit, clock, 4.0, 7)
+    assert gate.capacity == 8  # the hold is over: one past the most seen through
+    limit.on_refusal(8)  # refused there again: twice the hold
+    assert gate.capacity == 7
     clock.now += DEFAULT_HOLD_S
     _served(limit, clock, 4.0, 6)
-    assert gate.capacity > 6
+    assert gate.capacity == 7
+    clock.now += DEFAULT_HOLD_S
+    _served(limit, clock, 4.0, 6)
+    assert gate.capacity == 8
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_refusal_at_a_count_that_got_through_before_is_not_the_slots(busy: bool) -> None:
+    """A refusal with no more calls at the provider than once got through together says
+    nothing of the slots (a slope rule's plain 429, a shared pool's, an outage's 503):
+    the raise goes on. A slope rule's plain 429 at 17, after 29 had got through, held a
+    published 16 with 32 real slots at 16 for 30 s (plain 429s, seed 2); an outage's
+    "overloaded" 503s, read as a full queue's "busy", held it at 16 for good."""
+    _, gate, limit = _raised(f"pub-seen-{busy}", top=9)
+    before = gate.capacity
+    assert before > 9
+    limit.on_refusal(9, slots=busy)
+    assert gate.capacity == before
+
+
+def test_after_a_plain_429_above_the_count_the_latencies_no_longer_set_the_raise() -> None:
+    """A server that answered a 429 above the count refuses what its slots cannot take
+    and queues nothing: answers that look queued (their own lengths) no longer lower the
+    raise. Read as a queue on a hosted API, they held a published 16 with 32 real slots
+    at 16 for minutes (plain 429s, seed 4: 1.79x the oracle)."""
+    clock, gate, limit = _raised("pub-refuses", top=6)
+    limit.on_refusal(8)
+    assert gate.capacity == 7
+    for _ in range(10):
+        for level in range(4, 8):
+            # Longer answers at each level (the hold ends meanwhile).
+            _success(limit, clock, 4.0 * level, level)
+    assert clock.now > DEFAULT_HOLD_S
+    assert limit.statistics().latency_limit < 7  # read as a queue...
+    assert gate.capacity == 8  # ...which a refusing server does not have: one past the hold
 
 
 def test_after_a_refusal_the_raise_goes_one_past_the_most_seen_through() -> None:
@@ -611,6 +661,47 @@ async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
     assert after_busy
     assert policy.gate.capacity == 4
     assert max(after_busy) <= 4
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_429_that_names_a_window_does_not_stop_the_raise() -> None:
+    """A slope rule's 429 (``limit_burst_rate``) says the provider's window was full, not
+    its slots: the raise above a published count goes on. Taken as a refusal that need
+    not be the slots', it held a published 16 with 32 real slots at 16 for 30 s in the
+    morning peak's ramp (1.09x the oracle, seeds 1-5; 1.004x without)."""
+    at_server = 0
+    refused = False
+    after: list[int] = []
+
+    async def server() -> str:
+        nonlocal at_server, refused
+        if at_server == 4 and not refused:
+            refused = True
+            raise anygate.ResponseError(
+                429, body={"error": {"code": "limit_burst_rate", "message": "burst rate"}}
+            )
+        at_server += 1
+        if refused:
+            after.append(at_server)
+        try:
+            await anyio.sleep(2.0)
+        finally:
+            at_server -= 1
+        return "ok"
+
+    policy = Policy(
+        name="published-window",
+        gate=Gate(2, name="published-window", clock=anyio.current_time),
+        max_concurrent_calls=2,
+        concurrency_is_ceiling=False,
+        clock=anyio.current_time,
+        retry=anygate.RetryConfig(base_delay_ms=10, cap_delay_ms=100),
+    )
+
+    await _agents(policy, server, agents=8, calls=6)
+    assert refused
+    assert max(after) > 4  # a hold would have kept it at 4 for the whole run
 
 
 def test_no_raise_while_a_throttle_holds_the_limit_below_the_published_count() -> None:

@@ -64,6 +64,7 @@ class AdaptiveState:
         "__weakref__",
         "_above",
         "_above_held",
+        "_above_refuses",
         "_accepted",
         "_ahead",
         "_applied",
@@ -175,6 +176,10 @@ class AdaptiveState:
         self._above: float | None = None
         # A ceiling a refusal that need not be the slots' set: (ceiling, until, hold).
         self._above_held: HeldCeiling | None = None
+        # A 429 came above the count (a concurrency 429, or a plain one): the server
+        # refuses what its slots cannot take, so its latencies no longer set the raise
+        # (``_apply``).
+        self._above_refuses = False
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -270,6 +275,13 @@ class AdaptiveState:
             # Rounded, not floored: the estimate errs either way by the answers' noise,
             # and floored, 4 slots read as 1.85 at 2 in flight held the gate at 2.
             nearest = capacity_for(latency + 0.5, floor=slots.floor_now)
+            if self._above_refuses:
+                # A server that refused above the count with a 429 refuses what its slots
+                # cannot take and queues nothing: its latencies are its answers' lengths.
+                # Read as a queue, they held a published 16 with 32 real slots at 16-25
+                # for minutes (morning peak, seeds 2 and 5: 1.29x and 1.36x the oracle).
+                # The raise goes one past the most seen through, to the refusal's ceiling.
+                nearest = math.inf
             # Only while no throttle holds the limit below the stated count: a provider
             # with 16 slots behind a published 32 taught 16, and the latencies, which
             # showed no queue (it refuses instead), took the gate back to 32: 58 % of

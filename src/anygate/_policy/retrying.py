@@ -224,6 +224,11 @@ class Retrier:
         if kind is not None and run.admitted_at is not None:
             adaptive.rejected(run.admitted_at)
         unit = rate_unit(judgement.verdict) if kind == "rate" else None
+        # The answer itself names a window (the slope's, a minute's; OpenAI's code is
+        # per-minute): it says nothing of the slots.
+        windowed = kind == "burst" or (
+            kind == "rate" and (unit is not None or bool(judgement.verdict.code))
+        )
         tentative = False  # the slots' by our counts, not by the answer
         if kind == "rate" and unit is None and run.admitted_at is not None:
             # A 429 that does not say what it counted: the limit our counts say was full
@@ -250,10 +255,14 @@ class Retrier:
             # and the provider's window after a quiet one turned 39 of them away (morning
             # peak with an outage at 100-130 s, seed 1).
             adaptive.turned_away(run.admitted_at, run.tokens, refused=kind == "concurrency")
-        if kind is not None or (server_error and judgement.verdict.reason is Reason.BUSY):
-            # A refusal of any kind (a 429, an overload answer, a full queue's "busy"):
-            # above a published slot count, the raise stops there (for a hold, unless
-            # the answer says it is the slots': "busy" here, the others' lessons below).
+        if (kind is not None and not windowed) or (
+            server_error and judgement.verdict.reason is Reason.BUSY
+        ):
+            # A refusal that may be the slots' (a plain 429, an overload answer, a full
+            # queue's "busy"): above a published slot count, the raise stops there (for
+            # a hold, unless the answer says it is the slots': "busy" here, the others'
+            # lessons below). A window's 429 does not stop it: the slope rule's 429s
+            # during the ramp held a published 16 with 32 real slots at 16 for 30 s.
             adaptive.on_refusal(run.sending or run.in_flight, slots=kind is None)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
