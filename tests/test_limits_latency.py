@@ -504,6 +504,26 @@ def test_a_refusal_at_a_count_that_got_through_before_is_not_the_slots(busy: boo
     assert gate.capacity == before
 
 
+def test_a_window_429_shows_a_server_that_refuses_and_the_raise_goes_one_past() -> None:
+    """A 429 naming the slope's or a minute's window holds nothing, but only a hosted
+    API sends one: the latencies (its answers' lengths) no longer set the raise, which
+    goes one past the most seen through instead of the estimate's jump. Jumping, a
+    published 16 with 32 real slots went to 51 and sent 13 calls past the slots at once
+    (morning peak, seed 1); held to the latencies, the outage scenario's ramp stayed at
+    16 (seeds 3-4: 1.15x the oracle)."""
+    clock, gate, limit = _raised("pub-window", top=6)
+    assert gate.capacity == 9  # the estimate's jump: 1.5 x 6
+    limit.on_refusal(3, window=True)  # at any count
+    assert gate.capacity == 7  # one past the most seen through (6)
+    _served(limit, clock, 4.0, 7)
+    assert gate.capacity == 8
+    for _ in range(10):
+        for level in range(4, 9):
+            _success(limit, clock, 4.0 * level, level)  # read as a queue
+    assert limit.statistics().latency_limit < 8
+    assert gate.capacity == 8  # not by the latencies' word
+
+
 def test_after_a_plain_429_above_the_count_the_latencies_no_longer_set_the_raise() -> None:
     """A server that answered a 429 above the count refuses what its slots cannot take
     and queues nothing: answers that look queued (their own lengths) no longer lower the

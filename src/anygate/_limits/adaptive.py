@@ -189,19 +189,24 @@ class AdaptiveLimit(BurstAnswer):
         return self._above < above
 
     @ki_protected
-    def on_refusal(self, in_flight: int, *, slots: bool = False) -> None:
+    def on_refusal(self, in_flight: int, *, slots: bool = False, window: bool = False) -> None:
         """A call sent with ``in_flight`` of this gate's calls at the provider (itself
-        included) was refused: a 429 that names no window (a plain one, the slots' own),
-        an overload answer, a server's 503 "busy" (its queue is full); the policy does
-        not report a 429 that names the slope's or a minute's window, which says nothing
-        of the slots. Above a published slot count (a policy's
+        included) was refused: a 429 of any kind, an overload answer, a server's 503
+        "busy" (its queue is full). Above a published slot count (a policy's
         ``concurrency_is_ceiling=False``), the latencies may raise the gate no higher than
         ``in_flight - 1``: from now on when the refusal is the slots' by its words
         (``slots``: a full queue's "busy"; a concurrency 429 or an overload answer say so
         through :meth:`on_concurrency`), else for a hold (:data:`DEFAULT_HOLD_S`, twice
         as long each time it is refused there again, up to :data:`DEFAULT_MAX_HOLD_S`).
-        At or below the count it says nothing of the slots above. Nothing else: the
-        throttle rules and the retry answer the refusal.
+        At or below the count, or with no more calls out than once got through together,
+        it says nothing of the slots above. ``window``: the 429 names the slope's or a
+        minute's window, which says nothing of the slots and holds nothing.
+
+        Any 429 (``window`` too) shows a server that refuses what it cannot take, a
+        hosted API: it queues nothing, its latencies are its answers' lengths, and from
+        then on the raise goes one past the most calls seen through at once instead of
+        to the latencies' estimate. Nothing else: the throttle rules and the retry
+        answer the refusal.
 
         Measured: the local server with a queue of 1 (seeds 1-5), whose "busy" 503s said
         nothing the throttle rules read, lost a call in seed 3 with no cap at all; the
@@ -209,10 +214,18 @@ class AdaptiveLimit(BurstAnswer):
         taken for the slots only tentatively, got 15.6 % of calls a 429. For good at any
         refusal, a published 16 with 32 real slots stayed near where the slope rule's
         429s turned its ramp away: 1.61x the oracle (seeds 1-3); for a hold at a slope
-        429, 1.094x (seeds 1-5), and 1.004x with those 429s not reported."""
-        if self._above is None or in_flight <= self._slots.maximum or not self._enabled:
+        429, 1.094x (seeds 1-5); 1.004x holding nothing at them, and 1.005x (worst
+        1.032x -> 1.007x) with the latencies no longer heard after one."""
+        if self._above is None or not self._enabled:
+            return
+        if in_flight <= self._slots.maximum and not window:
             return
         with self._lock:
+            if window:
+                if not self._above_refuses:
+                    self._above_refuses = True
+                    self._apply()
+                return
             if in_flight <= self._slots.most_passed:
                 # As many got through at once before: not the slots' (they did not
                 # shrink, or their own 429s say so). A slope rule's plain 429 at 17 in

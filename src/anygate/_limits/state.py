@@ -176,9 +176,9 @@ class AdaptiveState:
         self._above: float | None = None
         # A ceiling a refusal that need not be the slots' set: (ceiling, until, hold).
         self._above_held: HeldCeiling | None = None
-        # A 429 came above the count (a concurrency 429, or a plain one): the server
-        # refuses what its slots cannot take, so its latencies no longer set the raise
-        # (``_apply``).
+        # A 429 came (a window's at any count; a concurrency or plain one above the
+        # count): the server refuses what it cannot take, so its latencies no longer set
+        # the raise (``_apply``).
         self._above_refuses = False
 
     @property
@@ -276,11 +276,11 @@ class AdaptiveState:
             # and floored, 4 slots read as 1.85 at 2 in flight held the gate at 2.
             nearest = capacity_for(latency + 0.5, floor=slots.floor_now)
             if self._above_refuses:
-                # A server that refused above the count with a 429 refuses what its slots
-                # cannot take and queues nothing: its latencies are its answers' lengths.
-                # Read as a queue, they held a published 16 with 32 real slots at 16-25
-                # for minutes (morning peak, seeds 2 and 5: 1.29x and 1.36x the oracle).
-                # The raise goes one past the most seen through, to the refusal's ceiling.
+                # A server that answered a 429 refuses what it cannot take and queues
+                # nothing: its latencies are its answers' lengths. Read as a queue, they
+                # held a published 16 with 32 real slots at 16-25 for minutes (morning
+                # peak, seeds 2 and 5: 1.29x and 1.36x the oracle). The raise goes one
+                # past the most seen through (below), to the refusal's ceiling.
                 nearest = math.inf
             # Only while no throttle holds the limit below the stated count: a provider
             # with 16 slots behind a published 32 taught 16, and the latencies, which
@@ -295,12 +295,16 @@ class AdaptiveState:
                 # 48 sent 16 calls into 429s (0.10 % -> 0.56 % of calls).
                 if slots.most_passed <= slots.maximum:
                     nearest = min(nearest, slots.maximum + 1)
-                elif held is not None:
-                    # Refused above the count before (a hold that may have ended): one
-                    # past the most that got through at once, as past the count. Raised
-                    # to the estimate at each hold's end, a published 16 with 32 plain
-                    # slots sent ten calls past them each time (2.5 % of calls a 429).
-                    nearest = min(nearest, max(held.ceiling, slots.most_passed) + 1)
+                elif held is not None or self._above_refuses:
+                    # Refused above the count before (a hold that may have ended), or a
+                    # server that refuses: one past the most that got through at once,
+                    # as past the count. Raised to the estimate at each hold's end, a
+                    # published 16 with 32 plain slots sent ten calls past them each
+                    # time (2.5 % of calls a 429).
+                    known = (
+                        slots.most_passed if held is None else max(held.ceiling, slots.most_passed)
+                    )
+                    nearest = min(nearest, known + 1)
                 capacity = max(capacity, min(nearest, above))
         if force or capacity != self._applied:
             gate.capacity = capacity

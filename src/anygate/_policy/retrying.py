@@ -255,14 +255,16 @@ class Retrier:
             # and the provider's window after a quiet one turned 39 of them away (morning
             # peak with an outage at 100-130 s, seed 1).
             adaptive.turned_away(run.admitted_at, run.tokens, refused=kind == "concurrency")
-        if (kind is not None and not windowed) or (
-            server_error and judgement.verdict.reason is Reason.BUSY
-        ):
+        if windowed:
+            # A window's 429 does not stop a published slot count's raise (the slope
+            # rule's 429s during the ramp held a published 16 with 32 real slots at 16
+            # for 30 s), but it shows a server that refuses.
+            adaptive.on_refusal(run.sending or run.in_flight, window=True)
+        elif kind is not None or (server_error and judgement.verdict.reason is Reason.BUSY):
             # A refusal that may be the slots' (a plain 429, an overload answer, a full
             # queue's "busy"): above a published slot count, the raise stops there (for
             # a hold, unless the answer says it is the slots': "busy" here, the others'
-            # lessons below). A window's 429 does not stop it: the slope rule's 429s
-            # during the ramp held a published 16 with 32 real slots at 16 for 30 s.
+            # lessons below).
             adaptive.on_refusal(run.sending or run.in_flight, slots=kind is None)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
