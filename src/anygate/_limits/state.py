@@ -295,9 +295,9 @@ class AdaptiveState:
                 # 48 sent 16 calls into 429s (0.10 % -> 0.56 % of calls).
                 if slots.most_passed <= slots.maximum:
                     nearest = min(nearest, slots.maximum + 1)
-                elif held is not None or self._above_refuses:
-                    # Refused above the count before (a hold that may have ended), or a
-                    # server that refuses: one past the most that got through at once,
+                elif self._above_refuses:
+                    # A server that refuses (and any refused above the count: a hold,
+                    # which may have ended): one past the most that got through at once,
                     # as past the count. Raised to the estimate at each hold's end, a
                     # published 16 with 32 plain slots sent ten calls past them each
                     # time (2.5 % of calls a 429).
