@@ -379,16 +379,16 @@ def _served(limit: AdaptiveLimit, clock: FakeClock, latency: float, in_flight: i
 
 
 def test_a_published_slot_count_is_raised_by_latencies_that_show_no_queue() -> None:
-    """``concurrency_is_ceiling=False``: the maximum is where the gate starts; answers at
-    it that queued nothing take the gate up to the estimate (1.5 x the slots shown), past
-    the maximum, which the configuration keeps."""
+    """``concurrency_is_ceiling=False``: the gate starts one past the maximum (the
+    known-good level); answers that queued nothing take it up to the estimate (1.5 x the
+    slots shown), past the maximum, which the configuration keeps."""
     clock = FakeClock()
     gate = Gate(1, name="pub-slots", clock=clock)
     limit = AdaptiveLimit(gate, clock=clock)
     assert not limit.probes_published_slots
     limit._probe_published_slots(True)
     assert limit.probes_published_slots
-    assert gate.capacity == 1  # nothing answered yet: the published count
+    assert gate.capacity == 2  # nothing answered yet: one past the published count
     level = 1
     for _ in range(8):  # a server with 8 slots: no queue at any of these levels
         _served(limit, clock, 4.0, level)
@@ -404,9 +404,11 @@ def test_a_one_slot_server_keeps_one_call_queued_over_its_published_slot() -> No
     gate = Gate(1, name="pub-one", clock=clock)
     limit = AdaptiveLimit(gate, clock=clock)
     limit._probe_published_slots(True)
+    assert gate.capacity == 2  # one past the count from the start
+    level = 1  # the first call went alone, and a queue answers it first
     for _ in range(20):
-        level = int(gate.capacity)
         _served(limit, clock, _queued(1, 4.0, level), level)
+        level = int(gate.capacity)
     assert gate.capacity == 2  # max(1.5 x 1, 1 + 1): one serving, one queued
 
 

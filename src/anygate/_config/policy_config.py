@@ -89,8 +89,9 @@ class PolicyConfig:
             up or down (a tier upgrade is picked up); see ``docs/learning.md``.
         concurrency_is_ceiling: ``True`` (the default): ``max_concurrent_calls`` is a
             ceiling. ``False``: it is the server's *published* slot count (a local
-            server's ``--parallel``), a starting point: the answers' latencies may take
-            the gate above it, up to the last refusal; see ``docs/policy.md``.
+            server's ``--parallel``), a starting point: the gate starts one past it, and
+            the answers' latencies (or, once the server answered a 429, the calls seen
+            through) may take it higher, up to the last refusal; see ``docs/policy.md``.
         reraise: after giving up on a provider failure, raise the provider's own exception
             (an SDK's typed error) instead of :class:`anygate.CallFailed`; the
             ``CallFailed`` rides along (:meth:`anygate.CallFailed.of`, a note). Errors
