@@ -485,6 +485,21 @@ def test_bad_capacity_is_rejected_and_gate_unchanged(
     held.release()
 
 
+def test_resizing_a_gate_nobody_waits_on_reads_no_clock() -> None:
+    """A policy built before its event loop runs may resize a gate with a rate whose clock
+    is the loop's (``anyio.current_time``): with nobody waiting there is nobody to admit,
+    so the clock is not read and nothing raises."""
+
+    def no_loop() -> float:
+        raise RuntimeError("no event loop")
+
+    gate = Gate(2, rate=anygate.Rate(requests_per_minute=60), clock=no_loop)
+    gate.capacity = 3
+    assert gate.capacity == 3
+    gate.capacity = 1
+    assert gate.capacity == 1
+
+
 def test_integral_float_capacity_is_accepted() -> None:
     """4.0 means 4; math.inf means unlimited."""
     assert Gate(4.0).capacity == 4

@@ -237,8 +237,8 @@ def test_a_strategy_gets_no_seed_from_which_the_provider_draws_follow() -> None:
 
 
 def test_builtins_use_published_concurrency_never_the_hidden_slots() -> None:
-    """anygate caps at the published concurrency or not at all, +cap peers at it or 32;
-    the hidden slot count (7) appears nowhere."""
+    """anygate starts from the published concurrency or has no cap, +cap peers cap at
+    it or 32; the hidden slot count (7) appears nowhere."""
     from anygate.sim._engine import build_client
     from anygate.sim._policy_strategy import PolicyClient
 
@@ -253,7 +253,8 @@ def test_builtins_use_published_concurrency_never_the_hidden_slots() -> None:
         return anygate.policy.gate.capacity, capped._cap  # type: ignore[attr-defined]
 
     assert caps(sim.Published()) == (float("inf"), 32)
-    assert caps(sim.Published(concurrency=3, rpm=100)) == (3, 3)
+    # One past the published 3, where a published slot count starts (docs/policy.md).
+    assert caps(sim.Published(concurrency=3, rpm=100)) == (4, 3)
 
 
 def test_anygate_paces_to_the_published_rpm_and_seed_does_not() -> None:

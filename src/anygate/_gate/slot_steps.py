@@ -327,8 +327,11 @@ class SlotSteps(Ledger):
         try:
             self._capacity = cap
             self._limit = UNLIMITED if cap == math.inf else int(cap)
-            budgets = self._budgets
-            self._advance_locked(0.0 if budgets is None else self._clock(), wakes)
+            # Nobody waiting: nobody to admit, and no clock to read (a policy built
+            # before its event loop runs may resize a gate whose clock needs one).
+            if self._live:
+                budgets = self._budgets
+                self._advance_locked(0.0 if budgets is None else self._clock(), wakes)
         finally:
             lock.release()
             if self._deferred:
