@@ -640,6 +640,18 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
     assert virtual_s <= 1.25 * 160 / 4 * 2.0
 
 
+def _published_two(name: str) -> Policy:
+    """A policy stating a published slot count of 2, on the run's clock, retrying soon."""
+    return Policy(
+        name=name,
+        gate=Gate(2, name=name, clock=anyio.current_time),
+        max_concurrent_calls=2,
+        concurrency_is_ceiling=False,
+        clock=anyio.current_time,
+        retry=anygate.RetryConfig(base_delay_ms=10, cap_delay_ms=100),
+    )
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
 @pytest.mark.parametrize("refusal", ["busy 503", "plain 429"])
@@ -669,15 +681,7 @@ async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
             at_server -= 1
         return "ok"
 
-    policy = Policy(
-        name=f"published-{refusal}",
-        gate=Gate(2, name=f"published-{refusal}", clock=anyio.current_time),
-        max_concurrent_calls=2,
-        concurrency_is_ceiling=False,
-        clock=anyio.current_time,
-        retry=anygate.RetryConfig(base_delay_ms=10, cap_delay_ms=100),
-    )
-
+    policy = _published_two(f"published-{refusal}")
     await _agents(policy, server, agents=8, calls=10)
     assert busy >= 1  # the raise went past the slots once
     assert after_busy
@@ -712,15 +716,7 @@ async def test_a_429_that_names_a_window_does_not_stop_the_raise() -> None:
             at_server -= 1
         return "ok"
 
-    policy = Policy(
-        name="published-window",
-        gate=Gate(2, name="published-window", clock=anyio.current_time),
-        max_concurrent_calls=2,
-        concurrency_is_ceiling=False,
-        clock=anyio.current_time,
-        retry=anygate.RetryConfig(base_delay_ms=10, cap_delay_ms=100),
-    )
-
+    policy = _published_two("published-window")
     await _agents(policy, server, agents=8, calls=6)
     assert refused
     assert max(after) > 4  # a hold would have kept it at 4 for the whole run

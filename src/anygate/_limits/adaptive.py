@@ -208,14 +208,10 @@ class AdaptiveLimit(BurstAnswer):
         to the latencies' estimate. Nothing else: the throttle rules and the retry
         answer the refusal.
 
-        Measured: the local server with a queue of 1 (seeds 1-5), whose "busy" 503s said
-        nothing the throttle rules read, lost a call in seed 3 with no cap at all; the
-        morning peak with plain 429s and a published 32 (seeds 1-3), whose 429s were
-        taken for the slots only tentatively, got 15.6 % of calls a 429. For good at any
-        refusal, a published 16 with 32 real slots stayed near where the slope rule's
-        429s turned its ramp away: 1.61x the oracle (seeds 1-3); for a hold at a slope
-        429, 1.094x (seeds 1-5); 1.004x holding nothing at them, and 1.005x (worst
-        1.032x -> 1.007x) with the latencies no longer heard after one."""
+        Measured (docs/policy.md, "A published slot count", has the history): a local
+        server's "busy" 503s, unread, lost a call; held for good at any refusal, a
+        published 16 with 32 real slots took 1.61x the oracle, held at a slope 429
+        1.094x, and as above 1.005x."""
         if self._above is None or not self._enabled:
             return
         if in_flight <= self._slots.maximum and not window:
