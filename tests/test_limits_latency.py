@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -17,6 +17,9 @@ from anygate._config.limit_values import DEFAULT_HOLD_S
 from anygate._limits.latency import PROBE_MULTIPLIER, TOLERANCE, LatencyLimit
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # --------------------------------------------------------------------------- arithmetic
 
@@ -640,6 +643,31 @@ async def test_a_policy_finds_a_local_server_with_more_slots_than_published() ->
     assert virtual_s <= 1.25 * 160 / 4 * 2.0
 
 
+class _RefusingServer:
+    """A server whose calls take 2 s, refusing with ``refusal(at_server, refused)`` when
+    that names an error; it records the calls at it on each arrival after a refusal."""
+
+    def __init__(self, refusal: Callable[[int, int], Exception | None]) -> None:
+        self._refusal = refusal
+        self.at_server = 0
+        self.refused = 0
+        self.after: list[int] = []
+
+    async def __call__(self) -> str:
+        error = self._refusal(self.at_server, self.refused)
+        if error is not None:
+            self.refused += 1
+            raise error
+        self.at_server += 1
+        if self.refused:
+            self.after.append(self.at_server)
+        try:
+            await anyio.sleep(2.0)
+        finally:
+            self.at_server -= 1
+        return "ok"
+
+
 def _published_two(name: str) -> Policy:
     """A policy stating a published slot count of 2, on the run's clock, retrying soon."""
     return Policy(
@@ -659,34 +687,23 @@ async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
     """A server with 4 slots and no queue refuses a fifth call (503 "busy", or a 429 that
     names no limit): the policy's retrier reports it (``AdaptiveLimit.on_refusal``), and the
     raise stays at 4 from then on, however little the latencies show queued."""
-    at_server = 0
-    after_busy: list[int] = []
-    busy = 0
 
-    async def server() -> str:
-        nonlocal at_server, busy
-        if at_server >= 4:
-            busy += 1
-            if refusal == "plain 429":
-                raise anygate.ResponseError(429)
-            raise anygate.ResponseError(
-                503, body={"error": {"code": "server_busy", "message": "server busy"}}
-            )
-        at_server += 1
-        if busy:
-            after_busy.append(at_server)
-        try:
-            await anyio.sleep(2.0)
-        finally:
-            at_server -= 1
-        return "ok"
+    def full(at_server: int, refused: int) -> Exception | None:
+        if at_server < 4:
+            return None
+        if refusal == "plain 429":
+            return anygate.ResponseError(429)
+        return anygate.ResponseError(
+            503, body={"error": {"code": "server_busy", "message": "server busy"}}
+        )
 
+    server = _RefusingServer(full)
     policy = _published_two(f"published-{refusal}")
     await _agents(policy, server, agents=8, calls=10)
-    assert busy >= 1  # the raise went past the slots once
-    assert after_busy
+    assert server.refused >= 1  # the raise went past the slots once
+    assert server.after
     assert policy.gate.capacity == 4
-    assert max(after_busy) <= 4
+    assert max(server.after) <= 4
 
 
 @pytest.mark.anyio
@@ -696,30 +713,19 @@ async def test_a_429_that_names_a_window_does_not_stop_the_raise() -> None:
     its slots: the raise above a published count goes on. Taken as a refusal that need
     not be the slots', it held a published 16 with 32 real slots at 16 for 30 s in the
     morning peak's ramp (1.09x the oracle, seeds 1-5; 1.004x without)."""
-    at_server = 0
-    refused = False
-    after: list[int] = []
 
-    async def server() -> str:
-        nonlocal at_server, refused
-        if at_server == 4 and not refused:
-            refused = True
-            raise anygate.ResponseError(
-                429, body={"error": {"code": "limit_burst_rate", "message": "burst rate"}}
-            )
-        at_server += 1
-        if refused:
-            after.append(at_server)
-        try:
-            await anyio.sleep(2.0)
-        finally:
-            at_server -= 1
-        return "ok"
+    def once(at_server: int, refused: int) -> Exception | None:
+        if at_server != 4 or refused:
+            return None
+        return anygate.ResponseError(
+            429, body={"error": {"code": "limit_burst_rate", "message": "burst rate"}}
+        )
 
+    server = _RefusingServer(once)
     policy = _published_two("published-window")
     await _agents(policy, server, agents=8, calls=6)
-    assert refused
-    assert max(after) > 4  # a hold would have kept it at 4 for the whole run
+    assert server.refused
+    assert max(server.after) > 4  # a hold would have kept it at 4 for the whole run
 
 
 def test_no_raise_while_a_throttle_holds_the_limit_below_the_published_count() -> None:
