@@ -682,17 +682,22 @@ def _published_two(name: str) -> Policy:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [mock_clock()])
-@pytest.mark.parametrize("refusal", ["busy 503", "plain 429"])
+@pytest.mark.parametrize("refusal", ["busy 503", "plain 429", "full queue 503"])
 async def test_a_refusal_caps_the_raise_through_a_policy(refusal: str) -> None:
-    """A server with 4 slots and no queue refuses a fifth call (503 "busy", or a 429 that
-    names no limit): the policy's retrier reports it (``AdaptiveLimit.on_refusal``), and the
-    raise stays at 4 from then on, however little the latencies show queued."""
+    """A server with 4 slots and no queue refuses a fifth call (503 "busy", a 429 that
+    names no limit, or Ollama's full queue): the policy's retrier reports it
+    (``AdaptiveLimit.on_refusal``), and the raise stays at 4 from then on, however little
+    the latencies show queued."""
 
     def full(at_server: int, refused: int) -> Exception | None:
         if at_server < 4:
             return None
         if refusal == "plain 429":
             return anygate.ResponseError(429)
+        if refusal == "full queue 503":
+            return anygate.ResponseError(
+                503, body={"error": "server busy, please try again. maximum pending requests"}
+            )
         return anygate.ResponseError(
             503, body={"error": {"code": "server_busy", "message": "server busy"}}
         )

@@ -56,6 +56,11 @@ def rpm_429(retry_after: str | None = None) -> ResponseError:
     )
 
 
+def queue_full_503(message: str = "maximum pending requests exceeded") -> ResponseError:
+    """Ollama's answer beyond its queue bound (``OLLAMA_MAX_QUEUE``)."""
+    return ResponseError(503, body={"error": f"server busy, please try again.  {message}"})
+
+
 def overloaded_529() -> ResponseError:
     return ResponseError(
         529, body={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -74,6 +79,9 @@ def overloaded_529() -> ResponseError:
         (overloaded_529(), "overload"),
         (transient(retry_after="3"), "overload"),  # 503 asking to come back later
         (transient(), None),  # 503 without Retry-After: down, the breaker's business
+        (queue_full_503(), "concurrency"),  # a full queue: the calls in flight filled it
+        (queue_full_503("llm busy - no slots available"), "concurrency"),
+        (ResponseError(503, body={"error": "server busy, please try again"}), None),
         (ResponseError(500, body={"error": {"message": "boom"}}), None),
     ],
 )
@@ -275,6 +283,54 @@ async def test_an_uncapped_policy_learns_the_providers_slots_and_loses_nothing()
     stats = policy.adaptive_limit.statistics()
     assert stats.throttles >= 1
     assert stats.throttles * 5 < provider.rejected
+
+
+class QueueingServer:
+    """A local model server: ``slots`` calls served at once, ``queue`` more waiting for a
+    slot in order, and Ollama's 503 for any call beyond."""
+
+    def __init__(self, slots: int, queue: int, service_s: float = 4.0) -> None:
+        self.slots = anyio.Semaphore(slots)
+        self.bound = slots + queue
+        self.service_s = service_s
+        self.present = 0
+        self.peak = 0
+        self.refused = 0
+        self.served = 0
+
+    async def __call__(self) -> str:
+        if self.present >= self.bound:
+            self.refused += 1
+            raise queue_full_503()
+        self.present += 1
+        self.peak = max(self.peak, self.present)
+        try:
+            async with self.slots:
+                await anyio.sleep(self.service_s)
+        finally:
+            self.present -= 1
+        self.served += 1
+        return "ok"
+
+
+@virtual_time
+async def test_a_full_queues_503s_teach_an_uncapped_policy_what_the_server_holds() -> None:
+    """24 callers at once on a 1-slot server with a 4-deep queue: the calls beyond its
+    5 get its "maximum pending requests exceeded" 503. Each is a concurrency answer (the
+    slots and the queue were full), not an outage's 503: the gate learns to hold 5 at
+    the server, the breaker stays closed, and no call is lost (read as an outage's, 24
+    agents lost 135 of 360 calls in ``anygate simulate``, seeds 1-3)."""
+    server = QueueingServer(slots=1, queue=4)
+    policy = Policy(name="queue", gate_name="queue-gate")
+    assert math.isinf(policy.gate.capacity)
+    async with anyio.create_task_group() as tg:
+        for _ in range(24):
+            tg.start_soon(policy.call, server)
+    assert server.served == 24
+    assert server.refused >= 1
+    assert policy.gate.capacity <= 5
+    assert policy.breaker is not None
+    assert policy.breaker.statistics().opened == 0
 
 
 async def test_throttles_use_their_own_budget() -> None:

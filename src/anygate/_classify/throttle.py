@@ -9,6 +9,9 @@ kind                      recognised by                                         
 ``"concurrency"``         429 whose code or message names concurrency            limit cut to
                           (``concurrency_limit_exceeded``, "too many concurrent   the calls in
                           requests")                                             flight - 1
+                          503 whose message says the server's queue is full      (slots and
+                          ("maximum pending requests exceeded": Ollama's         queue)
+                          ``OLLAMA_MAX_QUEUE``; "no slots available")
 ``"overload"``            Anthropic 529 / ``overloaded_error`` at 429 or 529,    limit cut by
                           503 *with* ``Retry-After`` (a server asking for less   the adaptive
                           load, not one that is down)                            factor
@@ -35,13 +38,21 @@ from .classify import Reason
 if TYPE_CHECKING:
     from .classify import Verdict
 
-__all__ = ["RateUnit", "ThrottleKind", "rate_unit", "throttle_kind"]
+__all__ = ["RateUnit", "ThrottleKind", "queue_full", "rate_unit", "throttle_kind"]
 
 ThrottleKind = Literal["concurrency", "overload", "burst", "rate"]
 #: What a per-minute 429 counted: requests or tokens (any token budget).
 RateUnit = Literal["requests", "tokens"]
 
 _CONCURRENCY_WORDS: Final = ("concurren", "parallel request", "simultaneous")
+# A server that queues what its slots cannot take yet, up to a bound, and answers 503
+# beyond it: Ollama's "server busy, please try again.  maximum pending requests exceeded"
+# (``OLLAMA_MAX_QUEUE``, 512 by default) and its runner's "llm busy - no slots available".
+# The calls in flight then filled the slots and the queue: a concurrency answer, and a
+# server that is up. Read as a 503 like an outage's, these went to the breaker and the
+# retry budget: 24 agents on a 1-slot server with a 4-deep queue lost 135 calls of 360
+# (seeds 1-3; ``anygate simulate``'s local model server with no slot count published).
+_QUEUE_WORDS: Final = ("pending request", "no slots available", "queue is full")
 _OVERLOAD_CODES: Final = frozenset({"overloaded_error", "overloaded", "server_overloaded"})
 # OpenAI: "on requests per min (RPM)", "on tokens per min (TPM)"; Anthropic: "of N input
 # tokens per minute", "... requests per minute"; Azure: "exceeded call rate limit" /
@@ -59,6 +70,8 @@ def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
     code = (verdict.code or "").lower()
     if status == 529 or (status == 429 and code in _OVERLOAD_CODES):
         return "overload"
+    if status == 503 and queue_full(verdict):
+        return "concurrency"
     if status == 503 and verdict.retry_after is not None:
         return "overload"
     if status == 429:
@@ -67,6 +80,13 @@ def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
             return "concurrency"
         return "rate"
     return None
+
+
+def queue_full(verdict: Verdict) -> bool:
+    """Whether ``verdict``'s words say the server's queue is full (``_QUEUE_WORDS``): a
+    server that queues, and turned this call away for the calls ahead of it."""
+    text = f"{verdict.code or ''} {verdict.detail}".lower()
+    return any(word in text for word in _QUEUE_WORDS)
 
 
 def rate_unit(verdict: Verdict) -> RateUnit | None:

@@ -263,9 +263,10 @@ class Retrier:
         elif kind is not None or (server_error and judgement.verdict.reason is Reason.BUSY):
             # A refusal that may be the slots' (a plain 429, an overload answer, a full
             # queue's "busy"): above a published slot count, the raise stops there (for
-            # a hold, unless the answer says it is the slots': "busy" here, the others'
-            # lessons below).
-            adaptive.on_refusal(run.sending or run.in_flight, slots=kind is None)
+            # a hold, unless the answer says it is the slots': "busy" or a full queue's
+            # words here, the others' lessons below).
+            queue = kind == "concurrency" and status == 503  # a server that queues
+            adaptive.on_refusal(run.sending or run.in_flight, slots=kind is None or queue)
         if kind == "burst":
             self.throttled(run, judgement.verdict)
             return adaptive.enabled
