@@ -16,7 +16,7 @@ Behaviours: ``ok``; ``burst`` (429 ``limit_burst_rate``); ``retry_after`` (429 w
 ``retry_after_long`` (429 with ``Retry-After: 60``); ``tpm_words`` (429 in OpenAI's words:
 "on tokens per min (TPM): Limit 30000, Used 29937, Requested 385", ``retry-after-ms: 1``);
 ``itpm_words`` (429 in Anthropic's: "of 30,000 input tokens per minute"); ``overloaded``
-(503); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
+(503); ``queue_full`` (503, Ollama's "maximum pending requests exceeded"); ``quota`` (429 ``insufficient_quota``); ``unauthorized`` (401); ``hang_headers``
 (answers only after :meth:`FakeProvider.unhang`); ``hang_stream`` (sends the headers and the
 first chunk of the body, then waits for :meth:`FakeProvider.unhang`). A client that goes away ends any of them.
 A request with an ``x-fake-wait: <key>`` header waits for :meth:`FakeProvider.release` of
@@ -107,6 +107,15 @@ _ERRORS: dict[str, tuple[int, list[tuple[bytes, bytes]], dict[str, Any]]] = {
         503,
         [],
         {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded"},
+    ),
+    "queue_full": (
+        503,
+        [],
+        {
+            "message": "server busy, please try again.  maximum pending requests exceeded",
+            "type": "api_error",
+            "code": None,
+        },
     ),
     "quota": (
         429,

@@ -99,3 +99,28 @@ def test_a_plain_sync_client_still_raises_the_anygate_error(library: str) -> Non
             client.get("https://llm.example/")
     assert isinstance(info.value, lib.TransportError)
     assert info.value.request.url == "https://llm.example/"
+
+
+async def test_a_full_queues_503_through_an_sdk_is_a_concurrency_lesson(sdk: Sdk) -> None:
+    """Ollama's 503 beyond its queue bound, raised by the real SDK as its server error: the
+    policy reads a concurrency answer (the gate holds the calls in flight less one, here
+    its floor), not a failure: the breaker, opening at the first failure, stays closed,
+    and the retry goes through."""
+    provider = FakeProvider()
+    provider.script("queue_full")
+    policy = anygate.Policy(
+        name="local",
+        gate_name="local-gate",
+        retry=anygate.RetryConfig(base_delay_ms=1, cap_delay_ms=2),
+        circuit_breaker=OPENS_AT_ONCE,
+    )
+    async with serve(provider) as url:
+        client = sdk.client(url, None)
+        assert await policy.call(sdk.complete, client) == "Hello world"
+        await client.close()
+    assert provider.seen == ["queue_full", "ok"]
+    assert policy.breaker is not None
+    assert policy.breaker.statistics().opened == 0
+    stats = policy.adaptive_limit.statistics()
+    assert stats.throttles == 1
+    assert policy.gate.capacity == 1
