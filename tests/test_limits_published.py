@@ -4,6 +4,8 @@ switch."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from anygate import AdaptiveLimit, Gate, LimitReport, Policy, Rate, RateLearner, ReportedLimit
@@ -27,6 +29,22 @@ def test_the_probe_steps_a_bound_rate_and_goes_back_at_the_first_429() -> None:
     assert probe.step(125.0, 2350, 4800, rejected=True) == 2400
     assert probe.ended
     assert probe.step(200.0, 2400, 2400, rejected=False) is None
+
+
+def test_a_step_that_stood_steps_again_once_it_binds_over_bind_s() -> None:
+    """The first step waits for a whole minute at the published rate; once it stood, the
+    stepped rate steps again as soon as its last ``BIND_S`` seconds accepted ``BIND`` of
+    it, not after a whole minute at it. The published rate itself never steps so."""
+    probe = PublishedProbe(1200)
+    burst = math.ceil(BIND * 1200 * BIND_S / WINDOW_S)  # BIND_S of 1,200's pace
+    assert probe.step(10.0, 300, 1200, rejected=False, recent=burst) is None
+    assert probe.step(61.0, int(BIND * 1200) + 1, 1200, rejected=False) == 2400
+    at_2400 = math.ceil(BIND * 2400 * BIND_S / WINDOW_S)
+    assert probe.step(66.0, 1300, 2400, rejected=False, recent=at_2400 - 1) is None
+    assert probe.step(72.0, 1400, 2400, rejected=False, recent=at_2400) == 4800
+    assert probe.good == 2400
+    assert probe.step(75.0, 1500, 4800, rejected=True) == 2400
+    assert probe.ended
 
 
 def test_a_rate_set_by_another_hand_ends_the_probe() -> None:

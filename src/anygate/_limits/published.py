@@ -19,8 +19,14 @@ sooner (after 10 s of binding), the step came while the provider's minute was st
 filling: sends bunched into the first part of each minute, and at 96 slots with the
 published 1,200 the real one, seeds 1-5 went 1.009x -> 1.031x the oracle (now 1.007x);
 the cost of the minute is the tier above's first minute at the published rate (1.54x ->
-1.19x; 1.02x stepping sooner). A rate set by anyone else (the header learner, the user)
-ends the probe too.
+1.19x; 1.02x stepping sooner). Only the first step is that gamble: once a step stood,
+the stepped rate steps again when it binds over the last ``BIND_S`` seconds (as the
+token rate does), not after a whole minute at it; a 429 then still ends the probe at the
+last rate that drew none. Waiting a minute at each, the morning peak x10 (320 slots,
+12,000 real) behind a published 1,200 reached its slots after 185 s (1.327x the oracle,
+seeds 1-3); stepping on, after 100 s (1.147x: the first minute's cost; docs/policy.md
+has the other cells). A rate set by anyone else (the header learner, the user) ends the
+probe too.
 
 Tokens. :class:`TokenProbe` steps a published token rate the same way, but a token
 bucket (OpenAI's refills continuously) starts full: a step to twice the real limit
@@ -95,18 +101,21 @@ class _Probe:
 class PublishedProbe(_Probe):
     """The upward probe of one gate's published request rate (see the module docstring)."""
 
-    __slots__ = ("_good",)
+    __slots__ = ("_good", "_published")
 
     def __init__(self, rate: float) -> None:
         super().__init__(rate)
         self._good = rate  # the last rate that drew no 429
+        self._published = rate
 
     @property
     def good(self) -> float:
         """The last rate that drew no 429 (the published one until a step stood)."""
         return self._good
 
-    def step(self, now: float, accepted: int, rate: float | None, rejected: bool) -> float | None:
+    def step(
+        self, now: float, accepted: int, rate: float | None, rejected: bool, recent: int = 0
+    ) -> float | None:
         """The gate's next requests per minute, or ``None`` to leave it.
 
         Args:
@@ -114,6 +123,9 @@ class PublishedProbe(_Probe):
             accepted: requests the provider accepted in the minute before ``now``.
             rate: the gate's requests per minute now.
             rejected: whether a per-minute 429 has taught the request estimate.
+            recent: requests it accepted in the ``BIND_S`` seconds before ``now``: once a
+                step stood, the stepped rate binds when these reach ``BIND`` of its
+                ``BIND_S`` (see the module docstring).
         """
         rate = self._live(rate)
         if rate is None:
@@ -121,7 +133,9 @@ class PublishedProbe(_Probe):
         if rejected:
             self.ended = True
             return self._good if self._good != rate else None
-        if accepted < BIND * rate:
+        # A step that stood binds again over BIND_S: the first is the only gamble.
+        stepped = rate != self._published
+        if accepted < BIND * rate and not (stepped and recent >= BIND * rate * BIND_S / WINDOW_S):
             self.next_at = now + _RECHECK_S
             return None
         self._good = rate

@@ -194,8 +194,9 @@ class SendPath(AdaptiveState):
                 return  # another answer looked first
             rejected = self._sends.requests.limit is not None
             accepted = self._sends.requests_in_minute(now)
+            recent = self._sends.requests.log.count(now - BIND_S, now)
             rpm = None if rate is None else rate.requests_per_minute
-            new = probe.step(now, accepted, rpm, rejected)
+            new = probe.step(now, accepted, rpm, rejected, recent)
         if new is not None and rate is not None:
             _step_rate(gate, rate, dataclasses.replace(rate, requests_per_minute=new))
 
