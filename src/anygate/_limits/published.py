@@ -9,8 +9,9 @@ rate (:mod:`anygate._limits.learn`); without them, only trying more says whether
 allowed.
 
 What. :class:`PublishedProbe` steps the gate's requests per minute up by ``GROWTH`` each
-time the rate (published, or last stepped) has bound for a whole minute: the requests
-the provider accepted from this gate in the trailing minute reached ``BIND`` of it. Its
+time the rate has bound: the published one for a whole minute (the requests the provider
+accepted from this gate in the trailing minute reached ``BIND`` of it), a stepped one
+that stood over the last ``BIND_S`` (see below). Its
 per-minute count is then full at that rate, so a published rate that is the real one
 answers the step with a 429 at its first sends; the probe then ends, the rate goes back
 to the last one that drew none, and the request estimate (:mod:`.requests`) holds sends
@@ -64,9 +65,10 @@ GROWTH = 2.0
 BIND = 0.95
 #: A per-minute limit's window, for the token probe's proof (OpenAI's and Azure's TPM).
 WINDOW_S = 60.0
-#: A token rate binds when the last this many seconds accepted ``BIND`` of it. Not a
-#: whole minute as for requests: the step's proof holds whenever it comes (a bucket's
-#: start-up surplus is in it), and on the token tuning cells without headers (hidden TPM
+#: A token rate (and a stepped request rate) binds when the last this many seconds
+#: accepted ``BIND`` of it. Not a whole minute as for the published request rate: the
+#: step's proof holds whenever it comes (a bucket's start-up surplus is in it), and on
+#: the token tuning cells without headers (hidden TPM
 #: 150,000 and 300,000, plain 429s at 200,000 and 300,000; seeds 1-3) a minute took
 #: 1.035x / 1.036x the oracle at 300,000, 20 s 1.014x / 1.017x, 10 s 1.010x / 1.009x,
 #: 5 s 1.009x / 1.016x (the others within 0.005x throughout).
