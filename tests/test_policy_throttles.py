@@ -8,6 +8,7 @@ slot wait bounded by the call's deadline.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -30,6 +31,9 @@ from anygate._config.limit_values import DEFAULT_HOLD_S
 from anygate._limits.adaptive import AdaptiveLimit
 from tests.conftest import mock_clock
 from tests.policy_helpers import FakeClock, burst, transient
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.anyio
 virtual_time = pytest.mark.parametrize("anyio_backend", [mock_clock()])
@@ -241,27 +245,37 @@ def test_a_lesson_more_got_through_than_is_not_probed_again_below_a_new_level() 
 
 
 class SlotsProvider:
-    """A provider with ``slots`` concurrent slots that answers concurrency 429s beyond."""
+    """A provider serving ``slots`` calls at once with ``queue`` more waiting in order for
+    a slot (none: a hosted API), and ``refusal()`` for any call beyond: a concurrency 429,
+    or a local model server's full-queue 503."""
 
-    def __init__(self, slots: int, service_s: float = 1.0) -> None:
-        self.slots = slots
+    def __init__(
+        self,
+        slots: int,
+        service_s: float = 1.0,
+        *,
+        queue: int = 0,
+        refusal: Callable[[], ResponseError] = concurrency_429,
+    ) -> None:
+        self.slots = anyio.Semaphore(slots)
+        self.bound = slots + queue
         self.service_s = service_s
-        self.busy = 0
-        self.peak = 0
+        self.refusal = refusal
+        self.present = 0
         self.rejected = 0
         self.served = 0
 
     async def __call__(self) -> str:
-        if self.busy >= self.slots:
+        if self.present >= self.bound:
             self.rejected += 1
             await anyio.sleep(0.01)
-            raise concurrency_429()
-        self.busy += 1
-        self.peak = max(self.peak, self.busy)
+            raise self.refusal()
+        self.present += 1
         try:
-            await anyio.sleep(self.service_s)
+            async with self.slots:
+                await anyio.sleep(self.service_s)
         finally:
-            self.busy -= 1
+            self.present -= 1
         self.served += 1
         return "ok"
 
@@ -285,34 +299,6 @@ async def test_an_uncapped_policy_learns_the_providers_slots_and_loses_nothing()
     assert stats.throttles * 5 < provider.rejected
 
 
-class QueueingServer:
-    """A local model server: ``slots`` calls served at once, ``queue`` more waiting for a
-    slot in order, and Ollama's 503 for any call beyond."""
-
-    def __init__(self, slots: int, queue: int, service_s: float = 4.0) -> None:
-        self.slots = anyio.Semaphore(slots)
-        self.bound = slots + queue
-        self.service_s = service_s
-        self.present = 0
-        self.peak = 0
-        self.refused = 0
-        self.served = 0
-
-    async def __call__(self) -> str:
-        if self.present >= self.bound:
-            self.refused += 1
-            raise queue_full_503()
-        self.present += 1
-        self.peak = max(self.peak, self.present)
-        try:
-            async with self.slots:
-                await anyio.sleep(self.service_s)
-        finally:
-            self.present -= 1
-        self.served += 1
-        return "ok"
-
-
 @virtual_time
 async def test_a_full_queues_503s_teach_an_uncapped_policy_what_the_server_holds() -> None:
     """24 callers at once on a 1-slot server with a 4-deep queue: the calls beyond its
@@ -320,14 +306,14 @@ async def test_a_full_queues_503s_teach_an_uncapped_policy_what_the_server_holds
     slots and the queue were full), not an outage's 503: the gate learns to hold 5 at
     the server, the breaker stays closed, and no call is lost (read as an outage's, 24
     agents lost 135 of 360 calls in ``anygate simulate``, seeds 1-3)."""
-    server = QueueingServer(slots=1, queue=4)
+    server = SlotsProvider(1, 4.0, queue=4, refusal=queue_full_503)
     policy = Policy(name="queue", gate_name="queue-gate")
     assert math.isinf(policy.gate.capacity)
     async with anyio.create_task_group() as tg:
         for _ in range(24):
             tg.start_soon(policy.call, server)
     assert server.served == 24
-    assert server.refused >= 1
+    assert server.rejected >= 1
     assert policy.gate.capacity <= 5
     assert policy.breaker is not None
     assert policy.breaker.statistics().opened == 0

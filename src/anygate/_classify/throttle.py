@@ -38,7 +38,7 @@ from .classify import Reason
 if TYPE_CHECKING:
     from .classify import Verdict
 
-__all__ = ["RateUnit", "ThrottleKind", "queue_full", "rate_unit", "throttle_kind"]
+__all__ = ["RateUnit", "ThrottleKind", "rate_unit", "throttle_kind"]
 
 ThrottleKind = Literal["concurrency", "overload", "burst", "rate"]
 #: What a per-minute 429 counted: requests or tokens (any token budget).
@@ -70,7 +70,7 @@ def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
     code = (verdict.code or "").lower()
     if status == 529 or (status == 429 and code in _OVERLOAD_CODES):
         return "overload"
-    if status == 503 and queue_full(verdict):
+    if status == 503 and _queue_full(verdict):
         return "concurrency"
     if status == 503 and verdict.retry_after is not None:
         return "overload"
@@ -82,7 +82,7 @@ def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
     return None
 
 
-def queue_full(verdict: Verdict) -> bool:
+def _queue_full(verdict: Verdict) -> bool:
     """Whether ``verdict``'s words say the server's queue is full (``_QUEUE_WORDS``): a
     server that queues, and turned this call away for the calls ahead of it."""
     text = f"{verdict.code or ''} {verdict.detail}".lower()

@@ -103,12 +103,11 @@ class _Probe:
 class PublishedProbe(_Probe):
     """The upward probe of one gate's published request rate (see the module docstring)."""
 
-    __slots__ = ("_good", "_published")
+    __slots__ = ("_good",)
 
     def __init__(self, rate: float) -> None:
         super().__init__(rate)
         self._good = rate  # the last rate that drew no 429
-        self._published = rate
 
     @property
     def good(self) -> float:
@@ -135,8 +134,9 @@ class PublishedProbe(_Probe):
         if rejected:
             self.ended = True
             return self._good if self._good != rate else None
-        # A step that stood binds again over BIND_S: the first is the only gamble.
-        stepped = rate != self._published
+        # A step that stood binds again over BIND_S: the first is the only gamble. (A
+        # step keeps the rate it left as the good one: stepped, the two differ.)
+        stepped = rate != self._good
         if accepted < BIND * rate and not (stepped and recent >= BIND * rate * BIND_S / WINDOW_S):
             self.next_at = now + _RECHECK_S
             return None
