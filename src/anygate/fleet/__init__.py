@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ._errors import FleetUnavailable as FleetUnavailable
 from ._fleet import FleetGate as FleetGate
-from ._fleet import FleetStatistics as FleetStatistics
+from ._statistics import FleetStatistics as FleetStatistics
 
 __all__ = ["FleetGate", "FleetStatistics", "FleetUnavailable"]
 

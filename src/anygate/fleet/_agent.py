@@ -81,6 +81,12 @@ class Agent(AgentState):
         self._cap_requests.append((capacity, future))
         self.kick()
 
+    def request_rate(self, wire: str, future: Future[None]) -> None:
+        """Queue a live fleet rate (``_ratescript.rate_wire``); ``future`` resolves once
+        Redis applied it (and this process adopted it)."""
+        self._rate_requests.append((wire, future))
+        self.kick()
+
     def close(self, timeout: float) -> None:
         """Stop: give back idle leases, stop renewing (in-use ones lapse with the TTL)."""
         self._closing = True
@@ -206,31 +212,48 @@ class Agent(AgentState):
 
     def _next_wait(self) -> float:
         gate = self.gate
-        moving = gate.waiting or self.limit is not None or self._hinted or self._cap_requests
+        moving = (
+            gate.waiting
+            or self.limit is not None
+            or self._hinted
+            or self._cap_requests
+            or self._rate_requests
+        )
         budgets = self.budgets
         if budgets is not None and (budgets.settled() or budgets.permits):
             moving = True
         return self.s.poll_interval if moving else self.s.idle_poll_interval
 
     async def _cycle(self, session: Session) -> None:
-        while self._cap_requests:
-            capacity, future = self._cap_requests[0]
-            try:
-                reply = await self._call(session, op="cap", cap=capacity)
-            except LinkDown as exc:
-                if not future.done():
-                    cause = f"cannot reach Redis at {self.link.where()}: {exc.cause}"
-                    future.set_exception(ConnectionError(cause))
-                self._cap_requests.pop(0)
-                raise
-            self._cap_requests.pop(0)
-            if not future.done():
-                future.set_result(None)
-            self._set_local(self._allowed(reply.held, reply.limit))
+        await self._changes(session, self._cap_requests, "cap")
+        await self._changes(session, self._rate_requests, "rate")
         plan = self._plan(time.monotonic())
         if plan is not None:
             keep, demand, wantmax, want = plan
             reply = await self._call(session, keep=keep, demand=demand, wantmax=wantmax, want=want)
+            self._set_local(self._allowed(reply.held, reply.limit))
+
+    async def _changes(
+        self, session: Session, requests: list[tuple[Any, Future[None]]], op: str
+    ) -> None:
+        """Apply the queued fleet-wide changes of one kind (``op``: ``"cap"`` or
+        ``"rate"``), one script call each, and resolve their futures."""
+        while requests:
+            value, future = requests[0]
+            try:
+                if op == "cap":
+                    reply = await self._call(session, op=op, cap=value)
+                else:
+                    reply = await self._call(session, op=op, live=value)
+            except LinkDown as exc:
+                if not future.done():
+                    cause = f"cannot reach Redis at {self.link.where()}: {exc.cause}"
+                    future.set_exception(ConnectionError(cause))
+                requests.pop(0)
+                raise
+            requests.pop(0)
+            if not future.done():
+                future.set_result(None)
             self._set_local(self._allowed(reply.held, reply.limit))
 
     def _plan(self, now: float) -> tuple[int, int, int, int] | None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from .._gate.budgets import Budgets
 from ._permits import Returned, rate_share
-from ._ratescript import rate_argv
+from ._ratescript import parse_rate_wire, rate_argv
 from ._redis import RATELESS, SPLITLESS, Link
 
 if TYPE_CHECKING:
@@ -115,6 +115,8 @@ class AgentState:
         self._renew_at = -math.inf
         self._backoff = 0.05
         self._cap_requests: list[tuple[int, Future[None]]] = []
+        self._rate_requests: list[tuple[str, Future[None]]] = []  # rate_wire, applied
+        self.rate_version = 0  # the live fleet rate's version adopted last (0: none)
         # The loop's thread-safe scheduling call, set once the thread runs.
         self._call_soon: Callable[[Callable[[], object]], object] | None = None
         self._event: anyio.Event | None = None
@@ -147,8 +149,9 @@ class AgentState:
         want: int | None = None,
         op: str = "sync",
         cap: int | None = None,
+        live: str = "",
     ) -> SyncReply:
-        if keep is None:  # a capacity change: restate what we hold, change nothing else
+        if keep is None:  # a capacity or rate change: restate what we hold, change nothing else
             keep = min(self.held, max(self.gate.in_flight, int(self.gate.capacity)))
             demand = self.gate.in_flight + self.gate.waiting
             wantmax = keep
@@ -181,6 +184,8 @@ class AgentState:
             op=op,
             rate=rate,
             split=split,
+            live=live,
+            rate_version=self.rate_version,
         )
         logger.debug(
             "fleet %r %s: -> held=%s limit=%s used=%s",
@@ -218,6 +223,8 @@ class AgentState:
                 self.link.where(),
                 time.monotonic() - self._down_at,
             )
+        if reply.rate_version != self.rate_version:
+            self._adopt_rate(reply.rate_version, reply.live_rate)
         budgets = self.budgets
         if budgets is not None:
             wait = reply.permit_wait
@@ -230,12 +237,30 @@ class AgentState:
             self.gate._refill(budgets, reply.permits, reply.permit_tokens, next_at, inputs, outputs)
         return reply
 
+    def _adopt_rate(self, version: int, wire: str) -> None:
+        """Redis holds another live fleet rate than this process adopted last: adopt it
+        (``wire``), or keep the rate adopted last when Redis holds none any more (it lost
+        its data; ``wire`` is empty)."""
+        self.rate_version = version
+        budgets = self.budgets
+        if not wire or budgets is None:
+            return
+        try:
+            rate = parse_rate_wire(wire)
+        except (TypeError, ValueError) as exc:
+            logger.warning(
+                "fleet gate %r: a live rate this process cannot read: %s", self.s.name, exc
+            )
+            return
+        self.gate._adopt_rate(budgets, rate)
+
     def _rate_args(self, op: str) -> tuple[tuple[object, ...], tuple[object, ...]]:
         """The script's rate and split-budget arguments (ARGV 14-24, 26-33); a sync (or
         leave) gives the unused permits back."""
-        budgets, rate = self.budgets, self.s.rate
-        if budgets is None or rate is None:
+        budgets = self.budgets
+        if budgets is None:
             return RATELESS, SPLITLESS
+        rate = budgets.rate  # the live fleet rate once one was adopted
         if op not in ("sync", "leave"):
             return rate_argv(rate, self.gate.in_flight, [], [], Returned(), split=budgets.split)
         most = self.PERMIT_BATCH if op == "sync" else 0
@@ -266,8 +291,9 @@ class AgentState:
     def _apply_outage_mode(self) -> None:
         if self.down is None:
             return
-        budgets, rate = self.budgets, self.s.rate
-        if budgets is not None and rate is not None:
+        budgets = self.budgets
+        if budgets is not None:
+            rate = budgets.rate
             with self.gate._lock:
                 if self.s.on_unavailable == "closed":
                     budgets.down = True

@@ -17,18 +17,20 @@ import atexit
 import concurrent.futures
 import os
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
 import anyio
 
 from .._gate.gate_args import check_rate
-from .._validation import check_name, check_number, check_redis_url, show
+from .._validation import check_name, check_redis_url
 from ._acquire import _FleetAcquire
 from ._agent import Agent, Settings
+from ._args import MIN_LEASE_TTL, MIN_OP_TIMEOUT, MIN_TICKET_TTL, choice, count, seconds
 from ._errors import FleetUnavailable
 from ._local import FleetLocalGate
 from ._permits import FleetBudgets
+from ._ratescript import rate_wire
+from ._statistics import FleetStatistics
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -40,90 +42,10 @@ if TYPE_CHECKING:
     from .._gate.rate import Rate
     from .._gate.token import Token
 
-__all__ = ["FleetGate", "FleetStatistics"]
+__all__ = ["FleetGate"]
 
 _MODES = ("closed", "open")
 _BACKENDS = ("asyncio", "trio")
-
-
-@dataclass(frozen=True)
-class FleetStatistics:
-    """A snapshot of one process's view of a fleet gate.
-
-    Attributes:
-        name: the fleet gate's name.
-        fleet_capacity: the fleet-wide capacity as last read from Redis.
-        held: fleet leases this process holds.
-        limit: this process's fair share while another process is short (``None``: none).
-        local_capacity: slots this process's callers may use now (the local gate's capacity).
-        in_flight: local tokens unreleased.
-        waiting: local callers queued.
-        processes: processes with leases or demand at the last call.
-        unavailable: why Redis is unreachable, or ``None`` while it answers.
-        on_unavailable: ``"closed"`` or ``"open"``.
-        grace_left: seconds of restart grace left at the last call (no new grants).
-        redis_calls: script calls this process made (wake-up pops not counted).
-    """
-
-    name: str
-    fleet_capacity: int
-    held: int
-    limit: int | None
-    local_capacity: float
-    in_flight: int
-    waiting: int
-    processes: int
-    unavailable: str | None
-    on_unavailable: str
-    grace_left: float
-    redis_calls: int
-
-
-# The least durations that mean what they say (issue 27: 0.0009 s became a 0 ms lease that
-# lapsed at once, 8 in use against 4). The script counts Redis time in whole milliseconds,
-# and the heartbeat renews every lease_ttl / 3 through a thread hop and a round trip (about
-# a millisecond here, far more on a loaded host): below 100 ms a lease would lapse between
-# renewals. A ticket is renewed the same way, 10 ms leaves it a few round trips; a Redis
-# call cannot answer in less than 1 ms.
-MIN_LEASE_TTL = 0.1
-MIN_TICKET_TTL = 0.01
-MIN_OP_TIMEOUT = 0.001
-
-
-def _seconds(
-    param: str, value: object, *, allow_zero: bool = False, least: float | None = None
-) -> float:
-    """A finite duration through the project's one number path (huge ints, NaN, bools)."""
-    bound = ">= 0" if allow_zero else "> 0" if least is None else f">= {least:g}"
-    seconds = check_number(
-        param,
-        value,
-        minimum=0.0,
-        strict=not allow_zero,
-        allowed=f"a finite number of seconds {bound}",
-    )
-    assert seconds is not None  # none=False
-    if least is not None and seconds < least:
-        msg = f"{param} must be a finite number of seconds >= {least:g} (got {show(value)})"
-        raise ValueError(msg)
-    return seconds
-
-
-def _count(param: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{param} must be an int >= 0 (got {show(value)} of type {type(value).__name__})"
-        raise TypeError(msg)
-    if value < 0 or value >= 2**53:
-        msg = f"{param} must be an int >= 0 and < 2**53 (got {show(value)})"
-        raise ValueError(msg)
-    return value
-
-
-def _choice(param: str, value: object, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        msg = f"{param} must be one of {', '.join(map(repr, choices))} (got {value!r})"
-        raise ValueError(msg) if isinstance(value, str) else TypeError(msg)
-    return value
 
 
 @final
@@ -216,23 +138,23 @@ class FleetGate:
         if not isinstance(where, str) or "://" not in where:
             msg = f"url must be a redis://, rediss:// or unix:// URL string (got {url!r})"
             raise TypeError(msg) if not isinstance(where, str) else ValueError(msg)
-        ttl = _seconds("lease_ttl", lease_ttl, least=MIN_LEASE_TTL)
+        ttl = seconds("lease_ttl", lease_ttl, least=MIN_LEASE_TTL)
         settings = Settings(
             name=name,
             url=url,
-            capacity=_count("capacity", capacity),
+            capacity=count("capacity", capacity),
             lease_ttl=ttl,
-            ticket_ttl=_seconds("ticket_ttl", ticket_ttl, least=MIN_TICKET_TTL),
+            ticket_ttl=seconds("ticket_ttl", ticket_ttl, least=MIN_TICKET_TTL),
             restart_grace=ttl
             if restart_grace is None
-            else _seconds("restart_grace", restart_grace, allow_zero=True),
-            op_timeout=_seconds("op_timeout", op_timeout, least=MIN_OP_TIMEOUT),
-            linger=_seconds("linger", linger, allow_zero=True),
-            on_unavailable=_choice("on_unavailable", on_unavailable, _MODES),
+            else seconds("restart_grace", restart_grace, allow_zero=True),
+            op_timeout=seconds("op_timeout", op_timeout, least=MIN_OP_TIMEOUT),
+            linger=seconds("linger", linger, allow_zero=True),
+            on_unavailable=choice("on_unavailable", on_unavailable, _MODES),
             fallback_capacity=None
             if fallback_capacity is None
-            else _count("fallback_capacity", fallback_capacity),
-            backend=_choice("backend", backend, _BACKENDS),
+            else count("fallback_capacity", fallback_capacity),
+            backend=choice("backend", backend, _BACKENDS),
             cluster=bool(cluster),
             rate=check_rate(rate),
         )
@@ -324,10 +246,72 @@ class FleetGate:
         self._capacity_future(capacity, timeout).result(timeout)
 
     def _capacity_future(self, capacity: int, timeout: float) -> concurrent.futures.Future[None]:
-        value = _count("capacity", capacity)
-        _seconds("timeout", timeout)
+        value = count("capacity", capacity)
+        seconds("timeout", timeout)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._ensure_agent().request_capacity(value, future)
+        return future
+
+    # ------------------------------------------------------------------ rate
+
+    @property
+    def rate(self) -> Rate | None:
+        """The fleet rate this process paces to: ``rate=``, or the live rate set with
+        :meth:`set_rate` (in any process) once this process heard of it; ``None``: no
+        fleet rate."""
+        budgets = self._budgets
+        return None if budgets is None else budgets.rate
+
+    async def set_rate(self, rate: Rate, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - as set_capacity
+        """Set the fleet rate, for every process, and wait until Redis applied it.
+
+        From that moment Redis charges every permit, in every process, at ``rate``, and
+        wakes every process that called it in the last ten minutes to adopt it for its
+        own estimates (:attr:`rate`); one idle for longer adopts it at its next call.
+        Each budget keeps its level in units (requests or tokens left, or owed), capped
+        at what the new budget holds, as a local gate's do when its rate changes: a
+        higher rate does not wait out a debt at the old pace, and a lower one does not
+        admit a burst. The live rate wins over every process's ``rate=``, also over a
+        process started later, until Redis loses its data (then each process keeps the
+        rate it adopted; set it again).
+
+        Only the numbers change: the fleet must have been created with a rate, and
+        ``rate`` must have split input/output budgets exactly when that one has.
+
+        Raises:
+            TypeError, ValueError: bad ``rate`` or ``timeout`` (the message names it).
+            ConnectionError: Redis could not be reached.
+            TimeoutError: not applied within ``timeout`` seconds.
+        """
+        future = self._rate_future(rate, timeout)
+        await anyio.to_thread.run_sync(future.result, timeout, abandon_on_cancel=True)
+
+    def set_rate_sync(self, rate: Rate, *, timeout: float = 5.0) -> None:
+        """:meth:`set_rate` for plain threads (blocks this thread)."""
+        self._rate_future(rate, timeout).result(timeout)
+
+    def _rate_future(self, rate: Rate, timeout: float) -> concurrent.futures.Future[None]:
+        value = check_rate(rate)
+        budgets = self._budgets
+        if value is None:
+            msg = "rate must be an anygate.Rate (got None): a fleet rate cannot be removed live"
+            raise TypeError(msg)
+        if budgets is None:
+            msg = (
+                f"fleet gate {self.name!r} has no rate to change: create it with "
+                f"FleetGate(rate=...) (got rate={value!r})"
+            )
+            raise ValueError(msg)
+        if value.split != budgets.split:
+            has = "has" if budgets.split else "has no"
+            msg = (
+                f"rate must keep the fleet's budgets: fleet gate {self.name!r} {has} split "
+                f"input/output token budgets (got {value!r})"
+            )
+            raise ValueError(msg)
+        seconds("timeout", timeout)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._ensure_agent().request_rate(rate_wire(value), future)
         return future
 
     # ------------------------------------------------------------------ acquiring

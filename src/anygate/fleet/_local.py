@@ -24,6 +24,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Protocol
 
 from .._gate.gate import Gate
+from .._gate.gate_args import max_cost
 from .._gate.ledger import Ledger
 from .._gate.waiters import GONE, WAITING, waiter_out
 
@@ -125,9 +126,18 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
     def _set_rate(self, rate: Rate | None) -> None:
         msg = (
             f"the rate of fleet gate {self.name!r}'s local gate belongs to the fleet: pass "
-            "rate= to FleetGate (every process shares it through Redis)"
+            "rate= to FleetGate, or change it for every process with FleetGate.set_rate"
         )
         raise AttributeError(msg)
+
+    def _adopt_rate(self, budgets: FleetBudgets, rate: Rate) -> None:
+        """The agent's thread: the fleet's live rate changed (``FleetGate.set_rate`` in
+        some process). The pool's estimates and the largest cost one caller may state
+        follow it; the permits here stay (Redis charged them). Who can go is admitted at
+        the refill that follows in the same reply."""
+        with self._lock:
+            budgets.rate = rate
+            budgets.max_tokens = max_cost(rate)
 
     def _fail_waiters(self, cause: str) -> None:
         """Redis went away (closed mode): wake every queued caller to fail at once.

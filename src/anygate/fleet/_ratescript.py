@@ -21,6 +21,16 @@ State, beside the leases (times in ms of Redis ``TIME``):
           time): the slope bound ``count(window) <= ramp x count(previous) + floor`` for
           every window of whole ticks containing the current one (``rate_math.slope_allowance``).
 
+``meta``  fields ``lrate`` / ``rv``: the live fleet rate (:meth:`FleetGate.set_rate`, in
+          :func:`rate_wire`'s layout) and its version, counted up at each set. While it
+          is there it replaces the rate each caller passes (ARGV 14-16, 22-24, and the
+          split budgets' 26-28 for a caller that has them), so every permit is charged at
+          it from the moment it was set (each budget keeps its level in units then, as a
+          local gate's ``Budgets`` do); the reply carries it to each process whose
+          version is another, which adopts it for its own pool and estimates. Redis losing
+          its data forgets it: processes keep the rate they adopted, and one that starts
+          afterwards uses its own ``rate=`` until the rate is set again.
+
 A permit is granted per queued caller, in queue order, while its request *and* its tokens
 conform and the slope allows; the first that does not stops the loop (FIFO: nobody behind
 it is served first). Unused permits and settled tokens come back as refunds (``tat -= n *
@@ -36,12 +46,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._gate.budgets import SPLIT_BURST_S
+from .._gate.rate import Rate
 
 if TYPE_CHECKING:
-    from .._gate.rate import Rate
     from ._permits import Returned
 
-__all__ = ["RATE", "SPLITLESS", "rate_argv"]
+__all__ = ["RATE", "SPLITLESS", "parse_rate_wire", "rate_argv", "rate_wire"]
 
 #: The script's split-budget arguments (ARGV 26-33) when the rate has none.
 SPLITLESS: tuple[object, ...] = ("", "", 0, "", 0, 0, 0, 0)
@@ -92,6 +102,59 @@ def rate_argv(
     )
 
 
+def rate_wire(rate: Rate) -> str:
+    """``rate`` as the script keeps a live fleet rate (``meta`` field ``lrate``): ``rpm,
+    tpm,itpm,otpm,burst_s,ramp,window_s,ramp_floor,floor``, ``""`` for an absent value,
+    floats by ``repr`` (exact), and the slope's effective floor last (the script reads it;
+    :func:`parse_rate_wire` reads the others back into an equal :class:`Rate`)."""
+
+    def num(value: float | None) -> str:
+        return "" if value is None else repr(float(value))
+
+    floor = rate.ramp_floor
+    return ",".join(
+        (
+            num(rate.requests_per_minute),
+            num(rate.tokens_per_minute),
+            num(rate.input_tokens_per_minute),
+            num(rate.output_tokens_per_minute),
+            num(rate.burst_s),
+            num(rate.ramp),
+            num(rate.window_s),
+            "" if floor is None else str(floor),
+            str(rate.floor),
+        )
+    )
+
+
+def parse_rate_wire(wire: str) -> Rate:
+    """The :class:`Rate` that :func:`rate_wire` wrote.
+
+    Raises:
+        ValueError, TypeError: ``wire`` is not what :func:`rate_wire` writes (another
+            writer, or a version of anygate that wrote another layout).
+    """
+    fields = wire.split(",")
+    if len(fields) != 9:
+        msg = f"a live fleet rate has 9 comma-separated fields (got {len(fields)}: {wire!r})"
+        raise ValueError(msg)
+
+    def num(value: str) -> float | None:
+        return None if value == "" else float(value)
+
+    floor = fields[7]
+    return Rate(
+        requests_per_minute=num(fields[0]),
+        tokens_per_minute=num(fields[1]),
+        input_tokens_per_minute=num(fields[2]),
+        output_tokens_per_minute=num(fields[3]),
+        burst_s=float(fields[4]),
+        ramp=num(fields[5]),
+        window_s=float(fields[6]),
+        ramp_floor=None if floor == "" else int(floor),
+    )
+
+
 # ARGV: 14 requests/minute ("" none), 15 tokens/minute ("" none), 16 burst ms, 17 the
 # caller's local in-flight count, 18 the queued callers' token costs ("3,0,120"), 19 / 20
 # permits / tokens given back, 21 settled tokens (> 0 refund, < 0 charge), 22 ramp ("" no
@@ -103,9 +166,51 @@ def rate_argv(
 RATE = r"""
 local rpm, tpm = tonumber(ARGV[14]), tonumber(ARGV[15])
 local ipm, opm = tonumber(ARGV[26] or ''), tonumber(ARGV[27] or '')
+local tau, ramp = tonumber(ARGV[16]), tonumber(ARGV[22])
+local window, floor = tonumber(ARGV[23]), tonumber(ARGV[24])
+local stau = tonumber(ARGV[28] or '') or 0
 local r_granted, t_granted, r_wait, i_granted, o_granted = 0, 0, -1, 0, 0
-if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ARGV[22] ~= '' then
-  local tau = tonumber(ARGV[16])
+if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ramp ~= nil then
+  -- A live fleet rate (op 'rate') replaces the one the caller passed, in every process
+  -- from the moment it was set; the split budgets only for a caller that has them (their
+  -- costs' output parts come from it).
+  local split = ipm ~= nil or opm ~= nil
+  local function adopt(wire)
+    local f = {}
+    for v in string.gmatch(wire .. ',', '([^,]*),') do table.insert(f, v) end
+    rpm, tpm = tonumber(f[1]), tonumber(f[2])
+    if split then ipm, opm = tonumber(f[3]), tonumber(f[4]) end
+    tau = tonumber(f[5]) * 1000
+    if split then stau = math.max(tau, SPLIT_MS) end
+    ramp, window, floor = tonumber(f[6]), tonumber(f[7]) * 1000, tonumber(f[9])
+  end
+  local live = redis.call('HGET', meta, 'lrate')
+  if live then adopt(live) end
+  if op == 'rate' then
+    -- FleetGate.set_rate: each budget keeps its level in units (left, or owed), as a
+    -- local gate's budgets do over a rate change (Budgets._tat_for); one that appears
+    -- starts empty. Then every process adopts the rate from its next reply ('rv').
+    local before = {rpm, tpm, ipm, opm, tau, stau}
+    adopt(ARGV[34])
+    local function keep(field, pm0, tau0, pm1, tau1)
+      if not pm1 then return end
+      local T1 = 60000 / pm1
+      local units = 0
+      if pm0 then
+        local tat = tonumber(redis.call('HGET', meta, field)) or (now + tau0)
+        units = math.min((tau0 - math.max(0, tat - now)) / (60000 / pm0), tau1 / T1)
+      end
+      redis.call('HSET', meta, field, string.format('%.3f', now + tau1 - units * T1))
+    end
+    keep('rtat', before[1], before[5], rpm, tau)
+    keep('ttat', before[2], before[5], tpm, tau)
+    if split then
+      keep('itat', before[3], before[6], ipm, stau)
+      keep('otat', before[4], before[6], opm, stau)
+    end
+    redis.call('HSET', meta, 'lrate', ARGV[34])
+    redis.call('HINCRBY', meta, 'rv', 1)
+  end
   local rT = rpm and 60000 / rpm or 0
   local tT = tpm and 60000 / tpm or 0
   local r = redis.call('HMGET', meta, 'rtat', 'ttat')
@@ -115,7 +220,6 @@ if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ARGV[22] ~= '' then
   rtat = rtat - tonumber(ARGV[19]) * rT
   ttat = ttat - (tonumber(ARGV[20]) + tonumber(ARGV[21])) * tT
   -- The split budgets (absent unless configured: their fields stay unwritten).
-  local stau = tonumber(ARGV[28] or '') or 0
   local iT = ipm and 60000 / ipm or 0
   local oT = opm and 60000 / opm or 0
   local itat, otat = 0, 0
@@ -131,12 +235,9 @@ if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ARGV[22] ~= '' then
     otat = settled(otat - tonumber(ARGV[31]) * oT, tonumber(ARGV[33]), oT)
   end
 
-  local ramp = tonumber(ARGV[22])
   local allow, tick, idx = math.huge, 0, 0
   local sl = KEYS[10]
   if ramp ~= nil then
-    local window = tonumber(ARGV[23])
-    local floor = tonumber(ARGV[24])
     tick = window / 10
     idx = math.floor(now / tick)
     local fields = {}
@@ -199,4 +300,4 @@ if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ARGV[22] ~= '' then
     redis.call('PEXPIRE', sl, math.ceil(tick * 21))
   end
 end
-"""
+""".replace("SPLIT_MS", repr(SPLIT_BURST_S * 1000.0))

@@ -62,12 +62,14 @@ class SyncReply:
         "grace_left",
         "held",
         "limit",
+        "live_rate",
         "permit_inputs",
         "permit_outputs",
         "permit_tokens",
         "permit_wait",
         "permits",
         "queued",
+        "rate_version",
         "used",
     )
 
@@ -87,6 +89,10 @@ class SyncReply:
         self.permit_wait: float | None = None if wait < 0 else wait / 1000.0
         self.permit_inputs = int(raw[11])
         self.permit_outputs = int(raw[12])
+        # The live fleet rate's version (0: none set), and the rate itself when this
+        # process knew another version ("" otherwise).
+        self.rate_version = int(raw[13])
+        self.live_rate = str(raw[14])
 
 
 def _describe(exc: BaseException, op_timeout: float | None = None) -> str:
@@ -283,9 +289,12 @@ class Session:
         rate: Sequence[object] = RATELESS,
         newcomer_ms: int | None = None,
         split: Sequence[object] = SPLITLESS,
+        live: str = "",
+        rate_version: int = 0,
     ) -> SyncReply:
         """Run the fleet script once (see ``_scripts``); ``rate``: ARGV 14-24, ``split``:
-        ARGV 26-33 (see ``_ratescript``).
+        ARGV 26-33 (see ``_ratescript``); ``live``: the live rate to set (``op="rate"``),
+        ``rate_version``: the live rate's version this process adopted last.
 
         ``newcomer_ms``: how long after a server start a process that knows no earlier
         state waits for the first survivor (default ``grace_ms``).
@@ -295,6 +304,8 @@ class Session:
         args += rate
         args.append(grace_ms if newcomer_ms is None else newcomer_ms)
         args += split
+        if split:  # (an older agent's 25 arguments end before the split part)
+            args += (live, str(rate_version))
         keys = self._link.keys
         client = self._client
         started = monotonic()

@@ -6,7 +6,8 @@ Cluster keeps them in one slot (one shard) and the script runs atomically on it.
 State (all times are milliseconds of Redis ``TIME``, never a client clock):
 
 ``meta``   hash: ``cap`` (fleet capacity), ``epoch`` (changes when Redis lost our state),
-           ``grace`` (no new grants before this time), ``last`` (time of the last call).
+           ``grace`` (no new grants before this time), ``last`` (time of the last call),
+           ``lrate`` / ``rv`` (the live fleet rate and its version, see ``_ratescript``).
 ``held``   hash process -> leases it holds.
 ``pend``   hash process -> leases granted to it but not yet claimed (a short ticket TTL).
 ``dem``    hash process -> the demand it reported (in use + waiting locally): shares.
@@ -18,6 +19,8 @@ State (all times are milliseconds of Redis ``TIME``, never a client clock):
 ``tix``    sorted set process -> ticket expiry (a waiter that stops renewing drops out).
 ``sl``     hash: the fleet rate's slope counts (see ``_ratescript``, which also keeps the
            rate budgets in ``meta``).
+``seen``   sorted set process -> time of its last call (``SEEN_MS``): whom a live rate
+           change wakes, idle processes included.
 ``w:<p>``  list: wake-up hints for process ``p``. Hints carry no state: a lost one only
            delays the process until its next call, never changes the count.
 
@@ -40,7 +43,15 @@ from ._ratescript import RATE
 
 __all__ = ["KEY_NAMES", "SYNC", "keys_for", "prefix_for"]
 
-KEY_NAMES = ("meta", "held", "pend", "dem", "exp", "pexp", "q", "tix", "wnt", "sl")
+KEY_NAMES = ("meta", "held", "pend", "dem", "exp", "pexp", "q", "tix", "wnt", "sl", "seen")
+
+#: How long a process that stopped calling is still woken by a live rate change
+#: (``seen``). A process idle since may hold an estimate of its next permit from before
+#: the change (the wait Redis last told it, a minute at one request a minute) and refuse
+#: callers by it; a wake makes it call and hear the rate. Ten minutes outlast any
+#: per-minute budget's wait; a process idle for longer learns at its next call (a caller
+#: it refused by the old estimate meanwhile could have waited for it at most that long).
+SEEN_MS = 600_000
 
 
 def prefix_for(name: str) -> str:
@@ -56,15 +67,19 @@ def keys_for(name: str) -> list[str]:
 
 # ARGV: 1 process id, 2 keep, 3 demand, 4 capacity to restore if Redis lost it (or to set
 # when 10 = "cap"), 5 lease TTL ms, 6 ticket TTL ms, 7 restart grace ms, 8 key prefix,
-# 9 hint the over-share holders ("1") or not, 10 op: "sync" | "leave" | "cap" | "peek",
+# 9 hint the over-share holders ("1") or not, 10 op: "sync" | "leave" | "cap" | "rate" |
+# "peek",
 # 11 the most leases the caller wants to keep holding (its share caps it while others are
 # short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
 # ticket: grants never exceed it).
 # 14-24: the fleet rate (see ``_ratescript``). 25: the newcomer's window after a server
 # start, ms (see the restart detection). 26-33 (optional): the split token budgets.
+# 34: the live fleet rate to set when 10 = "rate" (``_ratescript.rate_wire``); 35: the live
+# rate's version the caller knows ("" or "0": none).
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued,
 # permits granted, their tokens, ms until the next permit conforms (-1: none waits on it),
-# their input tokens, their output tokens}.
+# their input tokens, their output tokens, the live rate's version (0: none), the live
+# rate if the caller knows another version (else "")}.
 _LEASES = r"""
 local meta, held, pend, dem, exp, pexp, q, tix, wnt =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -135,6 +150,13 @@ if op == 'cap' then
   redis.call('HSET', meta, 'cap', cap)
 end
 redis.call('HSET', meta, 'last', now)
+-- Who called lately, for the wake of a live rate change (an agent of an earlier version
+-- passes no such key).
+local seen = KEYS[11]
+if seen then
+  redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - SEEN_MS)
+  if op == 'leave' then redis.call('ZREM', seen, pid) else redis.call('ZADD', seen, now, pid) end
+end
 
 local function num(key, p)
   return tonumber(redis.call('HGET', key, p)) or 0
@@ -350,15 +372,25 @@ if (hint and newticket and short) or (deficit and op == 'cap') then
 end
 if op == 'cap' then
   for p, _ in pairs(have) do if p ~= pid and not granted[p] then wake(p) end end
+elseif op == 'rate' and seen then
+  -- Idle ones too: their estimate of the next permit may be the old rate's.
+  for _, p in ipairs(redis.call('ZRANGE', seen, 0, -1)) do
+    if p ~= pid and not granted[p] then wake(p) end
+  end
 end
 
 """
 
 _REPLY = r"""
+-- The live rate's version, and the rate itself when the caller knows another version.
+local lr = redis.call('HMGET', meta, 'rv', 'lrate')
+local rv = tonumber(lr[1]) or 0
+local told = ''
+if tostring(rv) ~= (ARGV[35] or '') and lr[2] then told = lr[2] end
 return {
   h, limit, epoch, cap, grace_left, used, #procs, #waiting, r_granted, t_granted, r_wait,
-  i_granted, o_granted
+  i_granted, o_granted, rv, told
 }
 """
 
-SYNC = _LEASES + RATE + _REPLY
+SYNC = _LEASES.replace("SEEN_MS", str(SEEN_MS)) + RATE + _REPLY
