@@ -253,26 +253,65 @@ _DRAINED = {
 }
 
 
-async def test_headers_teach_a_fleet_gate_nothing_and_raise_nothing(
+async def test_headers_teach_the_whole_fleet(
     redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
 ) -> None:
-    """The fleet's rate is every process's: a drained report neither holds, lowers, marks
-    nor re-rates ``fleet.gate`` (each raised AttributeError before, and so did every
-    request of a transport on it), and a policy's call that gets such a 429 goes on."""
+    """A drained report seen by one process: the limit it states is the fleet's rate (at
+    the learner's headroom, under the fleet's own rate as the ceiling) in every process,
+    and its hold holds the other process's callers too (its estimate: the 20 s reset).
+    Nothing is synced to ``remaining`` (a fleet gate has no budget mark)."""
+    rate = anygate.Rate(requests_per_minute=600, tokens_per_minute=100_000)
+    first, second = (make(gate_name, redis_server.url, capacity=4, rate=rate) for _ in range(2))
+    (await second.acquire(timeout=5)).release()
+    assert first.gate.budget_mark() is None
+    assert anygate.learn_from_headers(first.gate, _DRAINED) is True
+    learned = anygate.Rate(requests_per_minute=540, tokens_per_minute=100_000)
+    await eventually(lambda: first.rate == learned and second.rate == learned)
+    assert second.gate.rate == learned
+    with pytest.raises(anygate.Busy) as caught:
+        (await second.acquire(timeout=1)).release()
+    assert caught.value.retry_after_s is not None
+    assert caught.value.retry_after_s > 10
+
+
+async def test_a_limit_stated_twice_paces_the_fleet_without_holding_it(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """Two reports stating a limit with something used (the learner's ``confirm``): the
+    fleet paces at 90 % of it in every process, and nothing holds its callers."""
+    rate = anygate.Rate(requests_per_minute=100_000)
+    first, second = (make(gate_name, redis_server.url, capacity=4, rate=rate) for _ in range(2))
+    report = {
+        "x-ratelimit-limit-requests": "6000",
+        "x-ratelimit-remaining-requests": "5000",
+        "x-ratelimit-reset-requests": "1s",
+    }
+    (await second.acquire(timeout=5)).release()  # its agent runs (from its first use)
+    assert anygate.learn_from_headers(first.gate, report) is False  # one report: a streak
+    assert anygate.learn_from_headers(first.gate, report) is True
+    learned = anygate.Rate(requests_per_minute=5_400)
+    await eventually(lambda: first.rate == learned and second.rate == learned)
+    assert anygate.learn_from_headers(first.gate, report) is False  # the fleet's already
+    for fleet in (first, second):
+        (await fleet.acquire(timeout=5)).release()
+
+
+async def test_a_policys_call_through_a_drained_fleet_goes_on(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """A policy on ``fleet.gate`` whose call gets a 429 saying the bucket is drained for
+    a second: the fleet holds, and the retry goes through after it (before, learning on
+    a fleet gate raised AttributeError in the transports' path)."""
     rate = anygate.Rate(requests_per_minute=600, tokens_per_minute=100_000)
     fleet = make(gate_name, redis_server.url, capacity=4, rate=rate)
     gate = fleet.gate
-    assert gate.budget_mark() is None
-    assert anygate.learn_from_headers(gate, _DRAINED) is False
-    assert anygate.learn_from_headers(gate, _DRAINED, sent=None) is False
-    assert gate.rate == rate
-    assert anygate.RateLearner.of(gate).observe(anygate.parse_limit_headers(_DRAINED)) is False
-    assert gate._hold_until(gate._read_clock() or 0.0) is False  # the hook itself
-
     policy = anygate.Policy(
         gate=gate, retry=anygate.RetryConfig(throttle_attempts=3), adaptive_concurrency=False
     )
-    answers = [anygate.ResponseError(429, headers=_DRAINED), None]
+    answers = [
+        anygate.ResponseError(429, headers={**_DRAINED, "x-ratelimit-reset-requests": "1s"}),
+        None,
+    ]
 
     async def provider() -> str:
         answer = answers.pop(0)
@@ -282,7 +321,7 @@ async def test_headers_teach_a_fleet_gate_nothing_and_raise_nothing(
 
     with anygate.set_testing(True), anyio.fail_after(20):
         assert await policy.call(provider) == "ok"
-    assert gate.rate == rate
+    assert not answers
 
 
 async def test_a_fleet_gates_rate_is_never_probed(

@@ -54,6 +54,13 @@ class BudgetSteps(Ledger):
         if wakes:
             self._fire(wakes)
 
+    def _learned_rate(self, rate: Rate) -> bool:
+        """Header learning's rate (``_limits.learn``), set live; whether it was. A fleet's
+        local gate sends it to the fleet instead (the provider's limit is every
+        process's), where it applies once Redis applied it."""
+        self._set_rate(rate)
+        return True
+
     @ki_protected
     def _hold_until(self, at: float) -> bool:
         """Admit nobody before ``at`` (on the gate's clock) by spending the rate budgets.

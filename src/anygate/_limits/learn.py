@@ -42,8 +42,11 @@ objects into the gate's ``rate``:
   fields of the gate's rate (``ramp``, ``window_s``, ``burst_s``) are kept.
 
 Limits that cannot be per minute (a reset far beyond the reported window, as with daily
-quotas) are not paced to, though a drain still holds. This is not a fleet coordinator:
-each process paces itself to the whole limit (see ``docs/learning.md``).
+quotas) are not paced to, though a drain still holds. On its own this is not a fleet
+coordinator: each process paces itself to the whole limit (see ``docs/learning.md``). On
+a :class:`~anygate.fleet.FleetGate`'s ``gate`` the rate and the holds are the fleet's
+(the gate's ``_learned_rate`` and ``_hold_until`` hooks send them there); nothing is
+synced to ``remaining`` (the gate has no budget mark).
 
 The snapshot :attr:`RateLearner.limits` returns, :class:`LearnedLimits`, is defined in
 :mod:`anygate._limits.learned_limits` and re-imported here.
@@ -290,15 +293,14 @@ class RateLearner:
                 admissions the provider had counted).
 
         Never raises on what the report says (it holds only checked values). On a
-        :class:`~anygate.fleet.FleetGate`'s ``gate`` it changes nothing and returns
-        ``False``: the fleet's rate is set for every process at once (``FleetGate(rate=)``).
+        :class:`~anygate.fleet.FleetGate`'s ``gate`` the rate it learns and its holds are
+        the fleet's, for every process (``FleetGate.set_rate``, without waiting); it has
+        no budget mark, so nothing is synced to ``remaining`` there.
         """
         if not report:
             return False
         gate = self._gate()
-        if gate is None or gate._shares_rate:
-            # A fleet's local gate: its rate is the fleet's, set once for every process
-            # (``FleetGate(rate=)``); setting it here raised AttributeError.
+        if gate is None:
             return False
         dims: dict[str, ReportedLimit | None] = {
             "requests": report.requests,
@@ -478,7 +480,8 @@ class RateLearner:
             at = gate._read_clock()  # None outside a virtual clock's run: no time known
             if at is not None:
                 self._paced_at = at
-        gate.rate = rate
+        if not gate._learned_rate(rate):
+            return False
         self._rate = rate
         return True
 

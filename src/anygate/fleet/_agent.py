@@ -33,6 +33,7 @@ import logging
 import math
 import threading
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -41,8 +42,6 @@ from ._agent_state import MAX_BACKOFF, AgentState, Settings
 from ._redis import LinkDown
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from ._redis import Session
 
 __all__ = ["Agent", "Settings"]
@@ -85,6 +84,20 @@ class Agent(AgentState):
         """Queue a live fleet rate (``_ratescript.rate_wire``); ``future`` resolves once
         Redis applied it (and this process adopted it)."""
         self._rate_requests.append((wire, future))
+        self.kick()
+
+    def share_rate(self, wire: str) -> bool:
+        """Queue a live fleet rate nobody waits for (learned from a provider's headers);
+        ``False`` when the same one is queued already."""
+        if any(queued == wire for queued, _ in self._rate_requests):
+            return False
+        self.request_rate(wire, Future())
+        return True
+
+    def request_hold(self, seconds: float) -> None:
+        """Hold the fleet's rate budgets for ``seconds`` from now (sent at the next call;
+        holds queued meanwhile merge into the longest)."""
+        self._hold_to = max(self._hold_to, time.monotonic() + seconds)
         self.kick()
 
     def close(self, timeout: float) -> None:
@@ -218,6 +231,7 @@ class Agent(AgentState):
             or self._hinted
             or self._cap_requests
             or self._rate_requests
+            or self._hold_to != -math.inf
         )
         budgets = self.budgets
         if budgets is not None and (budgets.settled() or budgets.permits):
@@ -227,6 +241,11 @@ class Agent(AgentState):
     async def _cycle(self, session: Session) -> None:
         await self._changes(session, self._cap_requests, "cap")
         await self._changes(session, self._rate_requests, "rate")
+        hold_to, self._hold_to = self._hold_to, -math.inf
+        if hold_to > (now := time.monotonic()):
+            hold_ms = math.ceil((hold_to - now) * 1000)
+            reply = await self._call(session, op="hold", live=str(hold_ms))
+            self._set_local(self._allowed(reply.held, reply.limit))
         plan = self._plan(time.monotonic())
         if plan is not None:
             keep, demand, wantmax, want = plan

@@ -117,6 +117,7 @@ class AgentState:
         self._cap_requests: list[tuple[int, Future[None]]] = []
         self._rate_requests: list[tuple[str, Future[None]]] = []  # rate_wire, applied
         self.rate_version = 0  # the live fleet rate's version adopted last (0: none)
+        self._hold_to = -math.inf  # monotonic: a hold of the fleet's budgets to send
         # The loop's thread-safe scheduling call, set once the thread runs.
         self._call_soon: Callable[[Callable[[], object]], object] | None = None
         self._event: anyio.Event | None = None

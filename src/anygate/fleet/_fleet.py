@@ -408,6 +408,23 @@ class FleetGate:
             waited=waited,
         )
 
+    def _share_rate(self, rate: Rate) -> bool:
+        """A rate learned from a provider's headers (``_limits.learn``): the fleet's live
+        rate, as :meth:`set_rate` without waiting. ``False`` when it is the fleet's rate
+        already (or on its way), or one :meth:`set_rate` would refuse."""
+        budgets = self._budgets
+        if budgets is None or rate == budgets.rate or rate.split != budgets.split:
+            return False
+        return self._ensure_agent().share_rate(rate_wire(rate))
+
+    def _hold(self, seconds: float) -> bool:
+        """A provider said its bucket is drained for ``seconds``: no permit for anyone
+        before then (at the agent's next call); ``False`` without a fleet rate."""
+        if self._budgets is None or not seconds > 0:
+            return False
+        self._ensure_agent().request_hold(seconds)
+        return True
+
     def _on_outage(self, cause: str) -> None:
         """Agent thread: Redis went away in closed mode; fail the queued callers at once."""
         self._gate._fail_waiters(cause)

@@ -49,13 +49,19 @@ class Owner(Protocol):
 
     def _unavailable(self, cause: str, waited: float) -> Busy: ...
 
+    def _share_rate(self, rate: Rate) -> bool: ...
+
+    def _hold(self, seconds: float) -> bool: ...
+
 
 class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module docstring
     """``fleet.gate``: a Gate whose capacity (and rate budget) the fleet's agent owns."""
 
     __slots__ = ("_failed_by", "_lease_until", "_owner")
 
-    _shares_rate = True  # the fleet's rate: header learning changes nothing here
+    # The fleet's rate: no budget of its own to mark, lower or keep estimates in; header
+    # learning's rate and holds go to the fleet (_learned_rate, _hold_until below).
+    _shares_rate = True
 
     def __init__(self, name: str, owner: Owner) -> None:
         # Monotonic time until which the leases behind the capacity surely live on Redis
@@ -129,6 +135,17 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
             "rate= to FleetGate, or change it for every process with FleetGate.set_rate"
         )
         raise AttributeError(msg)
+
+    def _learned_rate(self, rate: Rate) -> bool:
+        """Header learning's rate: the fleet's live rate (``FleetGate._share_rate``)."""
+        return self._owner._share_rate(rate)
+
+    def _hold_until(self, at: float) -> bool:
+        """Header learning's hold (a provider said its bucket is drained until ``at``):
+        the fleet's, for every process (``FleetGate._hold``); ``False`` without a fleet
+        rate or a readable clock."""
+        now = self._read_clock()
+        return now is not None and self._owner._hold(at - now)
 
     def _adopt_rate(self, budgets: FleetBudgets, rate: Rate) -> None:
         """The agent's thread: the fleet's live rate changed (``FleetGate.set_rate`` in

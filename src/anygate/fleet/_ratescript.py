@@ -234,6 +234,16 @@ if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ramp ~= nil then
     itat = settled(itat - tonumber(ARGV[30]) * iT, tonumber(ARGV[32]), iT)
     otat = settled(otat - tonumber(ARGV[31]) * oT, tonumber(ARGV[33]), oT)
   end
+  if op == 'hold' then
+    -- A provider said its bucket is drained for ARGV 34 ms (header learning, in any
+    -- process): every budget is spent until then, as a local gate's hold spends them
+    -- (BudgetSync.hold_until); one already owing past it keeps its debt.
+    local at = now + tonumber(ARGV[34])
+    if rpm then rtat = math.max(rtat, at + tau - math.min(rT, tau)) end
+    if tpm then ttat = math.max(ttat, at + tau) end
+    if ipm then itat = math.max(itat, at + stau) end
+    if opm then otat = math.max(otat, at + stau) end
+  end
 
   local allow, tick, idx = math.huge, 0, 0
   local sl = KEYS[10]

@@ -68,14 +68,15 @@ def keys_for(name: str) -> list[str]:
 # ARGV: 1 process id, 2 keep, 3 demand, 4 capacity to restore if Redis lost it (or to set
 # when 10 = "cap"), 5 lease TTL ms, 6 ticket TTL ms, 7 restart grace ms, 8 key prefix,
 # 9 hint the over-share holders ("1") or not, 10 op: "sync" | "leave" | "cap" | "rate" |
-# "peek",
+# "hold" | "peek",
 # 11 the most leases the caller wants to keep holding (its share caps it while others are
 # short), 12 the epoch the caller last saw ("" if none), 13 the leases it could use (its
 # ticket: grants never exceed it).
 # 14-24: the fleet rate (see ``_ratescript``). 25: the newcomer's window after a server
 # start, ms (see the restart detection). 26-33 (optional): the split token budgets.
-# 34: the live fleet rate to set when 10 = "rate" (``_ratescript.rate_wire``); 35: the live
-# rate's version the caller knows ("" or "0": none).
+# 34: the live fleet rate to set when 10 = "rate" (``_ratescript.rate_wire``), or the ms
+# to hold the rate budgets when 10 = "hold"; 35: the live rate's version the caller knows
+# ("" or "0": none).
 # Reply: {held, limit (-1: none), epoch, cap, grace_left_ms, used, active, queued,
 # permits granted, their tokens, ms until the next permit conforms (-1: none waits on it),
 # their input tokens, their output tokens, the live rate's version (0: none), the live
