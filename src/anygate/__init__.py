@@ -19,6 +19,7 @@ from ._classify.facts import headers_of as headers_of
 from ._classify.headers import LimitReport as LimitReport
 from ._classify.headers import ReportedLimit as ReportedLimit
 from ._classify.headers import parse_limit_headers as parse_limit_headers
+from ._classify.throttle import throttle_kind as throttle_kind
 from ._classify.usage import chars_counter as chars_counter
 from ._classify.usage import estimate_tokens as estimate_tokens
 from ._classify.usage import tiktoken_counter as tiktoken_counter
@@ -132,6 +133,7 @@ __all__ = [
     "set_testing",
     "shared_breaker",
     "shared_gate",
+    "throttle_kind",
     "tiktoken_counter",
     "usage_tokens",
 ]

@@ -183,6 +183,18 @@ def test_throttle_kinds() -> None:
     assert throttle_kind(Verdict(reason.TRANSIENT, True, status=503)) is None
     assert throttle_kind(anygate.classify(ResponseError(500))) is None
     assert throttle_kind(anygate.classify(quota())) is None  # billing, not a throttle
+    # A local server's full queue: a concurrency answer, as the policy steers by it (it
+    # was "overload" here while the policy's own events said concurrency).
+    full = "server busy, please try again.  maximum pending requests exceeded"
+    queue = Verdict(reason.BUSY, True, status=503, detail=full)
+    assert throttle_kind(queue) == anygate.throttle_kind(queue) == "concurrency"
+    # Busy in words, no Retry-After: the breaker's to the policy, an overload on a dashboard.
+    busy = Verdict(reason.BUSY, True, status=503, detail="overloaded")
+    assert anygate.throttle_kind(busy) is None
+    assert throttle_kind(busy) == "overload"
+    asked = Verdict(reason.BUSY, True, status=503, retry_after=2.0)
+    assert throttle_kind(asked) == anygate.throttle_kind(asked) == "overload"
+    assert anygate.throttle_kind(Verdict(reason.QUOTA, False, status=429)) is None
 
 
 def test_arguments_are_checked() -> None:

@@ -38,6 +38,10 @@ async def fleet_api() -> None:
     anygate.Policy(gate=fleet.gate)
     rated = FleetGate("llm", capacity=16, rate=anygate.Rate(tokens_per_minute=10_000))
     token = await rated.acquire(timeout=1.0, tokens=100, priority=1)
+    assert_type(rated.rate, anygate.Rate | None)
+    await rated.set_rate(anygate.Rate(tokens_per_minute=20_000), timeout=2.0)
+    rated.set_rate_sync(anygate.Rate(tokens_per_minute=20_000))
+    await rated.set_rate(None)  # type: ignore[arg-type]
     token.settle(tokens=120)
     assert_type(rated.acquire_sync(tokens=5), anygate.Token)
     assert_type(rated.acquire_nowait(tokens=5, priority=2), anygate.Token)

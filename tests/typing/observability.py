@@ -7,6 +7,8 @@ Checked by mypy and pyright, never executed (pytest does not collect this file).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from typing_extensions import assert_type
 
 import anygate
@@ -24,6 +26,10 @@ telemetry.observe(policy.adaptive_limit)
 telemetry.observe(anygate.RateLearner.of(gate))
 telemetry.observe("llm")  # type: ignore[arg-type]
 assert_type(anygate.otel.throttle_kind(anygate.classify(ValueError("x"))), str | None)
+assert_type(
+    anygate.throttle_kind(anygate.classify(ValueError("x"))),
+    Literal["concurrency", "overload", "burst", "rate"] | None,
+)
 assert_type(anygate.otel.error_type(ValueError("x")), str)
 assert_type(anygate.otel.error_type(anygate.classify(ValueError("x"))), str)
 usage = anygate.UsageReported("llm", "llm", input_tokens=3, request_model="gpt-4o")

@@ -63,7 +63,22 @@ _REQUEST_WORDS: Final = ("requests per min", "(rpm)", "call rate limit", "reques
 
 
 def throttle_kind(verdict: Verdict) -> ThrottleKind | None:
-    """The throttle ``verdict`` reports, or ``None`` when it is no throttle at all."""
+    """What kind of throttle a classified failure was, as :class:`anygate.Policy` reads it.
+
+    ``"concurrency"``: the provider's concurrent-request limit (a 429 naming concurrency,
+    or a 503 saying the server's queue is full: Ollama's "maximum pending requests
+    exceeded", "no slots available"); ``"overload"``: the provider asks for less load
+    (Anthropic's 529 / ``overloaded_error``, a 503 *with* ``Retry-After``); ``"burst"``:
+    the request rate rose too steeply (:attr:`anygate.Reason.BURST_RATE`); ``"rate"``:
+    any other retriable 429 (requests or tokens per minute). ``None``: no throttle: a
+    failure the circuit breaker counts (a 503 without ``Retry-After``, a timeout, a 500),
+    one not to retry (a quota 429 is billing), or a success.
+
+    Args:
+        verdict: from :func:`anygate.classify` or :func:`anygate.classify_response`.
+    """
+    if not verdict.retriable:
+        return None
     if verdict.reason is Reason.BURST_RATE:
         return "burst"
     status = verdict.status

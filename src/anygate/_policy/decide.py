@@ -49,7 +49,7 @@ def judge(exc: BaseException, rules: tuple[RuleLike, ...], provider: str | None)
     A 429 says the provider is up and wants less; the gate's limits answer it, not the
     breaker, and a failure that is not retriable says nothing of the provider's health."""
     verdict = classify(exc, rules=rules, provider=provider)
-    kind = throttle_kind(verdict) if verdict.retriable else None
+    kind = throttle_kind(verdict)
     if not verdict.retriable:
         return Judgement(verdict, None, NEUTRAL, provider=from_provider(exc, verdict, rules))
     if kind in ("concurrency", "rate", "burst"):

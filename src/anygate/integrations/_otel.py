@@ -31,10 +31,14 @@ from .. import (
     BreakerStateChanged,
     GaveUp,
     LimitChanged,
+    Reason,
     RetryScheduled,
     SlotAdmitted,
     UsageReported,
     Verdict,
+)
+from .. import (
+    throttle_kind as policy_throttle_kind,
 )
 from .._validation import check_flag
 from ._otel_observe import Observed
@@ -154,20 +158,17 @@ _current_call: ContextVar[_CallRecord | None] = ContextVar("anygate_otel_call", 
 def throttle_kind(verdict: Verdict) -> str | None:
     """Which kind of provider throttle a failure was, or ``None`` if it was none.
 
-    ``"burst"``: the request rate rose too steeply (``limit_burst_rate``); ``"overload"``:
-    the provider is overloaded (529, ``overloaded_error``, "try again later"); ``"concurrency"``:
-    a retriable 429 whose code names concurrent requests; ``"rate"``: any other retriable
-    429 (requests or tokens per minute). A quota 429 (billing) is not a throttle.
+    The policy's own reading (:func:`anygate.throttle_kind`: ``"burst"``,
+    ``"concurrency"``, ``"overload"``, ``"rate"``), and ``"overload"`` for what it leaves
+    to the breaker but the provider worded as being busy (a 503 "overloaded" without
+    ``Retry-After``, "try again later"). A local server's full queue (Ollama's "maximum
+    pending requests exceeded") is ``"concurrency"``, as the policy steers by it. A quota
+    429 (billing) is not a throttle.
     """
-    reason = verdict.reason.value
-    if reason == "burst_rate":
-        return "burst"
-    if reason == "busy":
+    kind = policy_throttle_kind(verdict)
+    if kind is None and verdict.retriable and verdict.reason is Reason.BUSY:
         return "overload"
-    if reason == "transient" and verdict.status == 429:  # not quota: that is billing
-        code = (verdict.code or "").lower()
-        return "concurrency" if "concurren" in code else "rate"
-    return None
+    return kind
 
 
 @final
