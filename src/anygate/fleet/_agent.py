@@ -97,7 +97,8 @@ class Agent(AgentState):
     def request_hold(self, seconds: float) -> None:
         """Hold the fleet's rate budgets for ``seconds`` from now (sent at the next call;
         holds queued meanwhile merge into the longest)."""
-        self._hold_to = max(self._hold_to, time.monotonic() + seconds)
+        with self._lock:  # callers' threads and the agent's: no hold lost between them
+            self._hold_to = max(self._hold_to, time.monotonic() + seconds)
         self.kick()
 
     def close(self, timeout: float) -> None:
@@ -241,7 +242,8 @@ class Agent(AgentState):
     async def _cycle(self, session: Session) -> None:
         await self._changes(session, self._cap_requests, "cap")
         await self._changes(session, self._rate_requests, "rate")
-        hold_to, self._hold_to = self._hold_to, -math.inf
+        with self._lock:
+            hold_to, self._hold_to = self._hold_to, -math.inf
         if hold_to > (now := time.monotonic()):
             hold_ms = math.ceil((hold_to - now) * 1000)
             reply = await self._call(session, op="hold", live=str(hold_ms))
