@@ -172,3 +172,29 @@ async def test_set_rate_from_threads_and_loops_at_once(
     assert await admitted(second, 2, within=5) == 2
     assert first.rate == second.rate
     assert first.rate in rates
+
+
+async def test_a_process_of_another_shape_keeps_its_estimates(
+    redis_server: RedisProc,
+    gate_name: str,
+    make: Callable[..., FleetGate],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Processes given different budgets (a misconfiguration): a live rate with split
+    budgets set by one is not adopted by one without them, which says why in the log
+    and goes on admitting (the script charges it the budgets it has)."""
+    split = anygate.Rate(
+        requests_per_minute=600_000, input_tokens_per_minute=1e7, output_tokens_per_minute=1e6
+    )
+    plain = make(gate_name, redis_server.url, capacity=2, rate=FAST)
+    other = make(gate_name, redis_server.url, capacity=2, rate=split)
+    assert await admitted(plain, 1, within=5) == 1
+    caplog.set_level("WARNING", logger="anygate.fleet")
+    await other.set_rate(
+        anygate.Rate(
+            requests_per_minute=600_001, input_tokens_per_minute=2e7, output_tokens_per_minute=1e6
+        )
+    )
+    await eventually(lambda: "split input/output budgets" in caplog.text)
+    assert plain.rate == FAST
+    assert await admitted(plain, 3, within=5) == 3

@@ -253,6 +253,19 @@ class AgentState:
                 "fleet gate %r: a live rate this process cannot read: %s", self.s.name, exc
             )
             return
+        if rate.split != budgets.split:
+            # Another process's shape (its rate= differs from ours): the script charges
+            # this one the budgets it has; its own estimates stay as they were.
+            logger.warning(
+                "fleet gate %r: the fleet's rate %r is %s split input/output budgets, "
+                "unlike this process's rate=; give every process the same budgets",
+                self.s.name,
+                rate,
+                "with" if rate.split else "without",
+            )
+            return
+        if rate != budgets.rate:
+            logger.info("fleet gate %r: the fleet's rate is now %r", self.s.name, rate)
         self.gate._adopt_rate(budgets, rate)
 
     def _rate_args(self, op: str) -> tuple[tuple[object, ...], tuple[object, ...]]:
