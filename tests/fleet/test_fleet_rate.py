@@ -274,6 +274,21 @@ async def test_headers_teach_the_whole_fleet(
     assert caught.value.retry_after_s > 10
 
 
+async def test_an_answer_after_the_fleet_closed_raises_nothing(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """A call in flight when its process closed the fleet gate still has its answer
+    learned from (a transport does, in the response path): nothing changes, nothing
+    raises, and the learner says so (it queued the change to the stopped agent and said
+    the rate changed)."""
+    rate = anygate.Rate(requests_per_minute=600, tokens_per_minute=100_000)
+    fleet = make(gate_name, redis_server.url, capacity=2, rate=rate)
+    (await fleet.acquire(timeout=5)).release()
+    fleet.close()
+    assert anygate.learn_from_headers(fleet.gate, _DRAINED) is False
+    assert fleet.rate == rate
+
+
 async def test_a_limit_stated_twice_paces_the_fleet_without_holding_it(
     redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
 ) -> None:

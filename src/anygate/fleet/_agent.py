@@ -246,7 +246,12 @@ class Agent(AgentState):
             hold_to, self._hold_to = self._hold_to, -math.inf
         if hold_to > (now := time.monotonic()):
             hold_ms = math.ceil((hold_to - now) * 1000)
-            reply = await self._call(session, op="hold", live=str(hold_ms))
+            try:
+                reply = await self._call(session, op="hold", live=str(hold_ms))
+            except LinkDown:
+                with self._lock:  # sent when Redis answers again, if it still holds then
+                    self._hold_to = max(self._hold_to, hold_to)
+                raise
             self._set_local(self._allowed(reply.held, reply.limit))
         plan = self._plan(time.monotonic())
         if plan is not None:

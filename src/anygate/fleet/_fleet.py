@@ -412,18 +412,28 @@ class FleetGate:
         """A rate learned from a provider's headers (``_limits.learn``): the fleet's live
         rate, as :meth:`set_rate` without waiting. ``False`` when it is the fleet's rate
         already (or on its way), or one :meth:`set_rate` would refuse."""
-        budgets = self._budgets
-        if budgets is None or rate == budgets.rate or rate.split != budgets.split:
+        budgets, agent = self._budgets, self._live_agent()
+        if budgets is None or agent is None or rate == budgets.rate or rate.split != budgets.split:
             return False
-        return self._ensure_agent().share_rate(rate_wire(rate))
+        return agent.share_rate(rate_wire(rate))
 
     def _hold(self, seconds: float) -> bool:
         """A provider said its bucket is drained for ``seconds``: no permit for anyone
         before then (at the agent's next call); ``False`` without a fleet rate."""
-        if self._budgets is None or not seconds > 0:
+        agent = self._live_agent()
+        if self._budgets is None or agent is None or not seconds > 0:
             return False
-        self._ensure_agent().request_hold(seconds)
+        agent.request_hold(seconds)
         return True
+
+    def _live_agent(self) -> Agent | None:
+        """This process's running agent, or ``None`` (not started, closed, or a parent's
+        after ``fork``): what learning from an answer may use without raising (a call
+        that was in flight when the gate closed still has its answer learned from)."""
+        agent = self._agent
+        if agent is None or self._closed or agent.owner_pid != os.getpid():
+            return None
+        return agent
 
     def _on_outage(self, cause: str) -> None:
         """Agent thread: Redis went away in closed mode; fail the queued callers at once."""
