@@ -147,6 +147,11 @@ def test_a_bad_live_rate_names_the_parameter_and_changes_nothing(redis_server: R
                 fleet.set_rate_sync(value, **kwargs)
         assert plain.rate == SLOW
         assert rateless.rate is None
+        plain.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            plain.set_rate_sync(FAST)
+        with pytest.raises(RuntimeError, match="closed"):
+            plain.set_capacity_sync(3)
     finally:
         plain.close()
         rateless.close()

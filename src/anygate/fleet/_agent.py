@@ -39,9 +39,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._agent_state import MAX_BACKOFF, AgentState, Settings
+from ._ratescript import rate_wire
 from ._redis import LinkDown
 
 if TYPE_CHECKING:
+    from .._gate.rate import Rate
     from ._redis import Session
 
 __all__ = ["Agent", "Settings"]
@@ -86,20 +88,29 @@ class Agent(AgentState):
         self._rate_requests.append((wire, future))
         self.kick()
 
-    def share_rate(self, wire: str) -> bool:
-        """Queue a live fleet rate nobody waits for (learned from a provider's headers);
-        ``False`` when the same one is queued already."""
+    def share_rate(self, rate: Rate) -> bool:
+        """A rate learned from a provider's headers: the fleet's live rate, as
+        ``FleetGate.set_rate`` but not waited for. ``False`` without a fleet rate, when
+        it is the fleet's rate already (or on its way), or of another shape."""
+        budgets = self.budgets
+        if budgets is None or rate == budgets.rate or rate.split != budgets.split:
+            return False
+        wire = rate_wire(rate)
         if any(queued == wire for queued, _ in self._rate_requests):
             return False
         self.request_rate(wire, Future())
         return True
 
-    def request_hold(self, seconds: float) -> None:
-        """Hold the fleet's rate budgets for ``seconds`` from now (sent at the next call;
-        holds queued meanwhile merge into the longest)."""
+    def request_hold(self, seconds: float) -> bool:
+        """A provider said its bucket is drained for ``seconds``: hold the fleet's rate
+        budgets until then (sent at the next call; holds queued meanwhile merge into the
+        longest). ``False`` without a fleet rate."""
+        if self.budgets is None or not seconds > 0:
+            return False
         with self._lock:  # callers' threads and the agent's: no hold lost between them
             self._hold_to = max(self._hold_to, time.monotonic() + seconds)
         self.kick()
+        return True
 
     def close(self, timeout: float) -> None:
         """Stop: give back idle leases, stop renewing (in-use ones lapse with the TTL)."""

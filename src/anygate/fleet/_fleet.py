@@ -237,6 +237,7 @@ class FleetGate:
             TypeError, ValueError: bad ``capacity`` or ``timeout``.
             ConnectionError: Redis could not be reached.
             TimeoutError: not applied within ``timeout`` seconds.
+            RuntimeError: the fleet gate was closed.
         """
         future = self._capacity_future(capacity, timeout)
         await anyio.to_thread.run_sync(future.result, timeout, abandon_on_cancel=True)
@@ -249,7 +250,7 @@ class FleetGate:
         value = count("capacity", capacity)
         seconds("timeout", timeout)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._ensure_agent().request_capacity(value, future)
+        self._changing_agent().request_capacity(value, future)
         return future
 
     # ------------------------------------------------------------------ rate
@@ -282,6 +283,7 @@ class FleetGate:
             TypeError, ValueError: bad ``rate`` or ``timeout`` (the message names it).
             ConnectionError: Redis could not be reached.
             TimeoutError: not applied within ``timeout`` seconds.
+            RuntimeError: the fleet gate was closed.
         """
         future = self._rate_future(rate, timeout)
         await anyio.to_thread.run_sync(future.result, timeout, abandon_on_cancel=True)
@@ -311,7 +313,7 @@ class FleetGate:
             raise ValueError(msg)
         seconds("timeout", timeout)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._ensure_agent().request_rate(rate_wire(value), future)
+        self._changing_agent().request_rate(rate_wire(value), future)
         return future
 
     # ------------------------------------------------------------------ acquiring
@@ -409,22 +411,22 @@ class FleetGate:
         )
 
     def _share_rate(self, rate: Rate) -> bool:
-        """A rate learned from a provider's headers (``_limits.learn``): the fleet's live
-        rate, as :meth:`set_rate` without waiting. ``False`` when it is the fleet's rate
-        already (or on its way), or one :meth:`set_rate` would refuse."""
-        budgets, agent = self._budgets, self._live_agent()
-        if budgets is None or agent is None or rate == budgets.rate or rate.split != budgets.split:
-            return False
-        return agent.share_rate(rate_wire(rate))
+        """Header learning's rate (``_limits.learn``): ``Agent.share_rate``."""
+        agent = self._live_agent()
+        return agent is not None and agent.share_rate(rate)
 
     def _hold(self, seconds: float) -> bool:
-        """A provider said its bucket is drained for ``seconds``: no permit for anyone
-        before then (at the agent's next call); ``False`` without a fleet rate."""
+        """Header learning's hold: ``Agent.request_hold``."""
         agent = self._live_agent()
-        if self._budgets is None or agent is None or not seconds > 0:
-            return False
-        agent.request_hold(seconds)
-        return True
+        return agent is not None and agent.request_hold(seconds)
+
+    def _changing_agent(self) -> Agent:
+        """The agent a fleet-wide change goes through; a closed gate says so at once
+        (its stopped agent would leave the change to time out)."""
+        if self._closed:
+            msg = f"fleet gate {self.name!r} is closed"
+            raise RuntimeError(msg)
+        return self._ensure_agent()
 
     def _live_agent(self) -> Agent | None:
         """This process's running agent, or ``None`` (not started, closed, or a parent's
