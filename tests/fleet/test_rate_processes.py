@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import anygate
+from anygate.fleet import FleetGate
+
 from .fleetproc import Fleet
 
 if TYPE_CHECKING:
@@ -112,3 +115,40 @@ def test_four_processes_never_exceed_the_fleet_token_rate_with_settles(
     assert excess <= 0, (excess, len(times))
     span = max(times) - min(times)
     assert sum(costs) >= per_s * span * 0.5, (sum(costs), span)
+
+
+@pytest.mark.timeout(120)
+def test_a_rate_set_live_by_one_process_paces_every_other(
+    redis_server: RedisProc, gate_name: str
+) -> None:
+    """4 processes (half asyncio, half trio) given one request a minute, under which a
+    second admission waits a minute: a fifth process sets the fleet's rate to 6,000 a
+    minute as they start, and every one of them is then admitted many times within the
+    4 s run, never beyond the new rate's bound (plus the one the old rate may admit)."""
+    slow, rpm = {"requests_per_minute": 1.0}, 6000.0
+    fleet = Fleet(
+        _configs(
+            4,
+            name=gate_name,
+            url=redis_server.url,
+            times=True,
+            hold=(0.001, 0.005),
+            capacity=8,
+            tasks=5,
+            duration=4.0,
+            rate=slow,
+        )
+    )
+    setter = FleetGate(gate_name, capacity=8, url=redis_server.url, rate=anygate.Rate(**slow))
+    try:
+        fleet.go()
+        setter.set_rate_sync(anygate.Rate(requests_per_minute=rpm), timeout=10)
+        results = fleet.results(timeout=60)
+    finally:
+        fleet.kill()
+        setter.close()
+    assert all(r["grants"] >= 10 for r in results), [r["grants"] for r in results]
+    times = [t for r in results for t in r["grant_mono"]]
+    per_s = rpm / 60
+    excess = worst_excess(times, [1] * len(times), per_s, per_s * 1.0 + 1, LAG_S)
+    assert excess <= 0, (excess, len(times))
