@@ -86,6 +86,8 @@ async def test_a_live_rate_reaches_every_process(
     await eventually(lambda: second.rate == FAST)
     assert await admitted(second, 20, within=5) == 20
     assert second.rate == FAST
+    assert second.statistics().rate == FAST
+    assert second.statistics().rate_version == 1
     stats = second.gate.statistics().rate
     assert stats is not None
     assert stats.rate == FAST

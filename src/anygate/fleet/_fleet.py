@@ -214,6 +214,8 @@ class FleetGate:
             on_unavailable=self._settings.on_unavailable,
             grace_left=snap["grace_left"],
             redis_calls=snap["redis_calls"],
+            rate=self.rate,
+            rate_version=agent.rate_version,
         )
 
     def __repr__(self) -> str:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._gate.rate import Rate
 
 __all__ = ["FleetStatistics"]
 
@@ -24,6 +28,9 @@ class FleetStatistics:
         on_unavailable: ``"closed"`` or ``"open"``.
         grace_left: seconds of restart grace left at the last call (no new grants).
         redis_calls: script calls this process made (wake-up pops not counted).
+        rate: the fleet rate this process paces to (``rate=``, or the live rate it
+            adopted last, :meth:`FleetGate.set_rate`); ``None``: no fleet rate.
+        rate_version: the live rate's version it adopted last (``0``: none was set).
     """
 
     name: str
@@ -38,3 +45,5 @@ class FleetStatistics:
     on_unavailable: str
     grace_left: float
     redis_calls: int
+    rate: Rate | None = None
+    rate_version: int = 0
