@@ -311,6 +311,32 @@ async def test_a_limit_stated_twice_paces_the_fleet_without_holding_it(
         (await fleet.acquire(timeout=5)).release()
 
 
+async def test_a_rate_raised_live_is_not_learned_back_down(
+    redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """A learner made while the fleet's rate was 600 a minute (its ceiling) in one
+    process; a user raises the fleet's rate to 6,000 from another: the first process's
+    learner then paces the fleet at what the provider states (4,500), not at its old
+    ceiling of 600 (which set the whole fleet back to 600)."""
+    rate = anygate.Rate(requests_per_minute=600)
+    first, second = (make(gate_name, redis_server.url, capacity=4, rate=rate) for _ in range(2))
+    (await first.acquire(timeout=5)).release()
+    learner = anygate.RateLearner.of(first.gate)
+    assert learner.ceiling == rate
+    await second.set_rate(anygate.Rate(requests_per_minute=6_000))
+    await eventually(lambda: first.rate == anygate.Rate(requests_per_minute=6_000))
+    assert learner.ceiling == anygate.Rate(requests_per_minute=6_000)
+    report = {
+        "x-ratelimit-limit-requests": "5000",
+        "x-ratelimit-remaining-requests": "4000",
+        "x-ratelimit-reset-requests": "1s",
+    }
+    anygate.learn_from_headers(first.gate, report)
+    assert anygate.learn_from_headers(first.gate, report) is True
+    learned = anygate.Rate(requests_per_minute=4_500)
+    await eventually(lambda: first.rate == learned and second.rate == learned)
+
+
 async def test_a_policys_call_through_a_drained_fleet_goes_on(
     redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
 ) -> None:

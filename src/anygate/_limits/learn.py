@@ -210,6 +210,11 @@ class RateLearner:
                 learner = _registry.setdefault(gate, learner)
         return learner
 
+    @staticmethod
+    def _existing(gate: Gate) -> RateLearner | None:
+        """The gate's learner if it has one (:meth:`of` makes one)."""
+        return _registry.get(gate)
+
     # ------------------------------------------------------------------ views
 
     @staticmethod

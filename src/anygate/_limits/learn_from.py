@@ -4,7 +4,8 @@
 policy on results that expose headers), :func:`learn_from_error` for a failed call (its
 headers, and the limits a 429 states in words: :mod:`anygate._classify.limit_wording`).
 Neither makes a learner for a gate that never hears a limit, nor raises on what the
-provider said.
+provider said. :func:`raise_ceiling` is the fleet's: a live rate set above a learner's
+ceiling raises it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from .learn import RateLearner
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
-    from .._gate.rate import BudgetMark
+    from .._gate.rate import BudgetMark, Rate
 
-__all__ = ["learn_from_error", "learn_from_headers"]
+__all__ = ["learn_from_error", "learn_from_headers", "raise_ceiling"]
 
 
 def learn_from_headers(
@@ -92,3 +93,30 @@ def learn_from_error(
     if not report:
         return False
     return RateLearner.of(gate).observe(report, now, sent=sent)
+
+
+def raise_ceiling(gate: Gate, rate: Rate) -> None:
+    """Raise the ceiling of ``gate``'s learner, if it has one, to at least ``rate`` in
+    each dimension both have: a fleet's live rate set above it (``FleetGate.set_rate``,
+    by a user in any process) is then not learned back down to the fleet's rate when
+    the learner was made. A learned rate never exceeds its learner's ceiling, so
+    adopting one changes nothing here."""
+    learner = RateLearner._existing(gate)
+    ceiling = None if learner is None else learner.ceiling
+    if learner is None or ceiling is None:
+        return
+    raised = {
+        field: max(old, new)
+        for field in _PER_MINUTE
+        if (old := getattr(ceiling, field)) is not None
+        and (new := getattr(rate, field)) is not None
+    }
+    learner.ceiling = dataclasses.replace(ceiling, **raised)
+
+
+_PER_MINUTE = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
+)

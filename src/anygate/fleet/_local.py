@@ -27,6 +27,7 @@ from .._gate.gate import Gate
 from .._gate.gate_args import max_cost
 from .._gate.ledger import Ledger
 from .._gate.waiters import GONE, WAITING, waiter_out
+from .._limits.learn_from import raise_ceiling
 
 if TYPE_CHECKING:
     from .._errors import Busy
@@ -155,6 +156,7 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
         with self._lock:
             budgets.rate = rate
             budgets.max_tokens = max_cost(rate)
+        raise_ceiling(self, rate)  # a user's raise is not learned back down
 
     def _fail_waiters(self, cause: str) -> None:
         """Redis went away (closed mode): wake every queued caller to fail at once.
