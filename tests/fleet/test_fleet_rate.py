@@ -337,6 +337,30 @@ async def test_a_rate_raised_live_is_not_learned_back_down(
     await eventually(lambda: first.rate == learned and second.rate == learned)
 
 
+async def test_a_drained_report_holds_a_fleet_failing_open_while_redis_is_down(
+    redis_factory: Callable[[], RedisProc], gate_name: str, make: Callable[..., FleetGate]
+) -> None:
+    """Redis down, the gate failing open (each process paces to its share of the rate,
+    locally): a drained report holds that local share until the reset too, not only the
+    fleet's budgets once Redis answers again (before, this process went on admitting)."""
+    server = redis_factory()
+    rate = anygate.Rate(requests_per_minute=600_000)
+    fleet = make(
+        gate_name, server.url, capacity=4, rate=rate, on_unavailable="open", fallback_capacity=2
+    )
+    (await fleet.acquire(timeout=5)).release()
+    server.stop()
+    await eventually(lambda: fleet.statistics().unavailable is not None)
+    await eventually(lambda: fleet.gate.capacity == 2)
+    (await fleet.acquire(timeout=5)).release()  # the local share admits
+    assert anygate.learn_from_headers(fleet.gate, _DRAINED) is True
+    with pytest.raises(anygate.Busy) as caught:
+        (await fleet.acquire(timeout=1)).release()
+    assert not isinstance(caught.value, FleetUnavailable)
+    assert caught.value.retry_after_s is not None
+    assert caught.value.retry_after_s > 10
+
+
 async def test_a_policys_call_through_a_drained_fleet_goes_on(
     redis_server: RedisProc, gate_name: str, make: Callable[..., FleetGate]
 ) -> None:

@@ -109,6 +109,7 @@ class Agent(AgentState):
             return False
         with self._lock:  # callers' threads and the agent's: no hold lost between them
             self._hold_to = max(self._hold_to, time.monotonic() + seconds)
+        self.gate._hold_fallback(self.budgets, seconds)  # Redis down, failing open
         self.kick()
         return True
 

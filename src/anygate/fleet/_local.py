@@ -148,6 +148,17 @@ class FleetLocalGate(Gate):  # type: ignore[misc]  # private: see the module doc
         now = self._read_clock()
         return now is not None and self._owner._hold(at - now)
 
+    def _hold_fallback(self, budgets: FleetBudgets, seconds: float) -> None:
+        """A hold while Redis is down and the gate fails open: the local share of the rate
+        (``FleetBudgets.fallback``) is held too, not only the fleet's budgets once Redis
+        answers again (this process would go on admitting into the provider's 429s)."""
+        with self._lock:
+            fallback, now = budgets.fallback, self._read_clock()
+            if fallback is not None and now is not None:
+                if not fallback.started:
+                    fallback._start(now)
+                fallback.hold_until(now + seconds)
+
     def _adopt_rate(self, budgets: FleetBudgets, rate: Rate) -> None:
         """The agent's thread: the fleet's live rate changed (``FleetGate.set_rate`` in
         some process). The pool's estimates and the largest cost one caller may state
