@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._classify.headers import parse_limit_headers
 from .._classify.limit_wording import error_limits
-from .learn import RateLearner
+from .learn import _KINDS, _SPLIT_KINDS, RateLearner
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
@@ -107,16 +107,8 @@ def raise_ceiling(gate: Gate, rate: Rate) -> None:
         return
     raised = {
         field: max(old, new)
-        for field in _PER_MINUTE
+        for field in (f"{kind}_per_minute" for kind in (*_KINDS, *_SPLIT_KINDS))
         if (old := getattr(ceiling, field)) is not None
         and (new := getattr(rate, field)) is not None
     }
     learner.ceiling = dataclasses.replace(ceiling, **raised)
-
-
-_PER_MINUTE = (
-    "requests_per_minute",
-    "tokens_per_minute",
-    "input_tokens_per_minute",
-    "output_tokens_per_minute",
-)
