@@ -261,3 +261,125 @@ def test_a_429_at_the_paced_rate_is_a_word_for_a_threshold_there() -> None:
     assert low.estimate(30.05) == math.inf
     assert low.rejected(30.1, 500, 30.15)  # a second word at 500: held on its own two
     assert (low.estimate(30.15), low.support) == (500, SUPPORT)
+
+
+# --------------------------------------------------------------------------- inferred
+
+
+def test_an_inferred_thresholds_wave_is_one_answer_at_its_lowest_count() -> None:
+    """Bare 429s (``stated=False``) for 26 sends that went at one instant, before the
+    first of them was answered: one answer, at the wave's lowest count (each answered one
+    left our count), so no threshold holds. A send after that answer is a second answer:
+    held there. Worded, the same wave holds at once (the provider said what it counted)."""
+    inferred, worded = CountLimit(stated=False), CountLimit()
+    for limit in (inferred, worded):
+        for i in range(60):
+            limit.passed(i * 0.1, i)
+    for count in range(85, 59, -1):
+        now = 10.05 + (85 - count) * 0.001
+        inferred.rejected(10.0, count, now, stated=False)
+        worded.rejected(10.0, count, now)
+    assert (inferred.estimate(10.1), inferred.support) == (math.inf, 0)
+    assert worded.high == 60
+    assert repr(inferred) == "CountLimit(high=inf, answers=61, rejections=1)"
+    assert inferred.rejected(10.2, 60, 10.25, stated=False)  # sent after 10.05
+    assert (inferred.high, inferred.support) == (60, SUPPORT)
+    assert not inferred.tested  # its checks still go (RequestLimit)
+
+
+def test_a_worded_429_makes_an_inferred_threshold_stated() -> None:
+    limit = CountLimit(stated=False)
+    limit.rejected(10.0, 50, 10.05, stated=False)
+    limit.rejected(10.1, 50, 10.15, stated=False)
+    assert (limit.high, limit.stated, limit.tested) == (50, False, False)
+    limit.rejected(10.2, 50, 10.25)
+    assert (limit.high, limit.stated, limit.tested) == (50, True, True)
+
+
+def _inferred_at_10() -> RequestLimit:
+    """Sends at 0..11 s; bare 429s for those at 10 and 11 s, each taken for the request
+    limit's by its count (10 of ours in the minute, twice: the second is told to it)."""
+    requests = RequestLimit()
+    for i in range(12):
+        assert send_if_let(requests, float(i)) == 0.0
+    assert not requests.unexplained(10.0, 10.05)  # one answer: held nowhere yet
+    requests.turned_away(10.0)
+    assert requests.unexplained(11.0, 11.05)
+    requests.rejected(11.0, 11.05, stated=False)
+    limit = requests.limit
+    assert limit is not None
+    assert (limit.high, limit.support, limit.tested, limit.held_since) == (10, 2, False, 11.05)
+    return requests
+
+
+def test_an_inferred_threshold_is_tested_by_a_check_a_slope_window_after_it() -> None:
+    """Its first check goes a second after it was set (sent at once, it met what its
+    429s met); turned away then, it may still be the slots' or a slope window's end:
+    the next goes once a slope window has passed, and only that one turned away confirms
+    it. While a check is out, a held send asks again within half a second."""
+    requests = _inferred_at_10()
+    limit = requests.limit
+    assert limit is not None
+    assert requests.wait(11.1) == pytest.approx(0.95)  # the first check at 12.05
+    assert send_if_let(requests, 12.05) == 0.0
+    assert requests.wait(12.1) == pytest.approx(0.5)  # its answer may lift it
+    requests.rejected(12.05, 12.1, stated=False)
+    assert (limit.support, limit.tested) == (3, False)
+    assert requests.slope_window_s == 10.0
+    assert requests.wait(12.2) == pytest.approx(21.05 - 12.2)  # a slope window after
+    assert send_if_let(requests, 21.05) == 0.0
+    requests.rejected(21.05, 21.1, stated=False)
+    assert (limit.support, limit.tested) == (CONFIRM, True)
+    assert requests.wait(21.2) > 30.0  # confirmed: held until the window frees
+
+
+def test_an_inferred_thresholds_passing_check_lifts_it() -> None:
+    requests = _inferred_at_10()
+    assert send_if_let(requests, 12.05) == 0.0
+    requests.passed(12.05)  # 11 of ours in its window, above the threshold
+    assert requests.estimate(12.1) is None
+    assert requests.wait(12.1) == 0.0
+
+
+def test_an_adopted_threshold_hears_the_later_bare_429s_itself() -> None:
+    """After the threshold lifted, the window held up to 39 of ours and passed; a minute
+    later bare 429s come at 5 and 4. The adopted threshold remembers the passes above 5: not
+    the request limit's. (A fresh threshold beside it knew none of them, took two such
+    429s for a limit there that nothing held, and every 429 after was taken for it.)"""
+    requests = _inferred_at_10()
+    assert send_if_let(requests, 12.05) == 0.0
+    requests.passed(12.05)
+    for i in range(13, 41):
+        assert send_if_let(requests, float(i)) == 0.0
+        requests.passed(float(i))
+    for at, count in ((95.0, 5), (96.0, 4)):  # 36..40 s leave the window by then
+        assert send_if_let(requests, at) == 0.0
+        assert requests.count(at) == count
+        assert not requests.unexplained(at, at + 0.05)
+        requests.turned_away(at)
+    assert requests.estimate(96.1) is None
+
+
+@pytest.mark.parametrize(
+    ("tested", "top", "high"), [(True, 598, 599), (False, 598, math.inf), (True, 700, math.inf)]
+)
+def test_a_tested_inferred_threshold_passed_just_above_moves_up(
+    tested: bool, top: int, high: float
+) -> None:
+    """Four waves of bare 429s at 597 (a real 600, counted a few short), its check turned
+    away a slope window later (tested); then regrowth passes at 597 and ``top``. Just
+    above (within the count's error) the limit is a little higher: the threshold moves
+    up past the most that passed, not away (lifted, the gate's pace went through: 5.9 %
+    of calls with a 429). Untested, or passed well above, it is lifted."""
+    limit = CountLimit(stated=False)
+    for i in range(597):
+        limit.passed(i * 0.05, i)
+    for at in (30.0, 30.1, 31.0, 40.0):
+        limit.rejected(at, 597, at + 0.05, stated=False)
+    limit.tested = tested
+    assert (limit.high, limit.support) == (597, 4)
+    for at, count in ((90.0, 597), (90.1, 597), (90.2, top)):
+        limit.passed(at, count)
+    assert limit.high == high
+    if high != math.inf:
+        assert limit.support == CONFIRM

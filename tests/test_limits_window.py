@@ -124,7 +124,7 @@ def test_a_window_with_none_of_ours_teaches_nothing() -> None:
 def test_the_request_limit_holds_sends_once_two_rejections_agree() -> None:
     """One per-minute 429 holds nothing (a shared pool's as often as a limit's); a second
     at the same count holds every send but one, the check above the new threshold, until
-    the window has room."""
+    the window has room (asking again every half second while the check is out)."""
     requests = RequestLimit()
     caller, other = object(), object()
     for i in range(11):
@@ -137,9 +137,16 @@ def test_the_request_limit_holds_sends_once_two_rejections_agree() -> None:
     assert requests.estimate(10.3) == 10
     assert requests.wait(10.4, 1.0, other) == 0.0  # asking counts nothing
     assert send_if_let(requests, 10.5, other) == 0.0  # the check: one send above it
-    wait = send_if_let(requests, 10.6, caller)
-    assert wait == pytest.approx(61.0 - 10.6, abs=1e-5)  # the check counts: 0 and 1 leave
-    assert requests.wait(10.7, 1.0, other) > 0  # still held
+    # Held; while the check is out it asks again soon (the answer may lift the hold).
+    assert send_if_let(requests, 10.6, caller) == pytest.approx(0.5)
+    requests.rejected(10.5, 10.65, other)  # the check turned away: support 3
+    assert send_if_let(requests, 10.7, caller) == 0.0  # the second check
+    wait = send_if_let(requests, 10.8, other)
+    assert wait == pytest.approx(0.5)
+    requests.rejected(10.7, 10.85, caller)  # confirmed: no check any more
+    wait = send_if_let(requests, 10.9, other)
+    assert wait == pytest.approx(60.0 - 10.9, abs=1e-5)  # 10 accepted: 0 leaves at 60
+    assert requests.wait(11.0, 1.0, caller) > 0  # still held
 
 
 def test_a_rejection_within_the_counts_error_of_what_passed_is_the_limit() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import final
 
+from .slope import WINDOW_S as SLOPE_WINDOW_S
 from .threshold import CONFIRM, CountLimit
 from .window import SentLog, finite_estimate, same_count
 
@@ -29,6 +30,18 @@ WINDOW_S = 60.0
 #: 2, 4 and 5: at about 114, 174 and 234 s).
 _GROWTH_S = 60.0
 _MAX_GROWTH_S = 600.0
+#: An inferred threshold's first check goes this long after it was set: sent at once, it
+#: met the state its 429s met (the slots full, or a slope window's end) and was turned
+#: away, and the next waited out a slope window (the outage scenario with plain 429s,
+#: seed 9: sends above 166 a minute held 10 s, 1.18x the oracle). A second later a call
+#: has left and a new slope window may have begun.
+_FIRST_CHECK_S = 1.0
+#: While a check of a threshold is out, a send held by it asks again this often: the
+#: check's pass may lift it, and a send told to wait for the window to free (up to a
+#: minute) slept through that (morning peak, plain 429s, seed 20: lifted at 23.7 s, the
+#: held sends slept until 60 s, 1.21x the oracle). Half a second: a check is answered
+#: within a round trip once its status arrives (``SendPath.accepted``).
+_ASK_AGAIN_S = 0.5
 
 
 @final
@@ -36,7 +49,17 @@ class RequestLimit:
     """Sends and the request limit's estimate. The estimate has no ceiling of its own:
     the gate's rate (the user's, published or learned) already bounds what is sent."""
 
-    __slots__ = ("_check_at", "_checking", "_growth_s", "_limit", "_log", "_plain", "_told")
+    __slots__ = (
+        "_check_at",
+        "_checking",
+        "_growth_s",
+        "_limit",
+        "_log",
+        "_plain",
+        "_told",
+        "_turned_check_at",
+        "slope_window_s",
+    )
 
     def __init__(self) -> None:
         self._log = SentLog(WINDOW_S)
@@ -49,6 +72,13 @@ class RequestLimit:
         # whether its answer is still to come.
         self._check_at = math.nan
         self._checking = False
+        # The send time of the last check turned away before it could test an inferred
+        # threshold (see _next_check).
+        self._turned_check_at = -math.inf
+        # The slope rule's window (:attr:`.SlopeLimit.window_s`, kept by its owner): an
+        # inferred threshold is tested by a check sent at least this long after it was
+        # set, once the slope window that may have turned its 429s away is over.
+        self.slope_window_s = SLOPE_WINDOW_S
 
     @property
     def log(self) -> SentLog:
@@ -95,16 +125,31 @@ class RequestLimit:
         if limit is None or limit.high == math.inf:
             return 0.0
         free = self._log.free_at(at, limit.estimate(at))
-        if free is None or self._check_due(limit, at):
-            return 0.0  # room, or the check of a threshold goes (CountLimit.support)
-        return free - at
+        if free is None:
+            return 0.0  # room
+        check = self._next_check(limit, at)
+        if check <= at:
+            return 0.0  # the check of a threshold goes (CountLimit.support)
+        return min(free, check) - at
 
-    def _check_due(self, limit: CountLimit, at: float) -> bool:
-        """Whether a send above the threshold goes now: it is not yet confirmed and no
-        check is out (one unanswered for a window is taken for lost)."""
-        if limit.support >= CONFIRM:
-            return False
-        return not self._checking or at - self._check_at > WINDOW_S
+    def _next_check(self, limit: CountLimit, at: float) -> float:
+        """When a send above the threshold may go, as its check (``inf``: none while it
+        holds): while it is not yet confirmed, or, inferred, not yet tested, and no check
+        is out (one unanswered for a window is taken for lost). An inferred threshold's
+        check turned away before one slope window had passed since it was set may have met
+        the same full slope window or slots as its 429s did: the next goes once that
+        window is over (:mod:`.threshold`)."""
+        if limit.support >= CONFIRM and limit.tested:
+            return math.inf
+        if self._checking and at - self._check_at <= WINDOW_S:
+            # Its answer may lift the threshold: ask again soon, not when the window
+            # frees (a sleeper is not woken).
+            return min(self._check_at + WINDOW_S, at + _ASK_AGAIN_S)
+        if not limit.tested:
+            if self._turned_check_at >= limit.held_since:
+                return max(at, limit.held_since + self.slope_window_s)
+            return max(at, limit.held_since + _FIRST_CHECK_S)
+        return at
 
     def sent(self, at: float, cost: float = 1.0, caller: object | None = None) -> None:
         """The send :meth:`wait` let go went out (the check, if it found the window full)."""
@@ -148,11 +193,20 @@ class RequestLimit:
         of calls with a 429). A slope rule's 429s come at a count the later passes go
         past; a request limit's repeat at a count nothing passes above.
         Call before the attempt is marked turned away (its send is still counted)."""
-        plain = self._plain
-        if plain is None:
-            plain = self._plain = CountLimit(WINDOW_S)
+        limit = self._limit
+        plain: CountLimit | None
+        if limit is not None and not limit.stated:
+            # Adopted: its threshold goes on from every answer it fitted. A fresh one
+            # beside it, knowing none of the passes above its count a minute before,
+            # took a slope window's end for the request limit, which held nothing: a
+            # storm of 429s every one taken for the request limit's.
+            plain = limit
+        else:
+            plain = self._plain
+            if plain is None:
+                plain = self._plain = CountLimit(WINDOW_S, stated=False)
         count = self.count(at)
-        plain.rejected(at, count, now)
+        plain.rejected(at, count, now, stated=False)
         if count > 0 and not plain.noise and plain.high != math.inf:
             self._told = at
             return True
@@ -177,13 +231,17 @@ class RequestLimit:
         now: float,
         caller: object | None = None,
         paced: float | None = None,
+        *,
+        stated: bool = True,
     ) -> bool:
         """A requests-per-minute 429 for ``caller``'s attempt sent at ``at``, with sends
         ``paced`` at that many a minute (the gate's rate; ``None``: none); whether the
-        estimate went down."""
+        estimate went down. ``stated=False``: the 429 did not say what it counted (its
+        count did: :mod:`.threshold` on inferred thresholds)."""
         log = self._log
         log.rejected(at)
-        if at == self._check_at:
+        check = at == self._check_at
+        if check:
             self._checking = False
         count = log.held(at)  # the rejected send itself is turned away: not in it
         if log.held(at, refused=False) <= 0:
@@ -192,14 +250,16 @@ class RequestLimit:
             # one, a concurrency 429 then a requests-per-minute 429 held the next send a
             # minute (tests/test_policy_throttles.py, on a real clock).
             count = 0
-        limit, plain, adopted = self._limit, self._plain, False
-        if limit is None and plain is not None and at == self._told:
+        limit, plain = self._limit, self._plain
+        # unexplained() took this 429 for ours, and its threshold heard it already.
+        told = at == self._told and (limit is None or not limit.stated)
+        if limit is None and plain is not None and told:
             # The first 429 the plain 429s' threshold took for this limit's (unexplained):
             # that threshold is this limit's from now on, with every answer it fitted.
             limit = self._limit = plain
-            self._plain, adopted = None, True
+            self._plain = None
         elif limit is None:
-            limit = self._limit = CountLimit(WINDOW_S)
+            limit = self._limit = CountLimit(WINDOW_S, stated=stated)
         # A regrowth: the hold let one more through than the count it grew from.
         estimate = limit.estimate(now)
         grown = estimate != math.inf and math.floor(estimate) > limit.high
@@ -210,6 +270,13 @@ class RequestLimit:
             self._growth_s = _GROWTH_S
         limit.growth = WINDOW_S / self._growth_s
         limit.paced = math.inf if paced is None else paced
-        if adopted:
-            return True  # fitted already: held from now on
-        return limit.rejected(at, count, now)
+        # fitted already (told): held from now on
+        lowered = True if told else limit.rejected(at, count, now, stated=stated)
+        if check and count > 0 and not limit.tested:
+            # A send above the threshold, on its own, turned away: once the slope window
+            # its 429s may have met is over, it tests the threshold.
+            if at >= limit.held_since + self.slope_window_s:
+                limit.tested = True
+            else:
+                self._turned_check_at = at
+        return lowered

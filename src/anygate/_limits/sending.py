@@ -298,10 +298,13 @@ class SendPath(AdaptiveState):
         *,
         caller: object | None = None,
         tokens: int | None = None,
+        stated: bool = True,
     ) -> None:
         """An RPM/TPM 429 for ``caller``'s attempt sent at ``admitted_at`` (charged
         ``tokens``): the provider's own per-minute budget is spent, and a gate paced to
         its published rate overshoots it by the budget's burst after a lull.
+        ``stated=False``: the 429 did not say what it counted; :meth:`attribute` took it
+        for ``unit``'s (an inferred threshold needs more, :mod:`anygate._limits.threshold`).
 
         ``unit="requests"`` holds the gate's sends to the limit's estimate: the count of
         this gate's requests the provider accepted in the minute before the rejected one
@@ -321,7 +324,7 @@ class SendPath(AdaptiveState):
             paced = probe.good  # a step is the probe's guess; the rate below it was paced
         with self._lock:
             sends = self._sends
-            sends.rejected(unit, admitted_at, cost, self._clock(), caller, paced)
+            sends.rejected(unit, admitted_at, cost, self._clock(), caller, paced, stated=stated)
             held = sends.tokens.held(admitted_at) if unit == "tokens" else 0.0
             limit = sends.requests.limit
             if unit == "requests" and limit is not None and limit.noise and caller is not None:

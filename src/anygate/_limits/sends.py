@@ -109,22 +109,26 @@ class Sends:
         now: float,
         caller: object,
         paced: float | None = None,
+        *,
+        stated: bool = True,
     ) -> None:
         """A per-minute 429 that counted ``unit`` (``"requests"`` or ``"tokens"``) for
         ``caller``'s attempt sent at ``at`` costing ``cost``, with requests ``paced`` at
         that many a minute: that estimate learns from its window; the other only hears
-        that the send filled no window."""
+        that the send filled no window. ``stated=False``: the 429 did not name ``unit``
+        (its count did)."""
         if unit == "tokens" and cost:
             self.tokens.rejected(at, cost, now, caller)
             self.requests.turned_away(at)
         else:
-            self.requests.rejected(at, now, caller, paced)
+            self.requests.rejected(at, now, caller, paced, stated=stated)
             if cost:
                 self.tokens.turned_away(at, cost)
 
     def edge(self, after: float, at: float) -> None:
         """A full slope window ended in ``(after, at]`` (:meth:`.SlopeLimit.edge`)."""
         self.slope.edge(after, at)
+        self.requests.slope_window_s = self.slope.window_s  # the window it may have set
 
     def requests_in_minute(self, at: float) -> int:
         """Requests the provider accepted in the minute before ``at``."""

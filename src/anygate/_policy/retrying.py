@@ -230,6 +230,7 @@ class Retrier:
             kind == "rate" and (unit is not None or bool(judgement.verdict.code))
         )
         tentative = False  # the slots' by our counts, not by the answer
+        stated = True  # the answer named its unit
         if kind == "rate" and unit is None and run.admitted_at is not None:
             # A 429 that does not say what it counted: the limit our counts say was full
             # (issue 30). With a code (OpenAI's rate_limit_exceeded is per-minute) it is
@@ -241,7 +242,7 @@ class Retrier:
                 per_minute=bool(judgement.verdict.code),
             )
             if attributed in ("requests", "tokens"):
-                unit = attributed
+                unit, stated = attributed, False
             else:
                 kind = attributed
                 tentative = True
@@ -273,7 +274,9 @@ class Retrier:
         if kind in ("concurrency", "overload"):
             return self.learn_concurrency(run, exact=kind == "concurrency", tentative=tentative)
         if unit is not None and run.admitted_at is not None:
-            adaptive.on_rate(unit, run.admitted_at, caller=run, tokens=run.tokens)
+            adaptive.on_rate(
+                unit, run.admitted_at, caller=run, tokens=run.tokens, stated=stated
+            )
         return False
 
     def _retry_scheduled(self, run: Run, decision: Retry) -> None:
