@@ -274,9 +274,7 @@ class Retrier:
         if kind in ("concurrency", "overload"):
             return self.learn_concurrency(run, exact=kind == "concurrency", tentative=tentative)
         if unit is not None and run.admitted_at is not None:
-            adaptive.on_rate(
-                unit, run.admitted_at, caller=run, tokens=run.tokens, stated=stated
-            )
+            adaptive.on_rate(unit, run.admitted_at, caller=run, tokens=run.tokens, stated=stated)
         return False
 
     def _retry_scheduled(self, run: Run, decision: Retry) -> None:
