@@ -1210,8 +1210,7 @@ def test_the_herds_limit_doubles_each_round_trip() -> None:
     a herd of 4 taken at a shared pool's 429 was 101 of 320 slots four minutes on (the
     morning peak x10); held at 1 / limit until no throttle had come for a window, the
     outage scenario's herd of 22 (32 slots) took 11 s to reach 25. A success of a call
-    sent before the throttle says nothing of the level since: 1 / limit (counted, a long
-    pause's successes grew the herd it released)."""
+    sent before the throttle says nothing of the level since: 1 / limit."""
     clock = FakeClock()
     gate, limit = _herd(clock)  # the throttle was confirmed at 3.9 s
     assert not limit._sends.slope.known

@@ -22,8 +22,8 @@ apart by, :mod:`.attribute`).
   :mod:`.burst`).
 * :meth:`grow`: a saturated success raises the limit by ``1 / limit`` (about a slot per
   limit's worth of successes); a herd limit, once the slope is learned, straight to
-  ``HERD_GROWTH`` (1.1) times :attr:`most_passed`, and with none learned by one
-  (doubling per round trip) up to a tenth above
+  ``HERD_GROWTH`` (1.1) times :attr:`most_passed`, and with none learned by one per
+  success of a call sent after the throttle (doubling per round trip) up to a tenth above
   :attr:`most_passed`.
 * :meth:`over`: whether the others at the provider already fill the limit (a slot got
   just before a cut waits for one of them to leave instead of being the next 429).
@@ -247,9 +247,7 @@ class ConcurrencyLimit:
         elif sent_at is None or sent_at <= self._throttled_at:
             # Sent before the last burst throttle: its success says nothing of the level
             # since (TCP's slow start counts the acknowledgements of what it sent at the
-            # new window). Counted, the successes a long pause saw grew the herd it
-            # released into the next window (outage scenario, 30 s window: 1.016x ->
-            # 1.051x the oracle).
+            # new window), and a pause's successes would grow the herd it releases.
             self.limit = raised_limit(self.limit, ceiling=self.maximum)
         else:
             # Nothing holds the rate and nothing said the slots were full: grown by
