@@ -135,18 +135,19 @@ def test_the_request_limit_holds_sends_once_two_rejections_agree() -> None:
     assert send_if_let(requests, 10.2, caller) == 0.0  # its retry goes: nothing is held
     assert requests.rejected(10.2, 10.3, caller)  # 10 others again: the limit
     assert requests.estimate(10.3) == 10
-    assert requests.wait(10.4, 1.0, other) == 0.0  # asking counts nothing
-    assert send_if_let(requests, 10.5, other) == 0.0  # the check: one send above it
+    assert requests.wait(10.4, 1.0, other) == pytest.approx(0.9)  # its check at 11.3
+    assert requests.wait(10.4, 1.0, other) == pytest.approx(0.9)  # asking counts nothing
+    assert send_if_let(requests, 11.3, other) == 0.0  # the check: one send above it
     # Held; while the check is out it asks again soon (the answer may lift the hold).
-    assert send_if_let(requests, 10.6, caller) == pytest.approx(0.5)
-    requests.rejected(10.5, 10.65, other)  # the check turned away: support 3
-    assert send_if_let(requests, 10.7, caller) == 0.0  # the second check
-    wait = send_if_let(requests, 10.8, other)
-    assert wait == pytest.approx(0.5)
-    requests.rejected(10.7, 10.85, caller)  # confirmed: no check any more
-    wait = send_if_let(requests, 10.9, other)
-    assert wait == pytest.approx(60.0 - 10.9, abs=1e-5)  # 10 accepted: 0 leaves at 60
-    assert requests.wait(11.0, 1.0, caller) > 0  # still held
+    assert send_if_let(requests, 11.4, caller) == pytest.approx(0.5)
+    requests.rejected(11.3, 11.35, other)  # the check turned away: support 3
+    # The next check once a slope window has passed since the threshold was set.
+    assert send_if_let(requests, 11.4, caller) == pytest.approx(20.3 - 11.4)
+    assert send_if_let(requests, 20.3, caller) == 0.0  # the second check
+    requests.rejected(20.3, 20.35, caller)  # confirmed: no check any more
+    wait = send_if_let(requests, 20.4, other)
+    assert wait == pytest.approx(60.0 - 20.4, abs=1e-5)  # 10 accepted: 0 leaves at 60
+    assert requests.wait(20.5, 1.0, caller) > 0  # still held
 
 
 def test_a_rejection_within_the_counts_error_of_what_passed_is_the_limit() -> None:

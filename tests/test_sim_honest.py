@@ -506,3 +506,17 @@ def test_bare_429s_at_one_count_for_an_instant_are_not_a_request_limit(
     anygate_result, oracle = _run_with(name, seed, plain_429=True)
     assert anygate_result.failures == {}
     assert anygate_result.makespan_s <= 1.2 * oracle.makespan_s
+
+
+def test_a_per_minute_limit_enforced_per_second_is_not_taken_for_a_minutes_count() -> None:
+    """The published 1,200 requests a minute enforced as 20 a second (OpenAI: "60,000
+    requests a minute may be enforced as 1,000 a second"), every 429 worded "requests per
+    minute": a burst of them at 84 of ours in the minute confirmed a threshold there at
+    once, and the fleet paced at 1,200 was held to 84 a minute, again and again (seed 1:
+    5.4x the oracle). Tested by a check a window later (which passes: the second's quota
+    came back), no such threshold holds."""
+    anygate_result, oracle = _run_with(
+        "morning-peak", 1, rpm=None, tokens={"rpm": 1200, "capacity_s": 1}
+    )
+    assert anygate_result.failures == {}
+    assert anygate_result.makespan_s <= 1.05 * oracle.makespan_s

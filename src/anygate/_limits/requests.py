@@ -30,7 +30,7 @@ WINDOW_S = 60.0
 #: 2, 4 and 5: at about 114, 174 and 234 s).
 _GROWTH_S = 60.0
 _MAX_GROWTH_S = 600.0
-#: An inferred threshold's first check goes this long after it was set: sent at once, it
+#: A threshold's first check goes this long after it was set: sent at once, it
 #: met the state its 429s met (the slots full, or a slope window's end) and was turned
 #: away, and the next waited out a slope window (the outage scenario with plain 429s,
 #: seed 9: sends above 166 a minute held 10 s, 1.18x the oracle). A second later a call
@@ -72,12 +72,13 @@ class RequestLimit:
         # whether its answer is still to come.
         self._check_at = math.nan
         self._checking = False
-        # The send time of the last check turned away before it could test an inferred
+        # The send time of the last check turned away before it could test the
         # threshold (see _next_check).
         self._turned_check_at = -math.inf
-        # The slope rule's window (:attr:`.SlopeLimit.window_s`, kept by its owner): an
-        # inferred threshold is tested by a check sent at least this long after it was
-        # set, once the slope window that may have turned its 429s away is over.
+        # The slope rule's window (:attr:`.SlopeLimit.window_s`, kept by its owner): a
+        # threshold is tested by a check sent at least this long after it was set, once
+        # the window (a slope rule's, or a sub-minute one) that may have turned its 429s
+        # away is over.
         self.slope_window_s = SLOPE_WINDOW_S
 
     @property
@@ -134,11 +135,11 @@ class RequestLimit:
 
     def _next_check(self, limit: CountLimit, at: float) -> float:
         """When a send above the threshold may go, as its check (``inf``: none while it
-        holds): while it is not yet confirmed, or, inferred, not yet tested, and no check
-        is out (one unanswered for a window is taken for lost). An inferred threshold's
-        check turned away before one slope window had passed since it was set may have met
-        the same full slope window or slots as its 429s did: the next goes once that
-        window is over (:mod:`.threshold`)."""
+        holds): while it is not yet confirmed or not yet tested, and no check is out (one
+        unanswered for a window is taken for lost). A check turned away before one slope
+        window had passed since the threshold was set may have met the same full window
+        or slots as its 429s did: the next goes once that window is over
+        (:mod:`.threshold`)."""
         if limit.support >= CONFIRM and limit.tested:
             return math.inf
         if self._checking and at - self._check_at <= WINDOW_S:
