@@ -11,11 +11,14 @@ lock; nothing here reads a clock or touches the gate.
 from __future__ import annotations
 
 import math
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from .slope import WINDOW_S as SLOPE_WINDOW_S
 from .threshold import CONFIRM, CountLimit
 from .window import SentLog, finite_estimate, same_count
+
+if TYPE_CHECKING:
+    from .slope import SlopeLimit
 
 __all__ = ["WINDOW_S", "RequestLimit"]
 
@@ -58,7 +61,7 @@ class RequestLimit:
         "_plain",
         "_told",
         "_turned_check_at",
-        "slope_window_s",
+        "slope",
     )
 
     def __init__(self) -> None:
@@ -75,11 +78,17 @@ class RequestLimit:
         # The send time of the last check turned away before it could test the
         # threshold (see _next_check).
         self._turned_check_at = -math.inf
-        # The slope rule's window (:attr:`.SlopeLimit.window_s`, kept by its owner): a
-        # threshold is tested by a check sent at least this long after it was set, once
-        # the window (a slope rule's, or a sub-minute one) that may have turned its 429s
-        # away is over.
-        self.slope_window_s = SLOPE_WINDOW_S
+        # The slope estimate beside it (its owner's, :class:`.Sends`): its window is how
+        # long a check must wait to test a threshold (see slope_window_s).
+        self.slope: SlopeLimit | None = None
+
+    @property
+    def slope_window_s(self) -> float:
+        """A threshold is tested by a check sent at least this long after it was set,
+        once the window (a slope rule's, or a sub-minute one) that may have turned its
+        429s away is over: the slope estimate's window (10 s until edges say more)."""
+        slope = self.slope
+        return SLOPE_WINDOW_S if slope is None else slope.window_s
 
     @property
     def log(self) -> SentLog:

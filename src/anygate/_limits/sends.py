@@ -55,6 +55,7 @@ class Sends:
         self.requests = RequestLimit()
         self.tokens = TokenLimit()
         self.slope = SlopeLimit(self.requests.log)
+        self.requests.slope = self.slope  # its window: how long a threshold's test waits
         # The release after a pause that turned a herd away (issue 26), while it lasts.
         self.release: Release | None = None
 
@@ -128,7 +129,6 @@ class Sends:
     def edge(self, after: float, at: float) -> None:
         """A full slope window ended in ``(after, at]`` (:meth:`.SlopeLimit.edge`)."""
         self.slope.edge(after, at)
-        self.requests.slope_window_s = self.slope.window_s  # the window it may have set
 
     def requests_in_minute(self, at: float) -> int:
         """Requests the provider accepted in the minute before ``at``."""
