@@ -1203,24 +1203,22 @@ def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_
     assert gate.capacity == 24
 
 
-def test_the_herds_limit_doubles_each_round_trip() -> None:
+def test_the_herds_limit_doubles_each_round_trip_once_no_throttle_came_for_a_window() -> None:
     """With no slope rule learned nothing holds the rate and nothing said the slots were
-    full: each saturated success of a call sent after the throttle raises the herd's
-    limit by one, so a round trip of them doubles it (slow start). By 1 / limit instead,
-    a herd of 4 taken at a shared pool's 429 was 101 of 320 slots four minutes on (the
-    morning peak x10); held at 1 / limit until no throttle had come for a window, the
-    outage scenario's herd of 22 (32 slots) took 11 s to reach 25. A success of a call
-    sent before the throttle says nothing of the level since: 1 / limit."""
+    full: once no burst throttle came for a window, each saturated success raises the
+    herd's limit by one, so a round trip of successes doubles it (slow start). By 1 / limit
+    instead, a herd of 4 taken at a shared pool's 429 was 101 of 320 slots four minutes on
+    (the morning peak x10). Sooner it is 1 / limit: a ramp's next edge is near."""
     clock = FakeClock()
     gate, limit = _herd(clock)  # the throttle was confirmed at 3.9 s
     assert not limit._sends.slope.known
-    assert gate.capacity == 20
-    clock.now = 4.0
-    for _ in range(10):  # sent before the throttle
-        limit.on_success(saturated=True, sent_at=3.5)
+    clock.now = 13.8  # not a window yet
+    for _ in range(10):
+        limit.on_success(saturated=True)
     assert gate.capacity == 20  # 20 + 10 x ~1/20
-    for _ in range(20):  # one round trip: the 20 sent after it come back
-        limit.on_success(saturated=True, sent_at=4.0)
+    clock.now = 13.9
+    for _ in range(20):  # one round trip: the 20 admitted on the full gate come back
+        limit.on_success(saturated=True)
     assert gate.capacity == 40
     limit.on_success(saturated=False)  # slots stood free: no evidence
     assert gate.capacity == 40
@@ -1243,13 +1241,13 @@ def test_the_herds_slow_start_stops_a_tenth_above_what_got_through() -> None:
     clock = FakeClock()
     gate, limit = _herd(clock)  # the throttle was confirmed at 3.9 s
     limit.passed(3.0, sending=20)
-    clock.now = 13.9  # slow start
+    clock.now = 13.9  # a window on, no throttle: slow start
     for _ in range(20):
-        limit.on_success(saturated=True, sent_at=13.0)
+        limit.on_success(saturated=True)
     assert gate.capacity == 22  # 1.1 x 20, not 40
     limit.passed(14.0, sending=22)
     for _ in range(20):
-        limit.on_success(saturated=True, sent_at=14.0)
+        limit.on_success(saturated=True)
     assert gate.capacity == 24  # floor(1.1 x 22)
     # A handful seen through: one call above it.
     clock2 = FakeClock()
@@ -1257,7 +1255,7 @@ def test_the_herds_slow_start_stops_a_tenth_above_what_got_through() -> None:
     limit2.passed(3.0, sending=3)
     clock2.now = 13.9
     for _ in range(20):
-        limit2.on_success(saturated=True, sent_at=13.0)
+        limit2.on_success(saturated=True)
     assert gate2.capacity == 20  # the herd's own limit stands; never lowered
 
 

@@ -402,7 +402,7 @@ class AdaptiveLimit(BurstAnswer):
                 return change
             old = self._applied
             slope = self._sends.slope
-            slots.grow(self._clock(), slope_known=slope.known, sent_at=sent_at)
+            slots.grow(self._clock(), slope_known=slope.known, window_s=slope.window_s)
             self._apply()
             if self._applied == old:
                 return change

@@ -22,8 +22,8 @@ apart by, :mod:`.attribute`).
   :mod:`.burst`).
 * :meth:`grow`: a saturated success raises the limit by ``1 / limit`` (about a slot per
   limit's worth of successes); a herd limit, once the slope is learned, straight to
-  ``HERD_GROWTH`` (1.1) times :attr:`most_passed`, and with none learned by one per
-  success of a call sent after the throttle (doubling per round trip) up to a tenth above
+  ``HERD_GROWTH`` (1.1) times :attr:`most_passed`, and with none learned, once no burst
+  throttle came for a slope window, by one (doubling per round trip) up to a tenth above
   :attr:`most_passed`.
 * :meth:`over`: whether the others at the provider already fill the limit (a slot got
   just before a cut waits for one of them to leave instead of being the next 429).
@@ -94,7 +94,6 @@ class ConcurrencyLimit:
         self.held_until = -math.inf
         # The limit is the herd's (in flight at a slope throttle), not a concurrency lesson.
         self.herd = False
-        self._throttled_at = -math.inf  # the last confirmed burst throttle (see grow)
         # The most calls at the provider at the send of one that got through, and the
         # recent 429s' (send, answer) times that correct that count.
         self.most_passed = 0
@@ -102,6 +101,7 @@ class ConcurrencyLimit:
         # A tentative lesson's (limit taught, limit before it), until a pass above it
         # refutes it or a second lesson there confirms it (see cut).
         self._tentative: tuple[float, float] | None = None
+        self._throttled_at = -math.inf  # the last confirmed burst throttle (see grow)
 
     # ------------------------------------------------------------------ reading
 
@@ -226,13 +226,13 @@ class ConcurrencyLimit:
         self.limit = float(max(self.floor_now, in_flight))
         self.herd = True
 
-    def grow(self, now: float, *, slope_known: bool, sent_at: float | None = None) -> None:
+    def grow(self, now: float, *, slope_known: bool, window_s: float) -> None:
         """A success admitted on a full gate: ``+ 1 / limit`` (nothing during a hold). A
         herd limit is no lesson about the slots: with the slope known (it holds the rate)
-        it goes to ``HERD_GROWTH`` x :attr:`most_passed` at once; without, it grows by one
-        per success of a call sent after the last burst throttle (``sent_at``: doubling
-        each round trip, TCP's slow start) up to ``HERD_GROWTH`` x :attr:`most_passed` (or
-        one above it), and by ``1 / limit`` for one sent before it."""
+        it goes to ``HERD_GROWTH`` x :attr:`most_passed` at once; without, once no burst
+        throttle came for a slope window (``window_s``), it grows by one per success
+        (doubling each round trip, TCP's slow start) up to ``HERD_GROWTH`` x
+        :attr:`most_passed` (or one above it)."""
         if now < self.held_until:
             return
         if not self.herd:
@@ -244,26 +244,24 @@ class ConcurrencyLimit:
                 self.maximum,
                 max(raised_limit(self.limit, ceiling=self.maximum), HERD_GROWTH * self.most_passed),
             )
-        elif sent_at is None or sent_at <= self._throttled_at:
-            # Sent before the last burst throttle: its success says nothing of the level
-            # since (TCP's slow start counts the acknowledgements of what it sent at the
-            # new window), and a pause's successes would grow the herd it releases.
-            self.limit = raised_limit(self.limit, ceiling=self.maximum)
-        else:
-            # Nothing holds the rate and nothing said the slots were full: grown by
-            # 1 / limit, a herd of 4 taken at a shared pool's 429 0.9 s in was 101 of 320
-            # slots four minutes later (the morning peak x10, 5 % pool: 2.5x the oracle).
-            # Past the most seen through, no more than a tenth above it (or one): a 429
-            # comes back a reject latency after its send, each success meanwhile raised
-            # the limit by one, and at 0.6 s the peak's herd went from 31 (32 slots) to 41
-            # before the first came back (seed 1: nine calls turned away; two now). With
-            # that cap it grows from the first such success: held until no burst
-            # throttle had come for a slope window, the outage scenario's herd of 22 (32
-            # slots) took 11 s to reach 25, while the provider's second window allowed
-            # 120 sends.
+        elif now - self._throttled_at >= window_s:
+            # Nothing holds the rate, nothing said the slots were full, and no burst
+            # throttle came for a window (a ramp that outgrew the rule would have met an
+            # edge): grown by 1 / limit, a herd of 4 taken at a shared pool's 429 0.9 s in
+            # was 101 of 320 slots four minutes later (the morning peak x10, 5 % pool:
+            # 2.5x the oracle), and a 5 s window taken for 10 s held the peak x10 at
+            # about 55 calls for 20 s (1.088x; waiting two windows, 1.045x at one).
+            # Within a window of a throttle, on a ramp whose slope is not learned yet,
+            # doubling overshot 96 slots by ten calls. Past the most seen through, no
+            # more than a tenth above it (or one): a 429 comes back a reject latency
+            # after its send, each success meanwhile raised the limit by one, and at
+            # 0.6 s the peak's herd went from 31 (32 slots) to 41 before the first came
+            # back (seed 1: nine calls turned away; two now).
             most = self.most_passed
             cap = max(self.limit, HERD_GROWTH * most, most + 1.0) if most else math.inf
             self.limit = min(self.maximum, self.limit + 1.0, cap)
+        else:
+            self.limit = raised_limit(self.limit, ceiling=self.maximum)
 
     def throttled(self, now: float) -> None:
         """A burst throttle was confirmed at ``now`` (see :meth:`grow`)."""
