@@ -65,6 +65,8 @@ class SendPath(AdaptiveState):
         with self._lock:
             cost = tokens or 0
             held = self._held
+            gate = self._gate()
+            self._sends.pace.follow(None if gate is None else gate.rate, at)
             wait = self._sends.wait(at, cost, caller, len(held))
             if wait <= 0 and caller is not None and self._over_limit(caller):
                 wait = OVER_LIMIT_POLL_S

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, final
 
+from .pace import SendPace
+from .published import BIND
 from .requests import WINDOW_S, RequestLimit
 from .slope import SlopeLimit
 from .slope_fit import MIN_PREVIOUS, WINDOWS
@@ -49,7 +51,7 @@ class SendLimit(Protocol):
 class Sends:
     """The slope, a release, the token and the request limit; see the module docstring."""
 
-    __slots__ = ("release", "requests", "slope", "tokens")
+    __slots__ = ("pace", "release", "requests", "slope", "tokens")
 
     def __init__(self) -> None:
         self.requests = RequestLimit()
@@ -58,6 +60,8 @@ class Sends:
         self.requests.slope = self.slope  # its window: how long a threshold's test waits
         # The release after a pause that turned a herd away (issue 26), while it lasts.
         self.release: Release | None = None
+        # The gate's request rate over send instants, asked last (:mod:`.pace`).
+        self.pace = SendPace()
 
     def wait(self, at: float, cost: float, caller: object | None, held: int) -> float:
         """Seconds until a send at ``at`` costing ``cost`` fits every limit, asked in
@@ -72,7 +76,7 @@ class Sends:
                 self.release = None
             elif (wait := release.wait(at, cost, caller)) > 0:
                 return wait
-        for limit in (self.tokens, self.requests):
+        for limit in (self.tokens, self.requests, self.pace):
             wait = limit.wait(at, cost, caller)
             if wait > 0:
                 return wait
@@ -84,6 +88,7 @@ class Sends:
             self.release.sent(at, cost, caller)
         self.tokens.sent(at, cost, caller)
         self.requests.sent(at, cost, caller)
+        self.pace.sent(at, cost, caller)
 
     def passed(self, at: float, cost: float, *, requests: bool = True) -> None:
         """The attempt sent at ``at`` costing ``cost`` succeeded: a lower bound for the
@@ -123,6 +128,11 @@ class Sends:
             self.requests.turned_away(at)
         else:
             self.requests.rejected(at, now, caller, paced, stated=stated)
+            # The minute held the paced rate (as a published rate binds): a per-minute
+            # limit explains the 429, whatever the second held.
+            full = paced is not None and self.requests_in_minute(at) >= BIND * paced
+            if not full:
+                self.pace.rejected(at)
             if cost:
                 self.tokens.turned_away(at, cost)
 

@@ -1,0 +1,139 @@
+"""Sends paced at the gate's request rate (``anygate._limits.pace``): GCRA arithmetic on
+send instants, no clock. At 1,200 requests a minute with the default one-second burst,
+20 sends go at one instant and then one every 0.05 s, as the gate admits them; but only
+once a 429 for the requests turned away a send beyond that pace."""
+
+from __future__ import annotations
+
+import pytest
+
+from anygate import Rate
+from anygate._gate.gate import Gate
+from anygate._limits.adaptive import AdaptiveLimit
+from anygate._limits.pace import SendPace
+from anygate._limits.published import BIND
+from anygate._limits.sends import Sends
+from tests.policy_helpers import FakeClock, send_if_let
+
+
+def paced(rate: Rate) -> SendPace:
+    """A pace at ``rate`` that holds (as after a 429 beyond it)."""
+    pace = SendPace()
+    pace.follow(rate, 0.0)
+    pace.holds = True
+    return pace
+
+
+def test_without_a_request_rate_nothing_is_paced() -> None:
+    pace = SendPace()
+    assert all(send_if_let(pace, 0.0) == 0.0 for _ in range(1000))
+    pace.follow(Rate(tokens_per_minute=60_000), 0.0)
+    assert all(send_if_let(pace, 0.0) == 0.0 for _ in range(1000))
+
+
+def test_a_seconds_burst_goes_at_once_then_one_per_interval() -> None:
+    """Full from the start: 20 at one instant, the 21st waits an interval (0.05 s), and
+    the pace goes on at one per interval. Asking counts nothing."""
+    pace = paced(Rate(requests_per_minute=1200))
+    assert [send_if_let(pace, 0.0) for _ in range(20)] == [0.0] * 20
+    assert pace.wait(0.0, 0.0, None) == pytest.approx(0.05)
+    assert pace.wait(0.0, 0.0, None) == pytest.approx(0.05)  # still: asking spent nothing
+    assert send_if_let(pace, 0.05) == 0.0
+    assert send_if_let(pace, 0.05) == pytest.approx(0.05)
+    # Idle for a second: the burst is back, no more.
+    assert [send_if_let(pace, 2.0) for _ in range(20)] == [0.0] * 20
+    assert send_if_let(pace, 2.0) == pytest.approx(0.05)
+
+
+def test_a_rate_change_keeps_the_level_in_requests() -> None:
+    """Ten of a 20-request burst spent at 1,200 a minute; at 600 (a burst of 10) the level
+    is capped to the new burst: 10 go at once, then one per 0.1 s. A debt stays owed."""
+    pace = paced(Rate(requests_per_minute=1200))
+    for _ in range(10):
+        assert send_if_let(pace, 0.0) == 0.0
+    pace.follow(Rate(requests_per_minute=600), 0.0)
+    assert [send_if_let(pace, 0.0) for _ in range(10)] == [0.0] * 10
+    assert pace.wait(0.0, 0.0, None) == pytest.approx(0.1)
+    # Empty at 600; at 6,000 (a burst of 100) the empty level stays empty.
+    pace.follow(Rate(requests_per_minute=6000), 0.0)
+    assert pace.wait(0.0, 0.0, None) == pytest.approx(0.01)
+    pace.follow(None, 0.0)
+    assert pace.wait(0.0, 0.0, None) == 0.0
+
+
+def test_a_longer_burst_lets_more_go_at_once() -> None:
+    pace = paced(Rate(requests_per_minute=600, burst_s=3.0))
+    assert [send_if_let(pace, 0.0) for _ in range(30)] == [0.0] * 30
+    assert pace.wait(0.0, 0.0, None) == pytest.approx(0.1)
+
+
+def test_a_rate_below_one_per_burst_paces_one_at_a_time() -> None:
+    """30 a minute with a one-second burst: one send, then one every 2 s."""
+    pace = paced(Rate(requests_per_minute=30))
+    assert send_if_let(pace, 0.0) == 0.0
+    assert send_if_let(pace, 0.0) == pytest.approx(2.0)
+    assert send_if_let(pace, 2.0) == 0.0
+
+
+def test_a_429_for_a_send_beyond_the_pace_makes_it_hold() -> None:
+    """Until then it holds nothing but remembers the sends that went beyond it; a 429 for
+    one of those (not for one within the pace, nor for a time no send went) makes it
+    hold, with what was sent already spent."""
+    pace = SendPace()
+    pace.follow(Rate(requests_per_minute=1200), 0.0)
+    assert [send_if_let(pace, 0.0) for _ in range(25)] == [0.0] * 25  # 5 beyond
+    pace.rejected(0.5)  # no send then
+    assert not pace.holds
+    assert send_if_let(pace, 1.0) == 0.0  # within: the 25 spent refilled to -5 + 20
+    pace.rejected(1.0)
+    assert not pace.holds
+    pace.rejected(0.0)  # the instant of the five beyond
+    assert pace.holds
+    # Spent: 26 sent by 1.0 against 20 + 20 refilled: 14 left, then one per 0.05 s.
+    assert [send_if_let(pace, 1.0) for _ in range(14)] == [0.0] * 14
+    assert pace.wait(1.0, 0.0, None) == pytest.approx(0.05)
+
+
+def test_the_adaptive_limit_paces_sends_at_its_gates_rate() -> None:
+    """The send path tells the pace each request 429 and, once it holds, asks it last, at
+    the gate's rate as it is when asked: sends a hold lets go together go a second's
+    burst at a time (the morning peak with its RPM enforced per second: 0.3-1.2 % of
+    calls with a 429 -> 0.1-0.3 %, seeds 1-5)."""
+    clock = FakeClock()
+    gate = Gate(256, name="pace", clock=clock, rate=Rate(requests_per_minute=1200))
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    callers = [object() for _ in range(45)]
+    assert [limit.reserve_send(0.0, caller) for caller in callers[:25]] == [0.0] * 25
+    clock.now = 0.1
+    limit.on_rate("requests", 0.0, caller=callers[24])  # one of the five beyond
+    clock.now = 1.0
+    # 25 sent by 0.0, refilled 20 by 1.0: 15 go, then one per 0.05 s.
+    assert [limit.reserve_send(1.0, caller) for caller in callers[25:40]] == [0.0] * 15
+    assert limit.reserve_send(1.0, callers[40]) == pytest.approx(0.05)
+    assert limit.reserve_send(1.05, callers[40]) == 0.0
+    gate.rate = Rate(requests_per_minute=60)  # one a second, from an empty level
+    assert limit.reserve_send(1.05, callers[41]) == pytest.approx(1.0)
+    gate.rate = None
+    assert limit.reserve_send(1.05, callers[41]) == 0.0
+
+
+def test_without_pacing_the_send_path_holds_nothing() -> None:
+    clock = FakeClock()
+    gate = Gate(256, name="unpaced", clock=clock, rate=Rate(requests_per_minute=1200))
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=False)
+    assert all(limit.reserve_send(0.0, object()) == 0.0 for _ in range(100))
+
+
+@pytest.mark.parametrize(("paced", "holds"), [(1200.0, False), (2400.0, True), (None, True)])
+def test_a_429_of_a_full_minute_is_the_minutes(paced: float | None, holds: bool) -> None:
+    """1,150 sends over a minute (more than ``BIND`` of a 1,200 pace), then 25 at one
+    instant, five beyond the pace: a 429 for one of those is a full minute's at a pace of
+    1,200 (the pace stays off), not at 2,400 or at no request pace (it holds)."""
+    sends = Sends()
+    sends.pace.follow(Rate(requests_per_minute=1200), 0.0)
+    for at in [i * 0.05 for i in range(1150)] + [59.9] * 25:
+        assert sends.wait(at, 0.0, None, 0) == 0.0
+        sends.sent(at, 0.0, None)
+    assert sends.requests_in_minute(59.9) >= BIND * 1200
+    sends.rejected("requests", 59.9, 0.0, 60.0, object(), paced)
+    assert sends.pace.holds is holds
