@@ -20,7 +20,7 @@ from anygate import (
     ReportedLimit,
     learn_from_error,
 )
-from anygate._classify.limit_wording import error_limits, stated_limits
+from anygate._classify.limit_wording import error_limits, full_window_limit, stated_limits
 
 OPENAI_TPM = (
     "Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): "
@@ -216,3 +216,51 @@ def test_a_request_limit_in_words_is_left_to_the_adaptive_limit() -> None:
     gate = Gate(4)
     assert not learn_from_error(gate, exc)
     assert gate.rate is None
+
+
+OPENAI_RPM = (
+    "Rate limit reached for gpt-4o in organization org-abc on requests per min (RPM): "
+    "Limit {limit}, Used {used}, Requested 1. Please try again in 100ms."
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (RateLimited(OPENAI_RPM.format(limit=600, used=600)), 600.0),
+        (RateLimited(OPENAI_RPM.format(limit=600, used=612)), 600.0),  # Used above: full
+        # The minute enforced per second: a limit the 429 did not meet.
+        (RateLimited(OPENAI_RPM.format(limit=1200, used=20)), None),
+        (RateLimited(OPENAI_TPM), None),  # tokens, not requests
+        (RateLimited("Too Many Requests"), None),
+        (
+            RateLimited(
+                "", {"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "0"}
+            ),
+            500.0,
+        ),
+        (
+            RateLimited(
+                "", {"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "3"}
+            ),
+            None,
+        ),
+        (None, None),
+    ],
+)
+def test_a_full_windows_quoted_request_limit(exc: Exception | None, expected: float | None) -> None:
+    """The requests a minute a 429 quotes as the limit it met: only with its window full
+    (nothing remaining), in words or headers."""
+    assert full_window_limit(exc) == expected
+
+
+def test_a_quote_from_an_error_whose_attributes_raise_is_none() -> None:
+    class Broken(Exception):
+        @property
+        def response(self) -> Any:
+            raise RuntimeError("no response")
+
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    assert full_window_limit(Broken()) is None

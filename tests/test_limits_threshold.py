@@ -392,3 +392,50 @@ def test_a_tested_inferred_threshold_passed_just_above_moves_up(
     assert limit.high == high
     if high != math.inf:
         assert limit.support == CONFIRM
+
+
+@pytest.mark.parametrize(("quoted", "checked"), [(10.0, False), (1200.0, True), (None, True)])
+def test_a_threshold_the_provider_quoted_is_not_checked(
+    quoted: float | None, checked: bool
+) -> None:
+    """Two 429s quoting "Limit 10, Used 10" at 10 of ours in the window: the provider's
+    own number where our count agrees, held with no check above it until the window
+    frees (a minute after the first sends). A quote our count does not agree with (a
+    minute enforced per second: "Limit 1200") or none: checked a second after it was set,
+    as every threshold is."""
+    requests = RequestLimit()
+    for i in range(12):
+        assert send_if_let(requests, float(i)) == 0.0
+    requests.rejected(10.0, 10.05, quoted=quoted)  # 10 others (11 is still out)
+    requests.rejected(11.0, 11.05, quoted=quoted)
+    limit = requests.limit
+    assert limit is not None
+    assert (limit.high, limit.support) == (10, 2)
+    assert limit.agrees is not checked
+    # Regrown at the slowest period (a request each ten minutes), or a request a minute.
+    assert limit.growth == pytest.approx(1.0 if checked else 0.1)
+    wait = requests.wait(11.1)
+    if checked:
+        assert wait == pytest.approx(0.95)  # the first check a second after
+    else:
+        assert wait == pytest.approx(60.0 - 11.1)  # held until the first send leaves
+
+
+@pytest.mark.parametrize(
+    ("quoted", "error"),
+    [
+        (-1.0, ValueError),
+        (0, ValueError),
+        (math.nan, ValueError),
+        ("600", TypeError),
+        (True, TypeError),
+    ],
+)
+def test_a_quoted_limit_must_be_a_positive_number(quoted: object, error: type[Exception]) -> None:
+    """The error names the parameter and the value, and nothing is learned."""
+    clock = FakeClock()
+    gate = Gate(8, name="quoted", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    with pytest.raises(error, match="quoted"):
+        limit.on_rate("requests", 0.0, quoted=quoted)  # type: ignore[arg-type]
+    assert limit.statistics().requests_per_minute_estimate is None

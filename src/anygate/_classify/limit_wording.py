@@ -41,7 +41,7 @@ from .facts import gather, headers_of
 from .header_values import count
 from .headers import EMPTY, LimitReport, ReportedLimit, parse_limit_headers
 
-__all__ = ["error_limits", "stated_limits"]
+__all__ = ["error_limits", "full_window_limit", "stated_limits"]
 
 _MINUTE: Final = 60.0
 # A count, thousands separated or not ("30,000"); it ends on a digit, so a list's comma
@@ -121,3 +121,20 @@ def error_limits(exc: BaseException, *, headers: bool = True) -> LimitReport:
     if not words:
         return base
     return dataclasses.replace(base, **words, source=base.source or stated.source)
+
+
+def full_window_limit(exc: BaseException | None) -> float | None:
+    """The requests a minute a rejected call's answer quotes as its limit, when it says
+    that minute was full; ``None`` otherwise. Never raises.
+
+    OpenAI's "on requests per min (RPM): Limit 600, Used 600, Requested 1" (or headers
+    saying the same: a limit with nothing remaining) quotes the window the 429 met. A
+    quote of a window that was not full ("Limit 1200, Used 20": the minute enforced per
+    second) names a limit the 429 did not meet, and says nothing of where it is.
+    """
+    if exc is None:
+        return None
+    requests = error_limits(exc).requests
+    if requests is None or requests.remaining is None or requests.remaining >= 1:
+        return None
+    return requests.per_minute

@@ -149,7 +149,7 @@ class RequestLimit:
         window had passed since the threshold was set may have met the same full window
         or slots as its 429s did: the next goes once that window is over
         (:mod:`.threshold`)."""
-        if limit.support >= CONFIRM and limit.tested:
+        if (limit.support >= CONFIRM and limit.tested) or limit.agrees:
             return math.inf
         if self._checking and at - self._check_at <= WINDOW_S:
             # Its answer may lift the threshold: ask again soon, not when the window
@@ -243,11 +243,13 @@ class RequestLimit:
         paced: float | None = None,
         *,
         stated: bool = True,
+        quoted: float | None = None,
     ) -> bool:
         """A requests-per-minute 429 for ``caller``'s attempt sent at ``at``, with sends
         ``paced`` at that many a minute (the gate's rate; ``None``: none); whether the
         estimate went down. ``stated=False``: the 429 did not say what it counted (its
-        count did: :mod:`.threshold` on inferred thresholds)."""
+        count did: :mod:`.threshold` on inferred thresholds). ``quoted``: the limit the
+        429 quoted, a minute's, with its window full (:attr:`.CountLimit.agrees`)."""
         log = self._log
         log.rejected(at)
         check = at == self._check_at
@@ -270,13 +272,19 @@ class RequestLimit:
             self._plain = None
         elif limit is None:
             limit = self._limit = CountLimit(WINDOW_S, stated=stated)
+        quoting = quoted is not None and same_count(count, quoted)
+        if quoting:
+            # The provider's number, at the count ours found: regrown only at the slowest
+            # period (a raised limit would be quoted by its next 429, or its headers).
+            limit.quoted = quoted
+            self._growth_s = _MAX_GROWTH_S
         # A regrowth: the hold let one more through than the count it grew from.
         estimate = limit.estimate(now)
         grown = estimate != math.inf and math.floor(estimate) > limit.high
         high = limit.high
         if grown and same_count(count, high):
             self._growth_s = min(2 * self._growth_s, _MAX_GROWTH_S)
-        elif count > 0 and not same_count(count, high):
+        elif count > 0 and not same_count(count, high) and not (quoting or limit.agrees):
             self._growth_s = _GROWTH_S
         limit.growth = WINDOW_S / self._growth_s
         limit.paced = math.inf if paced is None else paced

@@ -23,6 +23,7 @@ from .._config.limit_values import (
     OVER_LIMIT_POLL_S,
 )
 from .._gate.waiters import ki_protected
+from .._validation import check_number
 from .attribute import Attributed, attribute
 from .learn import RateLearner
 from .published import BIND_S
@@ -301,12 +302,17 @@ class SendPath(AdaptiveState):
         caller: object | None = None,
         tokens: int | None = None,
         stated: bool = True,
+        quoted: float | None = None,
     ) -> None:
         """An RPM/TPM 429 for ``caller``'s attempt sent at ``admitted_at`` (charged
         ``tokens``): the provider's own per-minute budget is spent, and a gate paced to
         its published rate overshoots it by the budget's burst after a lull.
         ``stated=False``: the 429 did not say what it counted; :meth:`attribute` took it
         for ``unit``'s (an inferred threshold needs more, :mod:`anygate._limits.threshold`).
+        ``quoted``: the requests a minute the 429 quoted as its limit, with its window
+        full (OpenAI's "Limit 600, Used 600"; ``None``: none, or not full); where this
+        client's own count agrees, the threshold is the provider's number and needs no
+        check.
 
         ``unit="requests"`` holds the gate's sends to the limit's estimate: the count of
         this gate's requests the provider accepted in the minute before the rejected one
@@ -316,6 +322,7 @@ class SendPath(AdaptiveState):
         no pause, no cut: the estimates tell noise apart by themselves. A 429 that does
         not say what it counted is attributed first (:meth:`attribute`).
         """
+        quoted = check_number("quoted", quoted, strict=True, unit="", none=True)
         gate = self._pace_gate() if self._enabled else None
         if gate is None:
             return
@@ -326,7 +333,10 @@ class SendPath(AdaptiveState):
             paced = probe.good  # a step is the probe's guess; the rate below it was paced
         with self._lock:
             sends = self._sends
-            sends.rejected(unit, admitted_at, cost, self._clock(), caller, paced, stated=stated)
+            now = self._clock()
+            sends.rejected(
+                unit, admitted_at, cost, now, caller, paced, stated=stated, quoted=quoted
+            )
             held = sends.tokens.held(admitted_at) if unit == "tokens" else 0.0
             limit = sends.requests.limit
             if unit == "requests" and limit is not None and limit.noise and caller is not None:

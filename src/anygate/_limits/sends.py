@@ -117,17 +117,18 @@ class Sends:
         paced: float | None = None,
         *,
         stated: bool = True,
+        quoted: float | None = None,
     ) -> None:
         """A per-minute 429 that counted ``unit`` (``"requests"`` or ``"tokens"``) for
         ``caller``'s attempt sent at ``at`` costing ``cost``, with requests ``paced`` at
         that many a minute: that estimate learns from its window; the other only hears
         that the send filled no window. ``stated=False``: the 429 did not name ``unit``
-        (its count did)."""
+        (its count did); ``quoted``: the request limit it quoted, its window full."""
         if unit == "tokens" and cost:
             self.tokens.rejected(at, cost, now, caller)
             self.requests.turned_away(at)
         else:
-            self.requests.rejected(at, now, caller, paced, stated=stated)
+            self.requests.rejected(at, now, caller, paced, stated=stated, quoted=quoted)
             # The minute held the paced rate (as a published rate binds): a per-minute
             # limit explains the 429, whatever the second held.
             full = paced is not None and self.requests_in_minute(at) >= BIND * paced

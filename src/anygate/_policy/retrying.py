@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NoReturn, final
 
 from .._classify.classify import Reason, RuleLike, Verdict
+from .._classify.limit_wording import full_window_limit
 from .._classify.throttle import rate_unit
 from .._errors import Busy, CallFailed, CircuitOpen
 from .._events.events import (
@@ -274,7 +275,10 @@ class Retrier:
         if kind in ("concurrency", "overload"):
             return self.learn_concurrency(run, exact=kind == "concurrency", tentative=tentative)
         if unit is not None and run.admitted_at is not None:
-            adaptive.on_rate(unit, run.admitted_at, caller=run, tokens=run.tokens, stated=stated)
+            quoted = full_window_limit(run.exc) if unit == "requests" and stated else None
+            adaptive.on_rate(
+                unit, run.admitted_at, caller=run, tokens=run.tokens, stated=stated, quoted=quoted
+            )
         return False
 
     def _retry_scheduled(self, run: Run, decision: Retry) -> None:
