@@ -147,15 +147,18 @@ def test_headers_win_and_the_words_fill_in_what_they_leave_out() -> None:
     assert not error_limits(told, headers=False)
 
 
+class Broken(Exception):
+    """An exception whose attributes raise."""
+
+    @property
+    def response(self) -> Any:
+        raise RuntimeError("no response")
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
 def test_an_error_whose_attributes_raise_tells_nothing() -> None:
-    class Broken(Exception):
-        @property
-        def response(self) -> Any:
-            raise RuntimeError("no response")
-
-        def __str__(self) -> str:
-            raise RuntimeError("no text")
-
     assert not error_limits(Broken())
     gate = Gate(4)
     assert not learn_from_error(gate, Broken())
@@ -255,12 +258,4 @@ def test_a_full_windows_quoted_request_limit(exc: Exception | None, expected: fl
 
 
 def test_a_quote_from_an_error_whose_attributes_raise_is_none() -> None:
-    class Broken(Exception):
-        @property
-        def response(self) -> Any:
-            raise RuntimeError("no response")
-
-        def __str__(self) -> str:
-            raise RuntimeError("no text")
-
     assert full_window_limit(Broken()) is None
