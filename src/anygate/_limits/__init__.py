@@ -14,7 +14,9 @@ outcome in and an estimate out, nothing of locks, clocks, gates or events.
 * :mod:`.slope`: the slope rule (growth, floor, window) read off the send log at each
   full window's edge.
 * :mod:`.release`: the doubling waves a throttled herd is released in (issue 26).
-* :mod:`.sends`: the windows a send is held to (slope, release, tokens, requests) behind
+* :mod:`.pace`: the gate's request rate over send instants, once a 429 showed the
+  provider counts a second.
+* :mod:`.sends`: the windows a send is held to (slope, release, tokens, requests, pace) behind
   one interface, :class:`~.sends.SendLimit`.
 * :mod:`.latency`: a queueing server's slots from latency alone, Vegas-style (off by
   default).

@@ -1,15 +1,16 @@
 """The windows a send is held to, behind one interface (issue 30 item 6).
 
-Why. Four limits hold an attempt back after it got its slot and before it goes to the
+Why. Five limits hold an attempt back after it got its slot and before it goes to the
 provider: the slope rule (how fast the request rate may grow, :mod:`.slope`), the waves a
-throttled herd is released in (:mod:`.release`), and the per-minute token and request
-estimates (:mod:`.tokens`, :mod:`.requests`). Each answers the same two questions about a
+throttled herd is released in (:mod:`.release`), the per-minute token and request
+estimates (:mod:`.tokens`, :mod:`.requests`), and, once a 429 showed the provider counts a
+second, the gate's request rate over send instants (:mod:`.pace`). Each answers the same two questions about a
 send at ``at`` costing ``cost`` tokens: how long it must wait, and (once every limit lets
 it go) that it went. As Netflix concurrency-limits keeps Vegas, Gradient2 and AIMD behind
 its ``Limit``, the owner asks them in turn through :class:`SendLimit` and knows none of
 their rules; each keeps its own arithmetic and evidence.
 
-What. :class:`Sends`: the four, with the request log the slope reads, and the answers the
+What. :class:`Sends`: the five, with the request log the slope reads, and the answers the
 policy feeds them (a pass, a send turned away, a per-minute 429 of either unit, a full
 window's edge). :meth:`Sends.wait` asks every limit and counts nothing;
 :meth:`Sends.sent` records the send in every one once none holds it.
@@ -49,7 +50,8 @@ class SendLimit(Protocol):
 
 @final
 class Sends:
-    """The slope, a release, the token and the request limit; see the module docstring."""
+    """The slope, a release, the token and the request limit, and the send pace; see the
+    module docstring."""
 
     __slots__ = ("pace", "release", "requests", "slope", "tokens")
 
