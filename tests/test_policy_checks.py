@@ -706,6 +706,53 @@ async def test_a_policy_holds_sends_to_the_requests_per_minute_it_counted(thrott
     assert gate.rate == Rate(requests_per_minute=1200)  # the user's rate is left alone
 
 
+def _quoted_rpm() -> anygate.ResponseError:
+    return anygate.ResponseError(
+        429,
+        body={
+            "error": {
+                "code": "rate_limit_exceeded",
+                "message": "Rate limit reached for gpt-4o in organization org-abc on requests "
+                "per min (RPM): Limit 100, Used 100, Requested 1.",
+            }
+        },
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [mock_clock()])
+async def test_a_policy_holds_sends_to_a_quoted_limit_without_checks() -> None:
+    """The provider of the test above quotes its limit with the window full ("Limit 100,
+    Used 100"), and the count of ours agrees: the two 429s that make the threshold are
+    all (no check goes above the provider's own number; unquoted, two more, and one in
+    between), and it regrows at the slowest period, a request each ten minutes."""
+    gate = Gate(8, name="rpm-quoted", rate=Rate(requests_per_minute=1200), clock=anyio.current_time)
+    policy = Policy(gate=gate, retry=RetryConfig(throttle_attempts=10), clock=anyio.current_time)
+    accepted: list[float] = []
+    rejected: list[float] = []
+
+    async def provider() -> str:
+        now = anyio.current_time()
+        if sum(1 for t in accepted if t > now - 60.0) >= 100:
+            rejected.append(now)
+            raise _quoted_rpm()
+        accepted.append(now)
+        await anyio.sleep(0.5)
+        return "ok"
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(300):
+            tg.start_soon(policy.call, provider)
+            await anyio.sleep(0.1)
+    assert len(accepted) == 300
+    assert 2 <= len(rejected) <= 3, rejected
+    elapsed = anyio.current_time() - start
+    estimate = policy.adaptive_limit.statistics().requests_per_minute_estimate
+    assert estimate is not None
+    assert 100 <= estimate <= 100 + elapsed / 600.0
+
+
 def _slots_429() -> anygate.ResponseError:
     return anygate.ResponseError(
         429,
