@@ -520,3 +520,15 @@ def test_a_per_minute_limit_enforced_per_second_is_not_taken_for_a_minutes_count
     )
     assert anygate_result.failures == {}
     assert anygate_result.makespan_s <= 1.05 * oracle.makespan_s
+
+
+def test_sends_a_hold_lets_go_together_are_paced_once_a_second_shows() -> None:
+    """The same rule: the sends the slope window's edge let go went at one instant, 24-31
+    against a bucket of 20, and 1.15 % of calls got a 429 (seed 1). Paced at the gate's
+    rate once the first such 429 showed the provider counts a second, 0.21 %."""
+    anygate_result, oracle = _run_with(
+        "morning-peak", 1, rpm=None, tokens={"rpm": 1200, "capacity_s": 1}
+    )
+    assert anygate_result.failures == {}
+    assert anygate_result.rate_429 <= 0.005, anygate_result.rate_429
+    assert anygate_result.makespan_s <= 1.03 * oracle.makespan_s
