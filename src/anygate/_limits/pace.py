@@ -42,7 +42,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, final
 
-from .._gate.rate_math import EPSILON, admission_time, charge
+from .._gate.rate_math import EPSILON, admission_time
 
 if TYPE_CHECKING:
     from .._gate.rate import Rate
@@ -62,10 +62,10 @@ _KEPT = 4096
 class SendPace:
     """The gate's request rate over send instants (see the module docstring)."""
 
-    __slots__ = ("_beyond", "_interval", "_rate", "_tat", "_tau", "holds")
+    __slots__ = ("_beyond", "_interval", "_tat", "_tau", "holds", "rate")
 
     def __init__(self) -> None:
-        self._rate: Rate | None = None  # the gate's rate this pace was last set from
+        self.rate: Rate | None = None  # the gate's rate this pace was last set from
         self._interval = 0.0  # seconds per request; 0: no pacing
         self._tau = 0.0  # the burst, in seconds of refill
         self._tat = -math.inf  # theoretical arrival time: full from the start
@@ -77,9 +77,9 @@ class SendPace:
     def follow(self, rate: Rate | None, at: float) -> None:
         """Pace at the gate's ``rate`` (its ``requests_per_minute`` and ``burst_s``) from
         ``at`` on; its level carries over, in requests."""
-        if rate is self._rate:
+        if rate is self.rate:
             return
-        self._rate = rate
+        self.rate = rate
         rpm = None if rate is None else rate.requests_per_minute
         if rate is None or rpm is None:
             self._interval = 0.0
@@ -107,12 +107,15 @@ class SendPace:
         interval = self._interval
         if not interval:
             return
-        if not self.holds and admission_time(self._tat, at, 1.0, interval, self._tau) > at:
+        tat = self._tat
+        # Beyond the pace: admission_time(tat, at, 1, interval, tau) > at, spelled out (a
+        # call per send costs more than the arithmetic).
+        if not self.holds and tat - self._tau + min(interval, self._tau) > at:
             beyond = self._beyond
             while beyond and (beyond[0] < at - _MEMORY_S or len(beyond) >= _KEPT):
                 beyond.popleft()
             beyond.append(at)
-        self._tat = charge(self._tat, at, 1.0, interval)
+        self._tat = (tat if tat > at else at) + interval  # charge(tat, at, 1, interval)
 
     def rejected(self, at: float) -> None:
         """A 429 for the requests turned away the send of ``at``: if it went beyond the

@@ -66,13 +66,16 @@ class SendPath(AdaptiveState):
         with self._lock:
             cost = tokens or 0
             held = self._held
+            sends = self._sends
             gate = self._gate()
-            self._sends.pace.follow(None if gate is None else gate.rate, at)
-            wait = self._sends.wait(at, cost, caller, len(held))
+            rate = None if gate is None else gate.rate
+            if rate is not sends.pace.rate:
+                sends.pace.follow(rate, at)
+            wait = sends.wait(at, cost, caller, len(held))
             if wait <= 0 and caller is not None and self._over_limit(caller):
                 wait = OVER_LIMIT_POLL_S
             if wait <= 0:
-                self._sends.sent(at, cost, caller)
+                sends.sent(at, cost, caller)
                 if caller is not None:
                     self._pause.went(caller, at)
             if caller is not None:

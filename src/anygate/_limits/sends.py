@@ -78,11 +78,11 @@ class Sends:
                 self.release = None
             elif (wait := release.wait(at, cost, caller)) > 0:
                 return wait
-        for limit in (self.tokens, self.requests, self.pace):
+        for limit in (self.tokens, self.requests):
             wait = limit.wait(at, cost, caller)
             if wait > 0:
                 return wait
-        return 0.0
+        return self.pace.wait(at, cost, caller) if self.pace.holds else 0.0
 
     def sent(self, at: float, cost: float, caller: object | None) -> None:
         """The send :meth:`wait` let go went out."""
