@@ -573,15 +573,11 @@ def _plain_rate() -> anygate.ResponseError:
     )
 
 
-def _rpm() -> anygate.ResponseError:
+def _rpm(
+    message: str = "Rate limit reached for requests per minute (RPM).",
+) -> anygate.ResponseError:
     return anygate.ResponseError(
-        429,
-        body={
-            "error": {
-                "code": "rate_limit_exceeded",
-                "message": "Rate limit reached for requests per minute (RPM).",
-            }
-        },
+        429, body={"error": {"code": "rate_limit_exceeded", "message": message}}
     )
 
 
@@ -707,15 +703,9 @@ async def test_a_policy_holds_sends_to_the_requests_per_minute_it_counted(thrott
 
 
 def _quoted_rpm() -> anygate.ResponseError:
-    return anygate.ResponseError(
-        429,
-        body={
-            "error": {
-                "code": "rate_limit_exceeded",
-                "message": "Rate limit reached for gpt-4o in organization org-abc on requests "
-                "per min (RPM): Limit 100, Used 100, Requested 1.",
-            }
-        },
+    return _rpm(
+        "Rate limit reached for gpt-4o in organization org-abc on requests per min (RPM): "
+        "Limit 100, Used 100, Requested 1."
     )
 
 
