@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .budget_sync import BudgetSync
 from .gate_args import max_cost
 from .rate import RateStatistics
-from .rate_math import EPSILON, TICKS, admission_time, charge, slope_allowance
+from .rate_math import EPSILON, TICKS, admission_time, charge, level_tat, slope_allowance
 from .split import Bucket
 
 if TYPE_CHECKING:
@@ -149,14 +149,14 @@ class Budgets(BudgetSync):
             self.req_interval = 60.0 / rpm
             self.req_tau = burst
             level = old.requests_left(now) if old is not None else None
-            self.req_tat = self._tat_for(level, now, self.req_interval, self.req_tau)
+            self.req_tat = level_tat(level, now, self.req_interval, self.req_tau)
             self._update_ready()
         if tpm is not None:
             self.tok_interval = 60.0 / tpm
             self.tok_tau = burst
             # The credit carries over apart (``tok_credit``), not capped to the new burst.
             level = old._tok_level(now) if old is not None and old.tok_interval else None
-            self.tok_tat = self._tat_for(level, now, self.tok_interval, self.tok_tau)
+            self.tok_tat = level_tat(level, now, self.tok_interval, self.tok_tau)
             if self.tok_window is not None:
                 self.tok_window.capacity = tpm
         else:
@@ -183,12 +183,6 @@ class Budgets(BudgetSync):
 
     def _start(self, now: float) -> None:
         self.__init__(self.rate, now)  # type: ignore[misc]  # re-run in place, once
-
-    @staticmethod
-    def _tat_for(level: float | None, now: float, interval: float, tau: float) -> float:
-        # A new budget starts empty (level 0); a changed one keeps its level in units.
-        units = 0.0 if level is None else min(level, tau / interval)
-        return now + tau - units * interval
 
     # ------------------------------------------------------------------ views
 

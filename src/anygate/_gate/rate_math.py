@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["EPSILON", "TICKS", "admission_time", "charge", "slope_allowance"]
+__all__ = ["EPSILON", "TICKS", "admission_time", "charge", "level_tat", "slope_allowance"]
 
 #: Ticks per slope window: the bound holds for every window starting on a tick.
 TICKS = 10
@@ -49,6 +49,14 @@ def admission_time(tat: float, now: float, cost: float, interval: float, tau: fl
     still waits out any debt (what a later ``settle`` charged).
     """
     return max(now, tat - tau + min(cost * interval, tau))
+
+
+def level_tat(level: float | None, now: float, interval: float, tau: float) -> float:
+    """The ``tat`` of a budget holding ``level`` units at ``now``: ``now + tau - units x T``
+    with ``units = min(level, tau / T)`` (a level above the burst is capped to it, a debt
+    stays owed); ``level=None``: an empty budget (units 0)."""
+    units = 0.0 if level is None else min(level, tau / interval)
+    return now + tau - units * interval
 
 
 def charge(tat: float, at: float, cost: float, interval: float) -> float:

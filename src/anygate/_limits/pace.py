@@ -42,7 +42,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, final
 
-from .._gate.rate_math import EPSILON, admission_time
+from .._gate.rate_math import EPSILON, admission_time, level_tat
 
 if TYPE_CHECKING:
     from .._gate.rate import Rate
@@ -87,10 +87,9 @@ class SendPace:
             return
         interval, tau = 60.0 / rpm, rate.burst_s
         if self._interval:
-            # Keep the level in requests, as the gate's budget does over a change (a debt
-            # stays owed, a level above the new burst is capped to it).
+            # Keep the level in requests, as the gate's budget does over a change.
             level = (self._tau - max(0.0, self._tat - at)) / self._interval
-            self._tat = at + tau - min(level, tau / interval) * interval
+            self._tat = level_tat(level, at, interval, tau)
         self._interval, self._tau = interval, tau
 
     def wait(self, at: float, cost: float, caller: object | None) -> float:

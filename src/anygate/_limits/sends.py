@@ -4,9 +4,9 @@ Why. Five limits hold an attempt back after it got its slot and before it goes t
 provider: the slope rule (how fast the request rate may grow, :mod:`.slope`), the waves a
 throttled herd is released in (:mod:`.release`), the per-minute token and request
 estimates (:mod:`.tokens`, :mod:`.requests`), and, once a 429 showed the provider counts a
-second, the gate's request rate over send instants (:mod:`.pace`). Each answers the same two questions about a
-send at ``at`` costing ``cost`` tokens: how long it must wait, and (once every limit lets
-it go) that it went. As Netflix concurrency-limits keeps Vegas, Gradient2 and AIMD behind
+second, the gate's request rate over send instants (:mod:`.pace`). Each answers the same
+two questions about a send at ``at`` costing ``cost`` tokens: how long it must wait, and
+(once every limit lets it go) that it went. As Netflix concurrency-limits keeps Vegas, Gradient2 and AIMD behind
 its ``Limit``, the owner asks them in turn through :class:`SendLimit` and knows none of
 their rules; each keeps its own arithmetic and evidence.
 

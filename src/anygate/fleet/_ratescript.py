@@ -188,7 +188,7 @@ if rpm ~= nil or tpm ~= nil or ipm ~= nil or opm ~= nil or ramp ~= nil then
   if live then adopt(live) end
   if op == 'rate' then
     -- FleetGate.set_rate: each budget keeps its level in units (left, or owed), as a
-    -- local gate's budgets do over a rate change (Budgets._tat_for); one that appears
+    -- local gate's budgets do over a rate change (rate_math.level_tat); one that appears
     -- starts empty. Then every process adopts the rate from its next reply ('rv').
     local before = {rpm, tpm, ipm, opm, tau, stau}
     adopt(ARGV[34])
