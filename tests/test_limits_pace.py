@@ -1,13 +1,15 @@
 """Sends paced at the gate's request rate (``anygate._limits.pace``): GCRA arithmetic on
 send instants, no clock. At 1,200 requests a minute with the default one-second burst,
 20 sends go at one instant and then one every 0.05 s, as the gate admits them; but only
-once a 429 for the requests turned away a send beyond that pace."""
+once a 429 for the requests turned away a send beyond that pace; until then the first
+send beyond it is a test, and the others beyond it wait for its burst's answers."""
 
 from __future__ import annotations
 
 import pytest
 
 from anygate import Rate
+from anygate._config.limit_values import OVER_LIMIT_POLL_S, PROBE_GRACE_S
 from anygate._gate.gate import Gate
 from anygate._limits.adaptive import AdaptiveLimit
 from anygate._limits.pace import SendPace
@@ -75,22 +77,107 @@ def test_a_rate_below_one_per_burst_paces_one_at_a_time() -> None:
     assert send_if_let(pace, 2.0) == 0.0
 
 
-def test_a_429_for_a_send_beyond_the_pace_makes_it_hold() -> None:
-    """Until then it holds nothing but remembers the sends that went beyond it; a 429 for
-    one of those (not for one within the pace, nor for a time no send went) makes it
-    hold, with what was sent already spent."""
+def unpaced(rate: Rate) -> SendPace:
+    """A pace at ``rate`` as it starts: holding nothing until a test or a 429."""
     pace = SendPace()
-    pace.follow(Rate(requests_per_minute=1200), 0.0)
-    assert [send_if_let(pace, 0.0) for _ in range(25)] == [0.0] * 25  # 5 beyond
+    pace.follow(rate, 0.0)
+    return pace
+
+
+def burst(pace: SendPace, at: float, count: int) -> list[object]:
+    """Send ``count`` at ``at`` (each must be let go); their callers."""
+    callers = [object() for _ in range(count)]
+    assert [send_if_let(pace, at, caller) for caller in callers] == [0.0] * count
+    return callers
+
+
+def test_the_first_send_beyond_the_pace_is_a_test_the_others_wait_for() -> None:
+    """20 within a second's pace go, the 21st (beyond it) is the test; while it is out
+    the others beyond the pace wait, asking again every poll, to the end of its grace.
+    A send within the pace (refilled) still goes."""
+    pace = unpaced(Rate(requests_per_minute=1200))
+    burst(pace, 0.0, 21)
+    assert pace.testing
+    assert pace.wait(0.0, 0.0, object()) == pytest.approx(OVER_LIMIT_POLL_S)
+    # 21 spent of 20: the next fits the pace at 0.1 s, within the poll from 0.095 s.
+    assert pace.wait(0.095, 0.0, None) == pytest.approx(0.005)
+    assert send_if_let(pace, 0.1) == 0.0
+    assert not pace.holds
+    assert not pace.taken
+
+
+def test_a_burst_the_provider_took_beyond_the_pace_ends_the_tests() -> None:
+    """The provider accepted all 21 of the test's burst, more than the 20 within the
+    pace: it counts more than a second's pace, and sends beyond it go from now on,
+    untested (a 429 for one of them still makes the pace hold)."""
+    pace = unpaced(Rate(requests_per_minute=1200))
+    callers = burst(pace, 0.0, 21)
+    for caller in callers[:-1]:
+        pace.answered(caller, taken=True)
+    assert pace.testing  # 20 accepted: no more than the pace
+    pace.answered(object(), taken=True)  # not of the burst: not counted
+    assert pace.testing
+    pace.answered(callers[-1], taken=True)
+    assert pace.taken
+    assert not pace.testing
+    assert burst(pace, 0.1, 30)
+    assert not pace.testing
+    pace.rejected(0.1)
+    assert pace.holds
+
+
+def test_a_send_of_the_burst_turned_away_by_another_limit_leaves_it_untold() -> None:
+    """One of the 20 within the pace turned away by the slots (the provider counted 20,
+    the test among them): the test's acceptance does not show more than the pace. Once
+    every answer came, the next send beyond the pace is a new test."""
+    pace = unpaced(Rate(requests_per_minute=1200))
+    callers = burst(pace, 0.0, 21)
+    pace.answered(callers[3], taken=False)
+    for caller in callers[:3] + callers[4:]:
+        pace.answered(caller, taken=True)
+    assert not pace.testing
+    assert not pace.taken
+    assert not pace.holds
+    # 21 spent, 4 refilled: three go within the pace, the fourth is the new test.
+    burst(pace, 0.2, 3)
+    assert not pace.testing
+    burst(pace, 0.2, 1)
+    assert pace.testing
+    assert pace.wait(0.2, 0.0, None) > 0.0
+
+
+@pytest.mark.parametrize(("refused", "taken"), [(False, True), (True, False)])
+def test_a_test_unanswered_through_its_grace(refused: bool, taken: bool) -> None:
+    """Where nothing reports an answer's start, a test not turned away within its
+    grace was taken, unless a send of its burst was turned away (then the next send
+    beyond the pace is a new test)."""
+    pace = unpaced(Rate(requests_per_minute=1200))
+    callers = burst(pace, 0.0, 21)
+    if refused:
+        pace.answered(callers[0], taken=False)
+    assert pace.wait(0.01, 0.0, None) > 0.0
+    burst(pace, PROBE_GRACE_S, 1)  # within the pace again
+    assert pace.taken is taken
+    assert not pace.testing
+    burst(pace, PROBE_GRACE_S, 19)  # the 19th beyond: tested again unless taken
+    assert pace.testing is not taken
+
+
+def test_a_429_for_a_send_beyond_the_pace_makes_it_hold() -> None:
+    """A 429 for the test (not for one within the pace, nor for a time no send went)
+    makes it hold, with what was sent already spent."""
+    pace = unpaced(Rate(requests_per_minute=1200))
+    burst(pace, 0.0, 21)  # the 21st beyond: the test
     pace.rejected(0.5)  # no send then
     assert not pace.holds
-    assert send_if_let(pace, 1.0) == 0.0  # within: the 25 spent refilled to -5 + 20
+    assert send_if_let(pace, 1.0) == 0.0  # within: the 21 spent refilled to -1 + 20
     pace.rejected(1.0)
     assert not pace.holds
-    pace.rejected(0.0)  # the instant of the five beyond
+    pace.rejected(0.0)  # the test's instant
     assert pace.holds
-    # Spent: 26 sent by 1.0 against 20 + 20 refilled: 14 left, then one per 0.05 s.
-    assert [send_if_let(pace, 1.0) for _ in range(14)] == [0.0] * 14
+    assert not pace.testing
+    # Spent: 22 sent by 1.0 against 20 + 20 refilled: 18 left, then one per 0.05 s.
+    assert [send_if_let(pace, 1.0) for _ in range(18)] == [0.0] * 18
     assert pace.wait(1.0, 0.0, None) == pytest.approx(0.05)
 
 
@@ -103,18 +190,46 @@ def test_the_adaptive_limit_paces_sends_at_its_gates_rate() -> None:
     gate = Gate(256, name="pace", clock=clock, rate=Rate(requests_per_minute=1200))
     limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
     callers = [object() for _ in range(45)]
-    assert [limit.reserve_send(0.0, caller) for caller in callers[:25]] == [0.0] * 25
+    assert [limit.reserve_send(0.0, caller) for caller in callers[:21]] == [0.0] * 21
+    # The 21st is the test: the 22nd waits for it.
+    assert limit.reserve_send(0.0, callers[21]) == pytest.approx(OVER_LIMIT_POLL_S)
     clock.now = 0.1
-    limit.on_rate("requests", 0.0, caller=callers[24])  # one of the five beyond
+    limit.rejected(0.0, callers[20])
+    limit.on_rate("requests", 0.0, caller=callers[20])
     clock.now = 1.0
-    # 25 sent by 0.0, refilled 20 by 1.0: 15 go, then one per 0.05 s.
-    assert [limit.reserve_send(1.0, caller) for caller in callers[25:40]] == [0.0] * 15
+    # 21 sent by 0.0, refilled 20 by 1.0: 19 go, then one per 0.05 s.
+    assert [limit.reserve_send(1.0, caller) for caller in callers[21:40]] == [0.0] * 19
     assert limit.reserve_send(1.0, callers[40]) == pytest.approx(0.05)
     assert limit.reserve_send(1.05, callers[40]) == 0.0
     gate.rate = Rate(requests_per_minute=60)  # one a second, from an empty level
     assert limit.reserve_send(1.05, callers[41]) == pytest.approx(1.0)
     gate.rate = None
     assert limit.reserve_send(1.05, callers[41]) == 0.0
+
+
+@pytest.mark.parametrize("answer", ["accepted", "passed", "throttled", "failed"])
+def test_the_send_path_tells_the_test_its_bursts_answers(answer: str) -> None:
+    """Accepted (status and headers) or passed (the success) counts as taken; a 429 of
+    any kind, or a server error (``turned_away``), as turned away."""
+    clock = FakeClock()
+    gate = Gate(256, name="test", clock=clock, rate=Rate(requests_per_minute=1200))
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    callers = [object() for _ in range(21)]
+    assert [limit.reserve_send(0.0, caller) for caller in callers] == [0.0] * 21
+    pace = limit._sends.pace
+    for caller in callers[1:]:
+        limit.accepted(0.0, caller)
+    clock.now = 0.1
+    if answer == "accepted":
+        limit.accepted(0.0, callers[0])
+    elif answer == "passed":
+        limit.passed(0.0, 21, caller=callers[0])
+    elif answer == "throttled":
+        limit.rejected(0.0, callers[0])
+    else:
+        limit.turned_away(0.0, caller=callers[0])
+    assert pace.taken is (answer in ("accepted", "passed"))
+    assert not pace.testing
 
 
 def test_without_pacing_the_send_path_holds_nothing() -> None:
@@ -126,12 +241,12 @@ def test_without_pacing_the_send_path_holds_nothing() -> None:
 
 @pytest.mark.parametrize(("paced", "holds"), [(1200.0, False), (2400.0, True), (None, True)])
 def test_a_429_of_a_full_minute_is_the_minutes(paced: float | None, holds: bool) -> None:
-    """1,150 sends over a minute (more than ``BIND`` of a 1,200 pace), then 25 at one
-    instant, five beyond the pace: a 429 for one of those is a full minute's at a pace of
+    """1,150 sends over a minute (more than ``BIND`` of a 1,200 pace), then 21 at one
+    instant, the last beyond the pace: a 429 for it is a full minute's at a pace of
     1,200 (the pace stays off), not at 2,400 or at no request pace (it holds)."""
     sends = Sends()
     sends.pace.follow(Rate(requests_per_minute=1200), 0.0)
-    for at in [i * 0.05 for i in range(1150)] + [59.9] * 25:
+    for at in [i * 0.05 for i in range(1150)] + [59.9] * 21:
         assert sends.wait(at, 0.0, None, 0) == 0.0
         sends.sent(at, 0.0, None)
     assert sends.requests_in_minute(59.9) >= BIND * 1200

@@ -117,20 +117,34 @@ class SendPath(AdaptiveState):
         known: an experiment, not the default)."""
         return max(0, in_flight - len(self._held))
 
-    def turned_away(self, at: float, tokens: int | None = None, *, refused: bool = False) -> None:
-        """The attempt sent at ``at`` (charged ``tokens``) was throttled: the provider did
-        not count it; ``refused``: its slots turned it away (a concurrency 429), and its
-        request window may have (:meth:`anygate._limits.window.SentLog.refused`)."""
+    def turned_away(
+        self,
+        at: float,
+        tokens: int | None = None,
+        *,
+        refused: bool = False,
+        caller: object | None = None,
+    ) -> None:
+        """``caller``'s attempt sent at ``at`` (charged ``tokens``) was throttled, or a
+        server error answered it: the provider did not count it; ``refused``: its slots
+        turned it away (a concurrency 429), and its request window may have
+        (:meth:`anygate._limits.window.SentLog.refused`)."""
         if self._enabled and self._pace:
             with self._lock:
                 self._sends.turned_away(at, tokens or 0, refused=refused)
+                if caller is not None and self._sends.pace.testing:
+                    self._sends.pace.answered(caller, taken=False)
 
-    def rejected(self, at: float) -> None:
-        """An attempt sent at ``at`` got a 429 now (any kind): it was at the provider
-        until now, but not in service (see :meth:`passed`)."""
+    def rejected(self, at: float, caller: object | None = None) -> None:
+        """``caller``'s attempt sent at ``at`` got a 429 now (any kind): it was at the
+        provider until now, but not in service (see :meth:`passed`); if it was the send
+        pace's test, the test told nothing of the second (a 429 for the requests makes
+        the pace hold first, :meth:`anygate._limits.pace.SendPace.rejected`)."""
         if self._enabled:
             with self._lock:
                 self._slots.rejected(at, self._clock())
+                if caller is not None and self._sends.pace.testing:
+                    self._sends.pace.answered(caller, taken=False)
 
     def passed(
         self,
@@ -149,6 +163,9 @@ class SendPath(AdaptiveState):
                 self._slots.passed(at, sending)
                 self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
+        if caller is not None and sends.pace.testing:  # unlocked: checked again
+            with self._lock:
+                sends.pace.answered(caller, taken=True)
         # Unlocked: no estimate (no per-minute 429 yet), no work.
         if sends.requests.listening or (tokens and sends.tokens.limit is not None):
             with self._lock:
@@ -173,8 +190,14 @@ class SendPath(AdaptiveState):
         tens of milliseconds, a pass seconds later; heard only then, two random 429s at
         a new high of the window held sends there before any pass could outvote them).
         Once per attempt; :meth:`passed` then leaves the request estimate out, and the
-        mark goes when the call ends (``disown``)."""
-        if not self._sends.requests.listening:  # unlocked: no estimate yet, no work
+        mark goes when the call ends (``disown``). If it was the send pace's test, the
+        provider took a send beyond a second's pace
+        (:meth:`anygate._limits.pace.SendPace.answered`)."""
+        sends = self._sends
+        if sends.pace.testing:  # unlocked: a stale read is checked again under the lock
+            with self._lock:
+                sends.pace.answered(caller, taken=True)
+        if not sends.requests.listening:  # unlocked: no estimate yet, no work
             return
         with self._lock:
             accepted = self._accepted

@@ -82,7 +82,8 @@ class Sends:
             wait = limit.wait(at, cost, caller)
             if wait > 0:
                 return wait
-        return self.pace.wait(at, cost, caller) if self.pace.holds else 0.0
+        pace = self.pace
+        return pace.wait(at, cost, caller) if pace.holds or pace.testing else 0.0
 
     def sent(self, at: float, cost: float, caller: object | None) -> None:
         """The send :meth:`wait` let go went out."""

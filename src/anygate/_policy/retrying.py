@@ -223,7 +223,7 @@ class Retrier:
         assert adaptive is not None
         kind = judgement.kind
         if kind is not None and run.admitted_at is not None:
-            adaptive.rejected(run.admitted_at)
+            adaptive.rejected(run.admitted_at, run)
         unit = rate_unit(judgement.verdict) if kind == "rate" else None
         # The answer itself names a window (the slope's, a minute's; OpenAI's code is
         # per-minute): it says nothing of the slots.
@@ -256,7 +256,9 @@ class Retrier:
             # recovery look busy, the slope rule let the waiting herd go at twice that,
             # and the provider's window after a quiet one turned 39 of them away (morning
             # peak with an outage at 100-130 s, seed 1).
-            adaptive.turned_away(run.admitted_at, run.tokens, refused=kind == "concurrency")
+            adaptive.turned_away(
+                run.admitted_at, run.tokens, refused=kind == "concurrency", caller=run
+            )
         if windowed:
             # A window's 429 does not stop a published slot count's raise (the slope
             # rule's 429s during the ramp held a published 16 with 32 real slots at 16
