@@ -1187,16 +1187,23 @@ def _herd(clock: FakeClock) -> tuple[Gate, AdaptiveLimit]:
 
 def test_the_herds_limit_grows_a_tenth_above_what_got_through_once_the_slope_is_known() -> None:
     """The herd's limit is no lesson about the slots: with the slope rule holding the rate,
-    a saturated success raises it to 1.1 x the most calls in service that got through
-    (a round trip's growth), not by 1 / limit (the morning peak x10 stayed near 244 of its
-    320 slots to the end that way)."""
+    each saturated success raises it by one up to 1.1 x the most calls in service that got
+    through (a round trip doubles it up to there), not by 1 / limit (the morning peak x10
+    stayed near 244 of its 320 slots to the end that way). Not in one step: a limit that
+    jumped a tenth above met 96 slots with up to ten calls in flight beyond them."""
     clock = FakeClock()
     gate, limit = _herd(clock)
     limit._sends.slope.growth = 2.0  # learned (as the slope tests above learn it)
     limit.passed(5.0, sending=20)
     limit.on_success(saturated=True)
+    assert gate.capacity == 21  # one more, within 1.1 x 20
+    limit.on_success(saturated=True)
     assert gate.capacity == 22  # 1.1 x 20
+    for _ in range(5):
+        limit.on_success(saturated=True)
+    assert gate.capacity == 22  # no further than a tenth above what got through
     limit.passed(6.0, sending=22)
+    limit.on_success(saturated=True)
     limit.on_success(saturated=True)
     assert gate.capacity == 24  # floor(1.1 x 22)
     limit.on_success(saturated=False)  # slots stood free: no evidence

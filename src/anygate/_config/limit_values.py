@@ -51,9 +51,10 @@ DEFAULT_MAX_HOLD_S = 600.0
 
 #: An uncapped gate takes its calls in flight at a first slope throttle as its limit (the
 #: herd's); once the slope rule is learned (it holds the rate), a saturated success raises
-#: that limit to this many times the most calls in service that got through at once, a
-#: tenth above what is known good: a round trip's growth, and at most a tenth of the slots
-#: turned away when it finds them. Grown by 1 / limit instead, the morning peak x10 (320
+#: that limit by one, up to this many times the most calls in service that got through at
+#: once, a tenth above what is known good: a round trip's growth, and at most a tenth of
+#: the slots turned away when it finds them (fewer: a 429 comes back a reject latency
+#: after its send, while the limit still climbs one by one). Grown by 1 / limit instead, the morning peak x10 (320
 #: slots) stayed near 244 of them to the end (1.86x the oracle). Chosen on the tuning set
 #: (seeds 1-5): 1.25 let 0.66-1.01 % of calls see a 429 in the slots 48, latency 1.5 s and
 #: growth 1.6 cells (learning the slots by overshooting them); 1.1 kept them at 0.45-0.59 %.
