@@ -124,3 +124,43 @@ async def test_in_flight_at_admission_is_the_count_as_admitted(
         assert gate.in_flight == 5
         release.set()
     assert sorted(seen) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("how", ["capacity", "release"])
+async def test_a_batch_granted_in_one_step_sees_each_its_own_count(
+    anyio_backend: Any, how: str
+) -> None:
+    """Queued callers granted in one step (a raised capacity, or a released slot passed
+    on) each see the count just after their own grant, not the count once the whole
+    batch was in: a batch of 5 let in after one holder reads 2 to 6, where every one of
+    them read 6 and the adaptive limit took them all for at the provider (a release's
+    herd read 56 at once against 32 slots)."""
+    gate = Gate(1)
+    seen: list[int] = []
+    release = anyio.Event()
+    first = await gate.acquire()
+
+    async def caller() -> None:
+        async with gate.acquire() as token:
+            seen.append(token.in_flight_at_admission)
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(caller)
+        await anyio.wait_all_tasks_blocked()
+        assert gate.waiting == 5
+        if how == "capacity":
+            gate.capacity = 6
+            await anyio.wait_all_tasks_blocked()
+            assert sorted(seen) == [2, 3, 4, 5, 6]
+        else:
+            first.release()  # passed on to the head of the queue: 1 in flight
+            await anyio.wait_all_tasks_blocked()
+            assert seen == [1]
+            gate.capacity = 6
+            await anyio.wait_all_tasks_blocked()
+            assert sorted(seen) == [1, 2, 3, 4, 5]
+        release.set()
+    if how == "capacity":
+        first.release()

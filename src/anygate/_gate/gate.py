@@ -472,7 +472,7 @@ class Gate(Parking):
             if not self._enqueue(waiter, timeout) and not self._block(waiter, timeout):
                 raise self._busy(timeout or 0.0, timed_out=True)
             token._gate = self  # the granted waiter's slot is the token's from here on
-            token._seen = self._in_flight
+            token._seen = waiter.seen  # as granted (see parking)
             token._since = _monotonic()
             return token
         except BaseException:

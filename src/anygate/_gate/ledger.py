@@ -309,6 +309,7 @@ class Ledger:
         waiter.state = GRANTED
         self._in_flight += 1
         self._admitted += 1
+        waiter.seen = self._in_flight
 
     def _give_back_locked(self, waiter: Waiter, wakes: list[Waiter], now: float | None) -> None:
         """A granted waiter will never use its slot: refund its cost once, pass the slot on."""

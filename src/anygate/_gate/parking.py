@@ -122,7 +122,9 @@ class Parking(SlotSteps, BudgetSteps):
         if not granted:
             raise self._busy(wait_s, timed_out=True)
         token._gate = self  # type: ignore[assignment]  # self is the Gate
-        token._seen = self._in_flight
+        # As granted, not as now: others granted in the same step (a freed batch) are in
+        # in_flight by the time this task runs.
+        token._seen = waiter.seen
         token._since = _monotonic()
 
     async def _admitted_at_once(self, token: Token) -> None:

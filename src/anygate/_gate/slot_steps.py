@@ -115,6 +115,7 @@ class SlotSteps(Ledger):
                     waiter.state = GRANTED
                     self._in_flight += 1
                     self._admitted += 1
+                    waiter.seen = self._in_flight
                 else:
                     queue = self._queues.get(priority)
                     if queue is not None and len(self._queues) == 1 and not tokens:
@@ -298,6 +299,7 @@ class SlotSteps(Ledger):
                                 successor.state = GRANTED
                                 self._in_flight += 1
                                 self._admitted += 1
+                                successor.seen = self._in_flight
                             else:
                                 successor = self._pick_locked()
                                 self._grant_locked(successor)

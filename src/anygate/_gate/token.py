@@ -302,7 +302,7 @@ class Token(TokenState):
                 gate._abandon(waiter)
             raise
         self._gate = gate
-        self._seen = gate._in_flight
+        self._seen = waiter.seen  # as granted: a batch granted with it is counted by now
         self._since = _monotonic()
         return self
 

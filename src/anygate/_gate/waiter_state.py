@@ -36,9 +36,12 @@ class Waiter:
     with :func:`waiter_out` (an unset slot costs the contended path no store).
     """
 
-    __slots__ = ("armed", "due", "out", "priority", "seq", "since", "state", "tokens")
+    __slots__ = ("armed", "due", "out", "priority", "seen", "seq", "since", "state", "tokens")
 
     out: int
+    # The gate's in_flight just after the grant, this waiter's slot included: set by the
+    # granting step, read once granted (Token.in_flight_at_admission).
+    seen: int
 
     def __init__(self) -> None:
         self.state: int = WAITING
