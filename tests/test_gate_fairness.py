@@ -111,19 +111,20 @@ async def test_in_flight_at_admission_is_the_count_as_admitted(
     gate = Gate(10, fast_acquire=kind == "fast")
     seen: list[int] = []
     release = anyio.Event()
-
-    async def caller() -> None:
-        async with gate.acquire() as token:
-            seen.append(token.in_flight_at_admission)
-            await release.wait()
-
     async with anyio.create_task_group() as tg:
         for _ in range(5):
-            tg.start_soon(caller)
+            tg.start_soon(_record_admission, gate, seen, release)
         await anyio.wait_all_tasks_blocked()
         assert gate.in_flight == 5
         release.set()
     assert sorted(seen) == [1, 2, 3, 4, 5]
+
+
+async def _record_admission(gate: Gate, seen: list[int], release: anyio.Event) -> None:
+    """Take a slot, record its ``in_flight_at_admission`` and hold it until ``release``."""
+    async with gate.acquire() as token:
+        seen.append(token.in_flight_at_admission)
+        await release.wait()
 
 
 @pytest.mark.parametrize("how", ["capacity", "release"])
@@ -139,15 +140,9 @@ async def test_a_batch_granted_in_one_step_sees_each_its_own_count(
     seen: list[int] = []
     release = anyio.Event()
     first = await gate.acquire()
-
-    async def caller() -> None:
-        async with gate.acquire() as token:
-            seen.append(token.in_flight_at_admission)
-            await release.wait()
-
     async with anyio.create_task_group() as tg:
         for _ in range(5):
-            tg.start_soon(caller)
+            tg.start_soon(_record_admission, gate, seen, release)
         await anyio.wait_all_tasks_blocked()
         assert gate.waiting == 5
         if how == "capacity":
