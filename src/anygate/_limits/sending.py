@@ -180,12 +180,10 @@ class SendPath(AdaptiveState):
                 self._slots.passed(at, sending)
                 self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
-        if caller is not None:
-            # Answered: no longer at the provider. A set's discard is atomic (no lock on
-            # the success path for it); the test's count takes the lock.
-            self._out.discard(caller)
-            if sends.pace.testing:  # unlocked: checked again under the lock
-                with self._lock:
+        if caller is not None and (sends.pace.testing or caller in self._out):
+            with self._lock:  # unlocked reads: checked again under the lock
+                self._out.discard(caller)  # answered: no longer at the provider
+                if sends.pace.testing:
                     sends.pace.answered(caller, taken=True)
         # Unlocked: no estimate (no per-minute 429 yet), no work.
         if sends.requests.listening or (tokens and sends.tokens.limit is not None):
