@@ -78,7 +78,6 @@ class SendPath(AdaptiveState):
                 sends.sent(at, cost, caller)
                 if caller is not None:
                     self._pause.went(caller, at)
-                    self._out.add(caller)
             if caller is not None:
                 if wait > 0:
                     held.add(caller)
@@ -105,30 +104,18 @@ class SendPath(AdaptiveState):
         return self._slots.over(others) and others >= self._applied
 
     def unhold(self, caller: object | None) -> None:
-        """``caller``'s attempt left a hold without sending (cancelled, refused), or ended
-        failing: neither held nor at the provider."""
-        if caller is not None and (caller in self._held or caller in self._out):
+        """``caller``'s attempt left a hold without sending (cancelled, refused)."""
+        if caller is not None and caller in self._held:
             with self._lock:
                 self._held.discard(caller)
-                self._out.discard(caller)
 
     def sending(self, in_flight: int) -> int:
-        """Of the gate's ``in_flight`` slot holders, those at the provider: the attempts
-        sent and not yet answered (no more than the holders not held back; with none
-        sent through this limit, those). A concurrency 429 is counted against these:
-        counted with the held ones, an uncapped fleet of 2,400 behind 320 slots cut 423,
-        422, 421 ... one rejection each (the morning peak x10, with the herd limit lifted
-        once the slope is known: an experiment, not the default). Counted as the holders
-        not held back, a batch the gate admitted at once read each other before any had
-        asked whether it may go: 56 at once against 32 slots (23 held the next moment),
-        and a pass among them took 42 for the most in service; the slots' 429s then read
-        as a slope rule's, a storm every pause (plain 429s, the outage scenario, seed 9,
-        its published minute spent at once: 24 % of calls with a 429; 5.9 % counted as
-        sent). Slot holders that never ask this limit (a raw ``gate.acquire()`` beside
-        the policy's calls) are not counted once it has sent."""
-        free = max(0, in_flight - len(self._held))
-        out = len(self._out)
-        return min(out, free) if out else free
+        """Of the gate's ``in_flight`` slot holders, those not held back: at the provider
+        (or about to be). A concurrency 429 is counted against these: counted with the
+        held ones, an uncapped fleet of 2,400 behind 320 slots cut 423, 422, 421 ... one
+        rejection each (the morning peak x10, with the herd limit lifted once the slope is
+        known: an experiment, not the default)."""
+        return max(0, in_flight - len(self._held))
 
     def turned_away(
         self,
@@ -145,8 +132,6 @@ class SendPath(AdaptiveState):
         if self._enabled and self._pace:
             with self._lock:
                 self._sends.turned_away(at, tokens or 0, refused=refused)
-                if caller is not None:
-                    self._out.discard(caller)  # answered: no longer at the provider
                 if caller is not None and self._sends.pace.testing:
                     self._sends.pace.answered(caller, taken=False)
 
@@ -158,8 +143,6 @@ class SendPath(AdaptiveState):
         if self._enabled:
             with self._lock:
                 self._slots.rejected(at, self._clock())
-                if caller is not None:
-                    self._out.discard(caller)  # answered: no longer at the provider
                 if caller is not None and self._sends.pace.testing:
                     self._sends.pace.answered(caller, taken=False)
 
@@ -180,11 +163,9 @@ class SendPath(AdaptiveState):
                 self._slots.passed(at, sending)
                 self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
-        if caller is not None and (sends.pace.testing or caller in self._out):
-            with self._lock:  # unlocked reads: checked again under the lock
-                self._out.discard(caller)  # answered: no longer at the provider
-                if sends.pace.testing:
-                    sends.pace.answered(caller, taken=True)
+        if caller is not None and sends.pace.testing:  # unlocked: checked again
+            with self._lock:
+                sends.pace.answered(caller, taken=True)
         # Unlocked: no estimate (no per-minute 429 yet), no work.
         if sends.requests.listening or (tokens and sends.tokens.limit is not None):
             with self._lock:

@@ -84,7 +84,6 @@ class AdaptiveState:
         "_lock",
         "_name",
         "_noise_at",
-        "_out",
         "_pace",
         "_pause",
         "_pause_s",
@@ -150,8 +149,6 @@ class AdaptiveState:
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
-        # Attempts sent and not yet answered: at the provider (see sending()).
-        self._out: set[object] = set()
         # Calls whose burst 429 was taken for noise: their retry goes ahead (goes_ahead).
         self._ahead: set[object] = set()
         # Calls whose attempt the provider accepted before it ended, by that attempt's
