@@ -137,9 +137,9 @@ class SendPath(AdaptiveState):
 
     def rejected(self, at: float, caller: object | None = None) -> None:
         """``caller``'s attempt sent at ``at`` got a 429 now (any kind): it was at the
-        provider until now, but not in service (see :meth:`passed`); if it was the send
-        pace's test, the test told nothing of the second (a 429 for the requests makes
-        the pace hold first, :meth:`anygate._limits.pace.SendPace.rejected`)."""
+        provider until now, but not in service (see :meth:`passed`); a send of the pace's
+        test burst turned away (:meth:`anygate._limits.pace.SendPace.answered`; a 429
+        for the test's requests makes the pace hold, :meth:`.SendPace.rejected`)."""
         if self._enabled:
             with self._lock:
                 self._slots.rejected(at, self._clock())
@@ -190,8 +190,7 @@ class SendPath(AdaptiveState):
         tens of milliseconds, a pass seconds later; heard only then, two random 429s at
         a new high of the window held sends there before any pass could outvote them).
         Once per attempt; :meth:`passed` then leaves the request estimate out, and the
-        mark goes when the call ends (``disown``). If it was the send pace's test, the
-        provider took a send beyond a second's pace
+        mark goes when the call ends (``disown``). A send of the pace's test burst, taken
         (:meth:`anygate._limits.pace.SendPace.answered`)."""
         sends = self._sends
         if sends.pace.testing:  # unlocked: a stale read is checked again under the lock
