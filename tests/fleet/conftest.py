@@ -47,17 +47,24 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 def _started() -> RedisProc:
-    """A started server, or the test skipped (failed under ``CI=true``)."""
-    try:
-        server = RedisProc()
-    except RedisUnavailable as exc:
-        _unavailable(str(exc))
-    try:
-        server.start()
-    except RedisUnavailable as exc:
-        server.close()
-        _unavailable(str(exc))
-    return server
+    """A started server, or the test skipped (failed under ``CI=true``). A server that
+    exits at its start is tried again on another port, twice: its free port is picked
+    before redis binds it, and another worker's connection can take it in between (seen
+    once in a CI run: "redis-server exited with 1")."""
+    reason = ""
+    for _ in range(3):
+        try:
+            server = RedisProc()
+        except RedisUnavailable as exc:
+            _unavailable(str(exc))
+        try:
+            server.start()
+        except RedisUnavailable as exc:
+            server.close()
+            reason = str(exc)
+            continue
+        return server
+    _unavailable(reason)
 
 
 @pytest.fixture(scope="session")
