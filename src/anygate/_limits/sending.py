@@ -103,6 +103,19 @@ class SendPath(AdaptiveState):
         # Above the maximum by a published slot count's latencies: the gate's own limit.
         return self._slots.over(others) and others >= self._applied
 
+    def _answered(self, caller: object | None, *, taken: bool) -> None:
+        """``caller``'s send was answered: counted if it is one of the send pace's test
+        burst (:meth:`anygate._limits.pace.SendPace.answered`). Under the lock."""
+        if caller is not None and self._sends.pace.testing:
+            self._sends.pace.answered(caller, taken=taken)
+
+    def _test_answer(self, caller: object | None) -> None:
+        """:meth:`_answered` for a send the provider took, from an unlocked path: the
+        lock only while a test is out (a stale read is checked again under it)."""
+        if caller is not None and self._sends.pace.testing:
+            with self._lock:
+                self._answered(caller, taken=True)
+
     def unhold(self, caller: object | None) -> None:
         """``caller``'s attempt left a hold without sending (cancelled, refused)."""
         if caller is not None and caller in self._held:
@@ -132,8 +145,7 @@ class SendPath(AdaptiveState):
         if self._enabled and self._pace:
             with self._lock:
                 self._sends.turned_away(at, tokens or 0, refused=refused)
-                if caller is not None and self._sends.pace.testing:
-                    self._sends.pace.answered(caller, taken=False)
+                self._answered(caller, taken=False)
 
     def rejected(self, at: float, caller: object | None = None) -> None:
         """``caller``'s attempt sent at ``at`` got a 429 now (any kind): it was at the
@@ -143,8 +155,7 @@ class SendPath(AdaptiveState):
         if self._enabled:
             with self._lock:
                 self._slots.rejected(at, self._clock())
-                if caller is not None and self._sends.pace.testing:
-                    self._sends.pace.answered(caller, taken=False)
+                self._answered(caller, taken=False)
 
     def passed(
         self,
@@ -163,9 +174,7 @@ class SendPath(AdaptiveState):
                 self._slots.passed(at, sending)
                 self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
-        if caller is not None and sends.pace.testing:  # unlocked: checked again
-            with self._lock:
-                sends.pace.answered(caller, taken=True)
+        self._test_answer(caller)
         # Unlocked: no estimate (no per-minute 429 yet), no work.
         if sends.requests.listening or (tokens and sends.tokens.limit is not None):
             with self._lock:
@@ -193,9 +202,7 @@ class SendPath(AdaptiveState):
         mark goes when the call ends (``disown``). A send of the pace's test burst, taken
         (:meth:`anygate._limits.pace.SendPace.answered`)."""
         sends = self._sends
-        if sends.pace.testing:  # unlocked: a stale read is checked again under the lock
-            with self._lock:
-                sends.pace.answered(caller, taken=True)
+        self._test_answer(caller)
         if not sends.requests.listening:  # unlocked: no estimate yet, no work
             return
         with self._lock:
