@@ -252,3 +252,30 @@ def test_a_429_of_a_full_minute_is_the_minutes(paced: float | None, holds: bool)
     assert sends.requests_in_minute(59.9) >= BIND * 1200
     sends.rejected("requests", 59.9, 0.0, 60.0, object(), paced)
     assert sends.pace.holds is holds
+
+
+def test_by_the_minute_each_trailing_minute_of_sends_holds_the_rate() -> None:
+    """Where the gate's request budget holds a minute (a published rate), the pace holds
+    every trailing minute of sends to the rate: at 120 a minute, once the provider took
+    more than a second's pace (the test's burst all accepted), the minute's 120 go at
+    once and the 121st waits for the first to leave the minute. Without the minute, a
+    second's pace is all it would hold."""
+    sends = Sends()
+    pace = sends.pace
+    pace.follow(Rate(requests_per_minute=120), 0.0)
+    pace.by_minute(sends.requests.log)
+    callers = [object() for _ in range(3)]
+    for caller in callers:  # two within a second's pace, the third the test
+        assert sends.wait(0.0, 0.0, caller, 0) == 0.0
+        sends.sent(0.0, 0.0, caller)
+    for caller in callers:
+        pace.answered(caller, taken=True)
+    assert pace.taken
+    for _ in range(117):
+        assert sends.wait(0.1, 0.0, None, 0) == 0.0
+        sends.sent(0.1, 0.0, None)
+    assert sends.wait(0.1, 0.0, None, 0) == pytest.approx(59.9)
+    assert sends.wait(60.0, 0.0, None, 0) == 0.0
+    pace.by_minute(None)
+    assert not pace.minute
+    assert sends.wait(0.1, 0.0, None, 0) == 0.0  # not holding: the test was taken

@@ -54,6 +54,32 @@ class BudgetSteps(Ledger):
         if wakes:
             self._fire(wakes)
 
+    @ki_protected
+    def _requests_by_minute(self, on: bool = True) -> None:
+        """Let the request budget hold a minute's refill from now on, full if it admitted
+        nothing yet (``BudgetSync.by_minute``; ``on=False``: a second's again): the rate
+        is the provider's *published* per-minute limit, which takes its minute at once.
+        Set by the adaptive limit of a policy that says so (``rate_is_ceiling=False``);
+        its send path holds every trailing minute to the rate (``_limits.pace``)."""
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            budgets = self._budgets
+            now = self._read_clock()
+            if budgets is not None:
+                if now is not None and not budgets.started:
+                    budgets._start(now)
+                budgets.by_minute(0.0 if now is None else now, on)
+                if now is not None:
+                    self._advance_locked(now, wakes)
+        finally:
+            lock.release()
+            if self._deferred:
+                self._drain()
+        if wakes:
+            self._fire(wakes)
+
     def _learned_rate(self, rate: Rate) -> bool:
         """Header learning's rate (``_limits.learn``), set live; whether it was. A fleet's
         local gate sends it to the fleet instead (the provider's limit is every

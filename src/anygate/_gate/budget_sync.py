@@ -22,12 +22,18 @@ import math
 from typing import TYPE_CHECKING
 
 from .rate import BudgetMark
+from .rate_math import level_tat
 from .window import TokenWindow
 
 if TYPE_CHECKING:
+    from .rate import Rate
     from .split import Bucket
 
-__all__ = ["BudgetSync"]
+__all__ = ["MINUTE_S", "BudgetSync"]
+
+#: Seconds of refill a request budget holds by the minute (:meth:`BudgetSync.by_minute`):
+#: a provider's published per-minute request limit takes its whole minute at once.
+MINUTE_S = 60.0
 
 
 class BudgetSync:
@@ -36,8 +42,10 @@ class BudgetSync:
     # The fields a sync sets live here; Budgets' own __slots__ hold the rest.
     __slots__ = (
         "_req_step",
+        "req_minute",
         "req_ready",
         "req_tat",
+        "req_tau",
         "tok_credit",
         "tok_pending",
         "tok_spare",
@@ -46,6 +54,8 @@ class BudgetSync:
     )
 
     # Budgets' fields this surface reads and sets.
+    rate: Rate
+    started: bool
     req_interval: float
     req_tau: float
     req_tat: float
@@ -73,6 +83,22 @@ class BudgetSync:
             self.req_ready = self.req_tat + self._req_step
         else:
             self.req_ready = -math.inf
+
+    def by_minute(self, now: float, on: bool = True) -> None:
+        """Let the request budget hold a minute's refill from ``now`` on (over every rate
+        change too), full if it admitted nothing yet: what a provider's published
+        per-minute limit takes at once; otherwise the level it has stays (``on=False``:
+        back to the rate's ``burst_s``, the level capped to it)."""
+        self.req_minute = on
+        if not self.started or not self.req_interval:
+            return  # the start (or a request rate) applies it
+        interval, tau = self.req_interval, MINUTE_S if on else self.rate.burst_s
+        level = (self.req_tau - max(0.0, self.req_tat - now)) / interval
+        if on and not self.req_spent:
+            level = math.inf  # full: capped to the minute
+        self.req_tau = tau
+        self.req_tat = level_tat(level, now, interval, tau)
+        self._update_ready()
 
     def _tok_level(self, now: float) -> float:
         # The GCRA part of the token level, without the credit (at most ``tok_tau``).

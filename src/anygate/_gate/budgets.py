@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .budget_sync import BudgetSync
+from .budget_sync import MINUTE_S, BudgetSync
 from .gate_args import max_cost
 from .rate import RateStatistics
 from .rate_math import EPSILON, TICKS, admission_time, charge, level_tat, slope_allowance
@@ -64,7 +64,6 @@ class Budgets(BudgetSync):
         "rate",
         "req_interval",
         "req_spent",
-        "req_tau",
         "split",
         "started",
         "tok_back",
@@ -131,6 +130,8 @@ class Budgets(BudgetSync):
         # with ``window``); it replaces the GCRA token budget and keeps its entries.
         self.tok_window = None if old is None else old.tok_window
         burst = rate.burst_s
+        # The request budget holds a minute's refill (by_minute), over any rate change.
+        self.req_minute = old is not None and old.req_minute
         self.req_interval = self.req_tau = self.req_tat = self._req_step = 0.0
         self.req_ready = -math.inf
         self.tok_interval = self.tok_tau = self.tok_tat = 0.0
@@ -147,7 +148,7 @@ class Budgets(BudgetSync):
         self.split = self.inp is not None or self.outp is not None
         if rpm is not None:
             self.req_interval = 60.0 / rpm
-            self.req_tau = burst
+            self.req_tau = MINUTE_S if self.req_minute else burst
             level = old.requests_left(now) if old is not None else None
             self.req_tat = level_tat(level, now, self.req_interval, self.req_tau)
             self._update_ready()
@@ -182,7 +183,10 @@ class Budgets(BudgetSync):
             self.req_ready = math.inf  # the fast path defers to when(), which starts us
 
     def _start(self, now: float) -> None:
+        minute = self.req_minute
         self.__init__(self.rate, now)  # type: ignore[misc]  # re-run in place, once
+        if minute:
+            self.by_minute(now)
 
     # ------------------------------------------------------------------ views
 

@@ -48,6 +48,18 @@ answer may take a minute where nothing reports its start; unanswered by then, th
 was taken unless a send of its burst was turned away. The cost at a provider that counts
 its minute is one answer's wait, once.
 
+A minute at once. Where the gate's rate is the provider's *published* per-minute limit
+(a policy with ``rate_is_ceiling=False``), its request budget holds a minute's refill,
+full at the start (:meth:`anygate.Gate._requests_by_minute`): the provider takes its
+minute whole, the first one included, where a second's burst paced the first minute at
+1/60 of it a second. A bucket of a minute admits up to two minutes' worth in one (full,
+and refilled meanwhile), so the pace then also holds every trailing minute of sends to
+the rate (:meth:`SendPace.by_minute`, the request log's sliding count). The test above
+still guards a provider that counts a second. Why it pays: the morning peak with 96
+slots and a real 2,400 behind the published 1,200 took 1.17x the oracle, its first
+minute at the published pace (the published probe steps only once a minute bound);
+spent at once, the minute binds within half of it (see ``docs/policy.md`` for the cells).
+
 Not for: tokens. A token budget synced to a provider's bucket admits beyond its burst on
 purpose (its credit, :mod:`anygate._gate.budget_sync`); a second's pace on sends would
 undo that. Not thread-safe, no clock: the owner passes times and holds its lock.
@@ -65,6 +77,7 @@ from .._gate.rate_math import EPSILON, admission_time, level_tat
 
 if TYPE_CHECKING:
     from .._gate.rate import Rate
+    from .window import SentLog
 
 __all__ = ["SendPace"]
 
@@ -115,6 +128,7 @@ class SendPace:
     __slots__ = (
         "_beyond",
         "_interval",
+        "_minute",
         "_recent",
         "_tat",
         "_tau",
@@ -139,6 +153,19 @@ class SendPace:
         # the burst a send beyond the pace ends.
         self._recent: deque[tuple[float, object | None]] = deque()
         self._test: _Test | None = None  # the test out, if any
+        # The sends of the trailing minute, held to the rate: a minute at once (by_minute).
+        self._minute: SentLog | None = None
+
+    def by_minute(self, log: SentLog | None) -> None:
+        """Hold every trailing minute of sends (``log``'s, a minute long) to the gate's
+        rate: its request budget holds a minute (see the module docstring); ``None``:
+        not any more."""
+        self._minute = log
+
+    @property
+    def minute(self) -> bool:
+        """Whether every trailing minute of sends is held to the rate (:meth:`by_minute`)."""
+        return self._minute is not None
 
     @property
     def testing(self) -> bool:
@@ -171,6 +198,9 @@ class SendPace:
         interval = self._interval
         if not interval:
             return 0.0
+        minute = self._minute
+        if minute is not None and (free := minute.free_at(at, 60.0 / interval)) is not None:
+            return max(free - at, EPSILON)
         wait = admission_time(self._tat, at, 1.0, interval, self._tau) - at
         if wait <= EPSILON:
             return 0.0

@@ -83,7 +83,7 @@ class Sends:
             if wait > 0:
                 return wait
         pace = self.pace
-        return pace.wait(at, cost, caller) if pace.holds or pace.testing else 0.0
+        return pace.wait(at, cost, caller) if pace.holds or pace.testing or pace.minute else 0.0
 
     def sent(self, at: float, cost: float, caller: object | None) -> None:
         """The send :meth:`wait` let go went out."""
