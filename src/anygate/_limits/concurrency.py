@@ -94,9 +94,9 @@ class ConcurrencyLimit:
         # The limit is the herd's (in flight at a slope throttle), not a concurrency lesson.
         self.herd = False
         # The most calls at the provider at the send of one that got through, and the
-        # recent 429s' (send, answer) times that correct that count.
+        # recent 429s' (send, answer, place in the send order) that correct that count.
         self.most_passed = 0
-        self._rejections: deque[tuple[float, float]] = deque()
+        self._rejections: deque[tuple[float, float, int | None]] = deque()
         # A tentative lesson's (limit taught, limit before it), until a pass above it
         # refutes it or a second lesson there confirms it (see cut).
         self._tentative: tuple[float, float] | None = None
@@ -271,18 +271,18 @@ class ConcurrencyLimit:
         """A burst throttle was confirmed at ``now`` (see :meth:`grow`)."""
         self._throttled_at = now
 
-    def rejected(self, at: float, now: float) -> None:
-        """An attempt sent at ``at`` got a 429 (any kind) at ``now``: at the provider until
-        then, but not in service (see :meth:`passed`)."""
+    def rejected(self, at: float, now: float, order: int | None = None) -> None:
+        """An attempt sent at ``at`` (``order``-th, if known) got a 429 (any kind) at
+        ``now``: at the provider until then, but not in service (see :meth:`passed`)."""
         rejections = self._rejections
-        rejections.append((at, now))
+        rejections.append((at, now, order))
         while rejections and rejections[0][1] < now - _REJECTIONS_S:
             rejections.popleft()
 
     def _answer_times(self, now: float) -> list[float]:
         """How long each 429 answered in the minute before ``now`` took to come back."""
         since = now - _REJECTIONS_S
-        return [answered - sent for sent, answered in self._rejections if answered >= since]
+        return [answered - sent for sent, answered, _ in self._rejections if answered >= since]
 
     def slowest_answer(self, now: float) -> float:
         """The longest a 429 of the last minute took to come back (0: none)."""
@@ -293,13 +293,18 @@ class ConcurrencyLimit:
         times = sorted(self._answer_times(now))
         return times[len(times) // 2] if times else 0.0
 
-    def passed(self, at: float, sending: int) -> None:
-        """The attempt sent at ``at`` with ``sending`` calls at the provider (itself
-        included) succeeded. The most in service at once is ``sending`` less the calls
-        sent before it that were turned away after it went (their 429 was still on its
-        way): counted with those, a 24-slot provider read 27 (the morning peak with plain
-        429s)."""
-        pending = sum(1 for sent, answered in self._rejections if sent <= at <= answered)
+    def passed(self, at: float, sending: int, order: int | None = None) -> None:
+        """The attempt sent at ``at`` (``order``-th, if known) with ``sending`` calls at
+        the provider (itself included) succeeded. The most in service at once is
+        ``sending`` less the calls sent before it that were turned away after it went
+        (their 429 was still on its way): counted with those, a 24-slot provider read 27
+        (the morning peak with plain 429s). With the send order known, "before" is by
+        it: a batch sent at one instant is not all before each of its members."""
+        pending = sum(
+            1
+            for sent, answered, place in self._rejections
+            if sent <= at <= answered and (order is None or place is None or place < order)
+        )
         self.most_passed = max(self.most_passed, sending - pending)
         tentative = self._tentative
         if tentative is not None and self.most_passed > tentative[0]:

@@ -49,7 +49,9 @@ was taken unless a send of its burst was turned away. The cost at a provider tha
 its minute is one answer's wait, once.
 
 A minute at once. Where the gate's rate is the provider's *published* per-minute limit
-(a policy with ``rate_is_ceiling=False``), its request budget holds a minute's refill,
+(a policy with ``rate_is_ceiling=False``) and requests are its only per-minute budget
+(token budgets pace each second; a request minute spent at once ran ahead of them), its
+request budget holds a minute's refill,
 full at the start (:meth:`anygate.Gate._requests_by_minute`): the provider takes its
 minute whole, the first one included, where a second's burst paced the first minute at
 1/60 of it a second. A bucket of a minute admits up to two minutes' worth in one (full,

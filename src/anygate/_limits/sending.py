@@ -78,6 +78,10 @@ class SendPath(AdaptiveState):
                 sends.sent(at, cost, caller)
                 if caller is not None:
                     self._pause.went(caller, at)
+                    out = self._out
+                    out.pop(caller, None)  # an earlier attempt's, unanswered
+                    self._sent += 1
+                    out[caller] = (self._sent, len(out) + 1)
             if caller is not None:
                 if wait > 0:
                     held.add(caller)
@@ -117,10 +121,12 @@ class SendPath(AdaptiveState):
                 self._answered(caller, taken=True)
 
     def unhold(self, caller: object | None) -> None:
-        """``caller``'s attempt left a hold without sending (cancelled, refused)."""
-        if caller is not None and caller in self._held:
+        """``caller``'s attempt left a hold without sending (cancelled, refused), or
+        ended otherwise unanswered: neither held nor at the provider."""
+        if caller is not None and (caller in self._held or caller in self._out):
             with self._lock:
                 self._held.discard(caller)
+                self._out.pop(caller, None)
 
     def sending(self, in_flight: int) -> int:
         """Of the gate's ``in_flight`` slot holders, those not held back: at the provider
@@ -146,6 +152,8 @@ class SendPath(AdaptiveState):
             with self._lock:
                 self._sends.turned_away(at, tokens or 0, refused=refused)
                 self._answered(caller, taken=False)
+                if caller is not None:
+                    self._out.pop(caller, None)  # answered: no longer at the provider
 
     def rejected(self, at: float, caller: object | None = None) -> None:
         """``caller``'s attempt sent at ``at`` got a 429 now (any kind): it was at the
@@ -154,7 +162,8 @@ class SendPath(AdaptiveState):
         for the test's requests makes the pace hold, :meth:`.SendPace.rejected`)."""
         if self._enabled:
             with self._lock:
-                self._slots.rejected(at, self._clock())
+                sent = None if caller is None else self._out.pop(caller, None)
+                self._slots.rejected(at, self._clock(), None if sent is None else sent[0])
                 self._answered(caller, taken=False)
 
     def passed(
@@ -169,9 +178,18 @@ class SendPath(AdaptiveState):
         (:meth:`anygate._limits.concurrency.ConcurrencyLimit.passed`,
         :meth:`anygate._limits.sends.Sends.passed`); the request estimate's, unless
         :meth:`accepted` gave it already."""
+        # Counted at its send: the slot holders not held back read a batch the gate
+        # admitted at once before any had asked to go (56 against 32 slots, a pass among
+        # them 42), and the slots' plain 429s then read as a slope rule's (the outage
+        # scenario, plain 429s, seed 9, its minute spent at once: a storm every 5 s).
+        # Its place in the send order tells which 429s were sent before it.
+        sent = None if caller is None or not self._out else self._out.pop(caller, None)
+        order = None
+        if sent is not None:
+            order, sending = sent[0], min(sending, sent[1])
         if sending > self._slots.most_passed:  # unlocked: a stale read locks once more
             with self._lock:
-                self._slots.passed(at, sending)
+                self._slots.passed(at, sending, order)
                 self._apply()  # a tentative lesson it refuted is undone
         sends = self._sends
         self._test_answer(caller)

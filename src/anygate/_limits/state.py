@@ -84,12 +84,14 @@ class AdaptiveState:
         "_lock",
         "_name",
         "_noise_at",
+        "_out",
         "_pace",
         "_pause",
         "_pause_s",
         "_published",
         "_published_tokens",
         "_sends",
+        "_sent",
         "_slots",
         "_stale",
         "_suspect",
@@ -149,6 +151,10 @@ class AdaptiveState:
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
+        # Attempts sent and not yet answered, each with its place in the send order and
+        # the count of such attempts at its send, itself included (see SendPath.passed).
+        self._out: dict[object, tuple[int, int]] = {}
+        self._sent = 0  # attempts sent so far: the send order
         # Calls whose burst 429 was taken for noise: their retry goes ahead (goes_ahead).
         self._ahead: set[object] = set()
         # Calls whose attempt the provider accepted before it ended, by that attempt's
