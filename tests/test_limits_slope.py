@@ -1170,6 +1170,37 @@ def test_slot_holders_held_back_are_not_counted_at_the_provider() -> None:
     assert limit.sending(10) == 10
 
 
+def test_a_pass_counts_the_calls_sent_before_it_not_the_holders_yet_to_ask() -> None:
+    """The most in service that got through is counted at a pass's send, in send order:
+    of 56 slot holders the gate admitted at once, 21 went (the others had not asked yet,
+    then waited); a pass among them read 56 holders not held back, and the old count took
+    it for the most in service (42 in the outage scenario with plain 429s, seed 9). Then
+    40 sent at one instant, the last 8 turned away: the 32nd's pass counts 32, the 429s
+    of those sent after it in that instant not subtracted from it."""
+    clock = FakeClock()
+    gate = Gate(math.inf, name="order", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    batch = [object() for _ in range(56)]
+    went = batch[:21]
+    assert [limit.reserve_send(0.0, caller) for caller in went] == [0.0] * 21
+    clock.now = 2.0
+    limit.passed(0.0, 56, caller=went[-1])  # the policy's count: 56 holders, none held
+    assert limit.statistics().most_in_service == 21
+    for caller in went[:-1]:
+        limit.passed(0.0, 56, caller=caller)
+    assert limit.statistics().most_in_service == 21
+    wave = [object() for _ in range(40)]
+    clock.now = 10.0
+    assert [limit.reserve_send(10.0, caller) for caller in wave] == [0.0] * 40
+    clock.now = 10.05
+    for caller in wave[32:]:
+        limit.rejected(10.0, caller)
+    clock.now = 12.0
+    for caller in wave[:32]:
+        limit.passed(10.0, 40, caller=caller)
+    assert limit.statistics().most_in_service == 32
+
+
 def _herd(clock: FakeClock) -> tuple[Gate, AdaptiveLimit]:
     """An uncapped gate whose first confirmed slope throttle found 20 in flight."""
     gate = Gate(math.inf, name="herd", clock=clock)
