@@ -155,7 +155,9 @@ class AdaptiveLimit(BurstAnswer):
                 self._published_tokens = TokenProbe(tpm)
             # The published minute goes at once, each trailing one held to the rate
             # (anygate._limits.pace), where it is the gate's only per-minute budget.
-            minute = self._published is not None and rate is not None and not rate.split and tpm is None
+            minute = (
+                self._published is not None and rate is not None and not rate.split and tpm is None
+            )
             self._sends.pace.by_minute(self._sends.requests.log if minute else None)
         if gate is not None and rpm is not None:
             gate._requests_by_minute(minute)  # outside our lock: the gate takes its own
