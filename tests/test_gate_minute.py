@@ -10,14 +10,18 @@ from anygate import AdaptiveLimit, Busy, Gate, Policy, Rate, Token
 from tests.policy_helpers import FakeClock
 
 
+def _one(gate: Gate, cost: dict[str, int]) -> Token | None:
+    try:
+        return gate.acquire_nowait(**cost)
+    except Busy:
+        return None
+
+
 def _take(gate: Gate, most: int, **cost: int) -> list[Token]:
     """Acquire without waiting until the gate refuses (at most ``most``)."""
     tokens: list[Token] = []
-    for _ in range(most):
-        try:
-            tokens.append(gate.acquire_nowait(**cost))
-        except Busy:
-            break
+    while len(tokens) < most and (token := _one(gate, cost)) is not None:
+        tokens.append(token)
     return tokens
 
 
