@@ -1201,6 +1201,23 @@ def test_a_pass_counts_the_calls_sent_before_it_not_the_holders_yet_to_ask() -> 
     assert limit.statistics().most_in_service == 32
 
 
+def test_a_call_that_ended_unanswered_is_no_longer_counted_at_the_provider() -> None:
+    """An attempt sent whose call ended without an answer the limit hears (a transport
+    error, then no retry) leaves the calls at the provider when its call ends: the next
+    send counts one, not two (and the ended call is not kept)."""
+    clock = FakeClock()
+    gate = Gate(math.inf, name="ended", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    lost, later = object(), object()
+    assert limit.reserve_send(0.0, lost) == 0.0
+    limit.disown(lost)  # its call ended: out of attempts after a connection error
+    clock.now = 1.0
+    assert limit.reserve_send(1.0, later) == 0.0
+    clock.now = 3.0
+    limit.passed(1.0, 2, caller=later)  # two slot holders at its send, by the old count
+    assert limit.statistics().most_in_service == 1
+
+
 def _herd(clock: FakeClock) -> tuple[Gate, AdaptiveLimit]:
     """An uncapped gate whose first confirmed slope throttle found 20 in flight."""
     gate = Gate(math.inf, name="herd", clock=clock)

@@ -158,9 +158,12 @@ class AdaptiveLimit(BurstAnswer):
             minute = (
                 self._published is not None and rate is not None and not rate.split and tpm is None
             )
+            changed = minute != self._sends.pace.minute
             self._sends.pace.by_minute(self._sends.requests.log if minute else None)
-        if gate is not None and rpm is not None:
-            gate._requests_by_minute(minute)  # outside our lock: the gate takes its own
+        if gate is not None and changed:
+            # Outside our lock: the gate takes its own. Only on a change: a ceiling's
+            # budget starts (empty) at its first use, not when its policy is made.
+            gate._requests_by_minute(minute)
 
     @property
     def probes_published_slots(self) -> bool:

@@ -190,14 +190,22 @@ class BurstAnswer(SendPath):
     def disown(self, caller: object) -> None:
         """``caller``'s call has ended: a probe kept for its retry goes to the next to ask
         at once (a transport's 429 handed back, a call out of attempts), not after
-        ``PROBE_RESERVE_S``. Cheap when it holds none (every call ends here)."""
+        ``PROBE_RESERVE_S``; an attempt it sent that no answer told of (a transport
+        error) is no longer at the provider. Cheap when it holds none (every call ends
+        here)."""
         pause = self._pause
         # Unlocked: a stale read only keeps the 20 ms wait (or a finished call's mark).
-        if pause.owner is not caller and not self._ahead and caller not in self._accepted:
+        if (
+            pause.owner is not caller
+            and not self._ahead
+            and caller not in self._accepted
+            and caller not in self._out
+        ):
             return
         with self._lock:
             self._ahead.discard(caller)
             self._accepted.pop(caller, None)
+            self._out.pop(caller, None)
             pause.disown(caller)
 
     async def wait_pause(self, seconds: float) -> None:
