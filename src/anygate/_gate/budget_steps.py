@@ -25,6 +25,8 @@ from .ledger import Ledger, token_out
 from .waiters import Waiter, ki_protected
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .rate import BudgetMark, Rate
     from .token import Token
 
@@ -39,20 +41,11 @@ class BudgetSteps(Ledger):
     @ki_protected
     def _set_rate(self, rate: Rate | None) -> None:
         """Apply a validated rate live: budgets keep their level, the next ones go if they can."""
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
-            now = 0.0 if rate is None else self._read_clock()
+
+        def change(now: float | None) -> None:
             self._budgets = None if rate is None else Budgets(rate, now, self._budgets)
-            if now is not None:
-                self._advance_locked(now, wakes)
-        finally:
-            lock.release()
-            if self._deferred:
-                self._drain()
-        if wakes:
-            self._fire(wakes)
+
+        self._change_budgets(change, read_clock=rate is not None)
 
     @ki_protected
     def _requests_by_minute(self, on: bool = True) -> None:
@@ -61,18 +54,29 @@ class BudgetSteps(Ledger):
         is the provider's *published* per-minute limit, which takes its minute at once.
         Set by the adaptive limit of a policy that says so (``rate_is_ceiling=False``);
         its send path holds every trailing minute to the rate (``_limits.pace``)."""
-        wakes: list[Waiter] = []
-        lock = self._lock
-        lock.acquire()
-        try:
+
+        def change(now: float | None) -> None:
             budgets = self._budgets
-            now = self._read_clock()
             if budgets is not None:
                 if now is not None and not budgets.started:
                     budgets._start(now)
                 budgets.by_minute(0.0 if now is None else now, on)
-                if now is not None:
-                    self._advance_locked(now, wakes)
+
+        self._change_budgets(change)
+
+    def _change_budgets(
+        self, change: Callable[[float | None], None], read_clock: bool = True
+    ) -> None:
+        """Run ``change(now)`` on the budgets under the lock (``now``: the clock, ``None``
+        if it cannot be read, ``0.0`` unread), then admit whoever they now let go."""
+        wakes: list[Waiter] = []
+        lock = self._lock
+        lock.acquire()
+        try:
+            now = self._read_clock() if read_clock else 0.0
+            change(now)
+            if now is not None:
+                self._advance_locked(now, wakes)
         finally:
             lock.release()
             if self._deferred:
