@@ -158,13 +158,21 @@ class WindowFit:
                 ratios = [f / p for f, p in pairs if f - p >= MIN_PREVIOUS and f > least]
                 if ratios:
                     growth = min(growth, *ratios)
-        latest = self.episodes[-1] if self.episodes else []
-        quiet = [
-            pair[0]
-            for ok, pair in zip(self.phases, latest, strict=True)
-            if ok and pair and pair[1] < MIN_PREVIOUS and pair[0] > 0
-        ]
-        return (None if growth == math.inf else growth), (min(quiet) if quiet else None)
+        # The floor: the latest full window after a quiet one, read at the phases still
+        # allowed now. Read only when it was the latest, at every phase its one edge
+        # allowed, it was the least count of them: the first window's 60 read 56, the
+        # edge's span (1.06 s) cutting its first sends off, and each minute's ramp after
+        # a quiet stretch then started 7 % short (morning peak with 96 slots, seed 5).
+        # The next edges pin the phase; the window is read again there.
+        for counts in reversed(self.episodes):
+            quiet = [
+                pair[0]
+                for ok, pair in zip(self.phases, counts, strict=True)
+                if ok and pair and pair[1] < MIN_PREVIOUS and pair[0] > 0
+            ]
+            if quiet:
+                return (None if growth == math.inf else growth), min(quiet)
+        return (None if growth == math.inf else growth), None
 
 
 def between(first: tuple[float, float], second: tuple[float, float]) -> list[float]:
