@@ -82,6 +82,25 @@ def test_a_full_window_after_a_quiet_one_teaches_the_floor_not_a_growth() -> Non
     assert slope.wait(10.0) == 0.0
 
 
+def test_the_floor_is_read_again_where_the_next_edge_pins_the_phase() -> None:
+    """The first full window (60 sends in 0-10 s, after none) ends in (9.0, 10.0]: read
+    at every phase that edge allows, the least count cuts the window's first sends off
+    (a window ending at 10.0 s starts at 0 s, one ending at 9.1 s at -0.9 s: all 60 at
+    10.0, fewer at a phase up to 0.9 s later, 10.9, which the first edge also allows as
+    (9.0, 10.0] + 10 k). The next edge, in (19.9, 20.0], pins the phase to the window's
+    end: the floor is then the 60 the provider's window held, not the least count of the
+    first reading (kept, it started each ramp after a quiet stretch short)."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.0, 10.0)
+    first = slope.floor
+    assert 0 < first < 60
+    slope.edge(19.9, 20.0)
+    assert slope.growth is not None
+    assert slope.floor == 60
+
+
 def test_after_a_quiet_stretch_the_floor_holds_before_a_growth_is_known() -> None:
     """An outage from 10 s to 40 s counted none of ours: the provider's window after it
     follows a quiet one and holds the floor, whatever the growth (max(floor, growth x 0)),
