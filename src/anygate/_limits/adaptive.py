@@ -71,7 +71,6 @@ from .._gate.waiters import ki_protected
 from .._validation import check_flag
 from .burst import BurstAnswer
 from .latency import LatencyLimit
-from .published import PublishedProbe, TokenProbe
 from .state import HeldCeiling, check_settings
 
 __all__ = ["AdaptiveLimit"]
@@ -121,49 +120,6 @@ class AdaptiveLimit(BurstAnswer):
         """Whether a burst throttle teaches the slope rule sends are held to (instead of
         cutting the limit)."""
         return self._pace
-
-    @property
-    def probes_published_rate(self) -> bool:
-        """Whether the gate's requests or tokens per minute are the provider's published
-        limits, stepped up while they bind and no 429 says they are the real ones
-        (:mod:`anygate._limits.published`; a policy with ``rate_is_ceiling=False`` turns
-        it on)."""
-        return any(probe is not None and not probe.ended for probe in self._probes())
-
-    def _probes(self) -> tuple[PublishedProbe | None, TokenProbe | None]:
-        return self._published, self._published_tokens
-
-    def _probe_published_rate(self, on: bool) -> None:
-        """Probe the gate's published request and token rates upward (``on``) or not:
-        set by the policy that states the gate's rate (``_policy.sharing.apply_ceiling``).
-        Only with pacing on (``pace_burst_rate``): the probes' answer, the per-minute
-        estimates, is part of it."""
-        gate = self._gate()
-        # A fleet's local gate: its rate is the fleet's, set once for every process.
-        rate = None if gate is None or gate._shares_rate else gate.rate
-        rpm = None if rate is None else rate.requests_per_minute
-        tpm = None if rate is None else rate.tokens_per_minute
-        with self._lock:
-            on = on and self._pace
-            if not on or rpm is None:
-                self._published = None
-            elif self._published is None:
-                self._published = PublishedProbe(rpm)
-            if not on or tpm is None:
-                self._published_tokens = None
-            elif self._published_tokens is None:
-                self._published_tokens = TokenProbe(tpm)
-            # The published minute goes at once, each trailing one held to the rate
-            # (anygate._limits.pace), where it is the gate's only per-minute budget.
-            minute = (
-                self._published is not None and rate is not None and not rate.split and tpm is None
-            )
-            changed = minute != self._sends.pace.minute
-            self._sends.pace.by_minute(self._sends.requests.log if minute else None)
-        if gate is not None and changed:
-            # Outside our lock: the gate takes its own. Only on a change: a ceiling's
-            # budget starts (empty) at its first use, not when its policy is made.
-            gate._requests_by_minute(minute)
 
     @property
     def probes_published_slots(self) -> bool:

@@ -32,7 +32,7 @@ What. :class:`BurstAnswer`, the methods of :class:`~anygate._limits.adaptive.Ada
 for that answer: :meth:`~BurstAnswer.on_throttle` and the pause's side, asked by every
 attempt (:meth:`~BurstAnswer.pass_pause`, :meth:`~BurstAnswer.wait_pause`,
 :meth:`~BurstAnswer.probe_accepted`, :meth:`~BurstAnswer.probe_ended`,
-:meth:`~BurstAnswer.disown`), and :meth:`~BurstAnswer.take_change`.
+:meth:`~anygate._limits.sending.SendPath.disown`), and :meth:`~BurstAnswer.take_change`.
 """
 
 from __future__ import annotations
@@ -185,28 +185,6 @@ class BurstAnswer(SendPath):
                 return False
             self._ahead.discard(caller)
             return True
-
-    @ki_protected
-    def disown(self, caller: object) -> None:
-        """``caller``'s call has ended: a probe kept for its retry goes to the next to ask
-        at once (a transport's 429 handed back, a call out of attempts), not after
-        ``PROBE_RESERVE_S``; an attempt it sent that no answer told of (a transport
-        error) is no longer at the provider. Cheap when it holds none (every call ends
-        here)."""
-        pause = self._pause
-        # Unlocked: a stale read only keeps the 20 ms wait (or a finished call's mark).
-        if (
-            pause.owner is not caller
-            and not self._ahead
-            and caller not in self._accepted
-            and caller not in self._out
-        ):
-            return
-        with self._lock:
-            self._ahead.discard(caller)
-            self._accepted.pop(caller, None)
-            self._out.pop(caller, None)
-            pause.disown(caller)
 
     async def wait_pause(self, seconds: float) -> None:
         """Wait ``seconds`` or until the pause ends, whichever comes first."""

@@ -10,8 +10,9 @@ names a per-minute limit teaches its estimate, and one that names none is attrib
 What. :class:`SendPath`, the methods of :class:`~anygate._limits.adaptive.AdaptiveLimit`
 for that path: :meth:`~SendPath.reserve_send` (with the held set, :meth:`~SendPath.unhold`
 and :meth:`~SendPath.sending`), :meth:`~SendPath.passed`, :meth:`~SendPath.rejected`,
-:meth:`~SendPath.turned_away`, :meth:`~SendPath.on_rate` and :meth:`~SendPath.attribute`.
-Each takes the limit's lock for a few assignments, or none when there is nothing to do.
+:meth:`~SendPath.turned_away`, :meth:`~SendPath.disown` (a call's end), :meth:`~SendPath.on_rate`,
+:meth:`~SendPath.attribute`, and the published probes' switch and steps
+(:meth:`~SendPath.probes_published_rate`). Each takes the limit's lock for a few assignments, or none when there is nothing to do.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ from .._gate.waiters import ki_protected
 from .._validation import check_number
 from .attribute import Attributed, attribute
 from .learn import RateLearner
-from .published import BIND_S
+from .published import BIND_S, PublishedProbe, TokenProbe
 from .state import AdaptiveState
 from .threshold import MEMORY_S
 
 if TYPE_CHECKING:
     from .._gate.gate import Gate
     from .._gate.rate import Rate
-    from .published import PublishedProbe, TokenProbe
 
 __all__ = ["SendPath"]
 
@@ -127,6 +127,28 @@ class SendPath(AdaptiveState):
             with self._lock:
                 self._held.discard(caller)
                 self._out.pop(caller, None)
+
+    @ki_protected
+    def disown(self, caller: object) -> None:
+        """``caller``'s call has ended: a probe kept for its retry goes to the next to ask
+        at once (a transport's 429 handed back, a call out of attempts), not after
+        ``PROBE_RESERVE_S``; an attempt it sent that no answer told of (a transport
+        error) is no longer at the provider. Cheap when it holds none (every call ends
+        here)."""
+        pause = self._pause
+        # Unlocked: a stale read only keeps the 20 ms wait (or a finished call's mark).
+        if (
+            pause.owner is not caller
+            and not self._ahead
+            and caller not in self._accepted
+            and caller not in self._out
+        ):
+            return
+        with self._lock:
+            self._ahead.discard(caller)
+            self._accepted.pop(caller, None)
+            self._out.pop(caller, None)
+            pause.disown(caller)
 
     def sending(self, in_flight: int) -> int:
         """Of the gate's ``in_flight`` slot holders, those not held back: at the provider
@@ -233,6 +255,49 @@ class SendPath(AdaptiveState):
                     del accepted[old]
             accepted[caller] = at
             self._sends.requests.passed(at)
+
+    @property
+    def probes_published_rate(self) -> bool:
+        """Whether the gate's requests or tokens per minute are the provider's published
+        limits, stepped up while they bind and no 429 says they are the real ones
+        (:mod:`anygate._limits.published`; a policy with ``rate_is_ceiling=False`` turns
+        it on)."""
+        return any(probe is not None and not probe.ended for probe in self._probes())
+
+    def _probes(self) -> tuple[PublishedProbe | None, TokenProbe | None]:
+        return self._published, self._published_tokens
+
+    def _probe_published_rate(self, on: bool) -> None:
+        """Probe the gate's published request and token rates upward (``on``) or not:
+        set by the policy that states the gate's rate (``_policy.sharing.apply_ceiling``).
+        Only with pacing on (``pace_burst_rate``): the probes' answer, the per-minute
+        estimates, is part of it."""
+        gate = self._gate()
+        # A fleet's local gate: its rate is the fleet's, set once for every process.
+        rate = None if gate is None or gate._shares_rate else gate.rate
+        rpm = None if rate is None else rate.requests_per_minute
+        tpm = None if rate is None else rate.tokens_per_minute
+        with self._lock:
+            on = on and self._pace
+            if not on or rpm is None:
+                self._published = None
+            elif self._published is None:
+                self._published = PublishedProbe(rpm)
+            if not on or tpm is None:
+                self._published_tokens = None
+            elif self._published_tokens is None:
+                self._published_tokens = TokenProbe(tpm)
+            # The published minute goes at once, each trailing one held to the rate
+            # (anygate._limits.pace), where it is the gate's only per-minute budget.
+            minute = (
+                self._published is not None and rate is not None and not rate.split and tpm is None
+            )
+            changed = minute != self._sends.pace.minute
+            self._sends.pace.by_minute(self._sends.requests.log if minute else None)
+        if gate is not None and changed:
+            # Outside our lock: the gate takes its own. Only on a change: a ceiling's
+            # budget starts (empty) at its first use, not when its policy is made.
+            gate._requests_by_minute(minute)
 
     def _probe_published(self, probe: PublishedProbe, *, at_once: bool = False) -> None:
         """Step the gate's published request rate (:mod:`anygate._limits.published`);
