@@ -84,6 +84,12 @@ class BudgetSync:
         else:
             self.req_ready = -math.inf
 
+    def requests_left(self, now: float) -> float | None:
+        """Request units in the budget now (negative in debt), or ``None`` if unlimited."""
+        if not self.req_interval:
+            return None
+        return (self.req_tau - max(0.0, self.req_tat - now)) / self.req_interval
+
     def by_minute(self, now: float, on: bool = True) -> None:
         """Let the request budget hold a minute's refill from ``now`` on (over every rate
         change too), full if it admitted nothing yet: what a provider's published
@@ -93,9 +99,7 @@ class BudgetSync:
         if not self.started or not self.req_interval:
             return  # the start (or a request rate) applies it
         interval, tau = self.req_interval, MINUTE_S if on else self.rate.burst_s
-        level = (self.req_tau - max(0.0, self.req_tat - now)) / interval
-        if on and not self.req_spent:
-            level = math.inf  # full: capped to the minute
+        level = math.inf if on and not self.req_spent else self.requests_left(now)
         self.req_tau = tau
         self.req_tat = level_tat(level, now, interval, tau)
         self._update_ready()

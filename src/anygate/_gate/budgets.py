@@ -190,12 +190,6 @@ class Budgets(BudgetSync):
 
     # ------------------------------------------------------------------ views
 
-    def requests_left(self, now: float) -> float | None:
-        """Request units in the budget now (negative in debt), or ``None`` if unlimited."""
-        if not self.req_interval:
-            return None
-        return (self.req_tau - max(0.0, self.req_tat - now)) / self.req_interval
-
     def tokens_left(self, now: float) -> float | None:
         """Token units in the budget now (negative in debt), or ``None`` if unlimited."""
         if not self.tok_interval:
