@@ -1220,6 +1220,59 @@ def test_a_pass_counts_the_calls_sent_before_it_not_the_holders_yet_to_ask() -> 
     assert limit.statistics().most_in_service == 32
 
 
+def test_an_accepted_call_counts_in_service_at_once_counted_low() -> None:
+    """An attempt the provider accepted (its answer started) holds a slot now: the most in
+    service hears of it then, not when its generation ends seconds later. Counted low: of
+    the calls at the provider at its send, those sent before it that are still unanswered
+    and not accepted may yet be turned away. A 429 already heard is subtracted as at a
+    pass. Then the pass at the call's end counts what is known by then."""
+    clock = FakeClock()
+    gate = Gate(math.inf, name="accepted", clock=clock)
+    limit = AdaptiveLimit(gate, clock=clock, pace_burst_rate=True)
+    batch = [object() for _ in range(10)]
+    assert [limit.reserve_send(0.0, caller) for caller in batch] == [0.0] * 10
+    clock.now = 0.05
+    limit.accepted(0.0, batch[-1])  # nine sent before it, none answered yet
+    assert limit.statistics().most_in_service == 1
+    for caller in batch[:-1]:
+        limit.accepted(0.0, caller)
+    assert limit.statistics().most_in_service == 9  # the ninth: eight before it, taken
+    wave = [object() for _ in range(5)]
+    clock.now = 1.0
+    assert [limit.reserve_send(1.0, caller) for caller in wave] == [0.0] * 5
+    clock.now = 1.05
+    limit.rejected(1.0, wave[0])
+    limit.accepted(1.0, wave[-1])  # 15 at its send: three unsure, one turned away
+    assert limit.statistics().most_in_service == 11
+    for caller in wave[1:-1]:
+        limit.accepted(1.0, caller)
+    assert limit.statistics().most_in_service == 13  # the 14th: 10 + two, not the 429
+    clock.now = 3.0
+    limit.passed(0.0, 10, caller=batch[-1])  # its end: nothing new
+    assert limit.statistics().most_in_service == 13
+    limit.passed(1.0, 15, caller=wave[-1])
+    assert limit.statistics().most_in_service == 14  # the three before it were taken
+
+
+def test_the_herds_limit_grows_from_acceptances_before_any_call_ends() -> None:
+    """With the slope known the herd's limit grows up to a tenth above the most in service,
+    and an acceptance raises that at once: a ramp's round trip is a time to first byte,
+    not a whole generation (the morning peak with 96 slots took 24 s to grow from 30 to
+    its slots, 1.1x per 2 s answer; its sliding minute replayed that ramp every minute)."""
+    clock = FakeClock()
+    gate, limit = _herd(clock)
+    limit._sends.slope.growth = 2.0
+    clock.now = 5.0
+    wave = [object() for _ in range(20)]
+    assert [limit.reserve_send(5.0, caller) for caller in wave] == [0.0] * 20
+    clock.now = 5.05
+    for caller in wave:
+        limit.accepted(5.0, caller)
+    limit.on_success(saturated=True)  # an older call's end
+    limit.on_success(saturated=True)
+    assert gate.capacity == 22  # 1.1 x the 20 accepted, none of them ended
+
+
 def test_a_call_that_ended_unanswered_is_no_longer_counted_at_the_provider() -> None:
     """An attempt sent whose call ended without an answer the limit hears (a transport
     error, then no retry) leaves the calls at the provider when its call ends: the next

@@ -81,7 +81,7 @@ class SendPath(AdaptiveState):
                     out = self._out
                     out.pop(caller, None)  # an earlier attempt's, unanswered
                     self._sent += 1
-                    out[caller] = (self._sent, len(out) + 1)
+                    out[caller] = (self._sent, len(out) + 1, False)
             if caller is not None:
                 if wait > 0:
                     held.add(caller)
@@ -243,6 +243,9 @@ class SendPath(AdaptiveState):
         (:meth:`anygate._limits.pace.SendPace.answered`)."""
         sends = self._sends
         self._test_answer(caller)
+        sent = self._out.get(caller)  # unlocked: a stale read is checked under the lock
+        if sent is not None and not sent[2]:
+            self._in_service(at, caller, sent)
         if not sends.requests.listening:  # unlocked: no estimate yet, no work
             return
         with self._lock:
@@ -255,6 +258,26 @@ class SendPath(AdaptiveState):
                     del accepted[old]
             accepted[caller] = at
             self._sends.requests.passed(at)
+
+    def _in_service(self, at: float, caller: object, sent: tuple[int, int, bool]) -> None:
+        """``caller``'s attempt, sent at ``at`` as ``sent`` says, was accepted: it holds
+        one of the provider's slots now, so the slots' lower bound
+        (:attr:`~anygate._limits.concurrency.ConcurrencyLimit.most_passed`) hears of it
+        at once, not when the generation ends. Counted low: of the calls at the provider
+        at its send, those sent before it and not yet answered nor accepted may still be
+        turned away, so they are left out (the 429s already heard are the slots' own
+        correction); the pass at the call's end counts them once they are known."""
+        order, count, _ = sent
+        with self._lock:
+            out = self._out
+            if out.get(caller) is not sent:  # answered meanwhile, or a new attempt
+                return
+            out[caller] = (order, count, True)  # in service: sure for those sent after it
+            if count <= self._slots.most_passed:
+                return
+            unsure = sum(1 for place, _, taken in out.values() if place < order and not taken)
+            self._slots.passed(at, count - unsure, order)
+            self._apply()  # a tentative lesson it refuted is undone
 
     @property
     def probes_published_rate(self) -> bool:

@@ -151,9 +151,10 @@ class AdaptiveState:
         # Attempts holding a slot while held back (a pause, a window's hold): not at the
         # provider, so not in flight for its concurrency limit (see sending()).
         self._held: set[object] = set()
-        # Attempts sent and not yet answered, each with its place in the send order and
-        # the count of such attempts at its send, itself included (see SendPath.passed).
-        self._out: dict[object, tuple[int, int]] = {}
+        # Attempts sent and not yet answered, each with its place in the send order, the
+        # count of such attempts at its send, itself included, and whether the provider
+        # accepted it already (its answer started; see SendPath.passed and .accepted).
+        self._out: dict[object, tuple[int, int, bool]] = {}
         self._sent = 0  # attempts sent so far: the send order
         # Calls whose burst 429 was taken for noise: their retry goes ahead (goes_ahead).
         self._ahead: set[object] = set()
