@@ -437,6 +437,34 @@ def test_a_shared_bucket_paces_the_gate_to_what_it_leaves_us() -> None:
     token.release()
 
 
+def test_a_bursts_refunds_are_set_against_its_own_charges_not_the_measures_span() -> None:
+    """A burst drains the bucket (100,000 of ours charged at 60 s, 40,000 left) and its
+    refunds come after (20,000 at 65 s: the burst keeps 0.8); by 70 s 20,000 more of ours
+    (keeping 0.75) and 30,000 left. The span measured begins at 60 s, where the bucket
+    fell below a quarter: set against the span's 20,000 of charges alone, the burst's
+    refunds made the share kept 0, and the gate was paced at the floor (10,000/min).
+    Charges and refunds are each summed, decayed over a minute: 60,000/min of the
+    provider's units times the share our calls keep, about 0.76."""
+    gate, learner, now = shared_gate()
+    tell(gate, learner, 195_000)
+    tell(gate, learner, 190_000)
+    now[0] = 60.0
+    burst = gate.acquire_nowait(tokens=100_000)
+    tell(gate, learner, 40_000)
+    now[0] = 65.0
+    burst.settle(tokens=80_000)
+    now[0] = 70.0
+    token = gate.acquire_nowait(tokens=20_000)
+    token.settle(tokens=15_000)
+    assert tell(gate, learner, 30_000)
+    kept = 1 - 25_000 / (100_000 * math.exp(-10 / 60) + 20_000)
+    assert learner.limits.tokens_share_per_minute == pytest.approx(60_000 * kept)
+    assert gate.rate is not None
+    assert gate.rate.tokens_per_minute == pytest.approx(60_000 * kept)
+    burst.release()
+    token.release()
+
+
 def test_a_token_limit_synced_to_remaining_is_paced_at_the_whole_limit() -> None:
     """Issue 30: once reports with ``remaining`` and ``sent=`` sync the token budget, the
     syncs hold it at the provider's level and a 10 % margin on top only leaves a tenth of

@@ -78,13 +78,21 @@ def same(a: float, b: float) -> bool:
 class ShareMeter:
     """The measures of a shared bucket; see the module docstring."""
 
-    __slots__ = ("_first", "_lift_from", "_lift_mark", "_trails", "available", "lifted")
+    __slots__ = (
+        "_first",
+        "_kept",
+        "_lift_from",
+        "_lift_mark",
+        "_trails",
+        "available",
+        "lifted",
+    )
 
     def __init__(self) -> None:
-        # Snapshots (sent at, remaining, our spent, our tokens given back) per kind, the
+        # Snapshots (sent at, remaining, our spent) per kind, the
         # first time each kind was seen at or above _LOW, and the measured rate left to
         # us per minute (see measure).
-        self._trails: dict[str, deque[tuple[float, float, float, float]]] = {}
+        self._trails: dict[str, deque[tuple[float, float, float]]] = {}
         self._first: dict[str, float] = {}
         self.available: dict[str, float] = {}
         # The token budget's lift (see lift): done or given up, and the first snapshot
@@ -93,6 +101,9 @@ class ShareMeter:
         self._lift_mark: tuple[float, float, float] | None = None
         # Our tokens charged when the lift was (re)armed (see refilled).
         self._lift_from = 0.0
+        # Our token charges and refunds, each a sum of increments decayed over _AGE_S,
+        # and the mark they were last fed from (see kept).
+        self._kept: tuple[float, float, float, float, float] | None = None
 
     def measure(self, kind: str, dim: ReportedLimit, sent: BudgetMark, headroom: float) -> bool:
         """Measure the rate ``kind``'s bucket refills for us; ``True`` if the pace must change.
@@ -100,8 +111,8 @@ class ShareMeter:
         Two snapshots ``(at, remaining, spent)`` with the bucket below ``_LOW`` of its
         limit at both: ``available = (remaining2 - remaining1 + spent2 - spent1) / span``,
         what refilled beyond our own charges (the limit's rate less what others spent),
-        in the provider's units; times ``kept / spent`` over the span (what stayed
-        charged here after settle refunds) it is in the gate's units. The span is the
+        in the provider's units; times the share of our charges that stays charged here
+        after settle refunds (:meth:`_keep`) it is in the gate's units. The span is the
         oldest snapshot of the last ``_AGE_S``, once at least ``_SPAN_S``, and only a
         bucket that fell by more than ``headroom x`` our charges over it is measured.
         A bucket at or above ``_LOW`` clears the measure: the pace goes back to the limit
@@ -109,6 +120,7 @@ class ShareMeter:
         """
         if dim.remaining is None or dim.limit is None:
             return False
+        kept = self._keep(sent) if kind == "tokens" else 1.0
         trail = self._trails.setdefault(kind, deque())
         if dim.remaining >= _LOW * dim.limit:
             self._first.setdefault(kind, sent.at)
@@ -121,13 +133,11 @@ class ShareMeter:
             # window ago: a sliding window gives nothing back until its first entries
             # expire, and measured sooner it would say "nothing left for us".
             return False
-        tokens = kind == "tokens"
-        spent = sent.tokens if tokens else sent.requests
-        back = sent.tokens_back if tokens else 0.0
-        trail.append((sent.at, dim.remaining, spent, back))
+        spent = sent.tokens if kind == "tokens" else sent.requests
+        trail.append((sent.at, dim.remaining, spent))
         while sent.at - trail[0][0] > _AGE_S:
             trail.popleft()
-        at, remaining, before, back_before = trail[0]
+        at, remaining, before = trail[0]
         span = sent.at - at
         charged = spent - before
         if charged <= 0:
@@ -144,7 +154,7 @@ class ShareMeter:
         per_minute = (dim.remaining - remaining + charged) * 60.0 / span
         # The gate paces what stays charged after settle refunds; the provider kept the
         # whole estimate (OpenAI reserves max_tokens): pace in the gate's units.
-        per_minute *= max(0.0, charged - (back - back_before)) / charged
+        per_minute *= kept
         floor = _MIN_SHARE * (dim.per_minute or dim.limit)
         per_minute = max(per_minute, floor)
         current = self.available.get(kind)
@@ -157,6 +167,31 @@ class ShareMeter:
             return False
         self.available[kind] = per_minute
         return True
+
+    def _keep(self, sent: BudgetMark) -> float:
+        """The share of our token charges that stays charged after settle refunds: our
+        refunds over our charges, each a sum of the marks' increments decayed over
+        ``_AGE_S`` (fed by every measured report, wherever the bucket stands).
+
+        A call's refund comes a generation after its charge. Taken over the measure's
+        own span, which begins where the bucket fell below ``_LOW``, the refunds of the
+        burst that drained it (charged before the span) were set against the span's
+        charges alone: after a 60 s outage on tier-1 the 72 calls that spent the refilled
+        bucket at once read a share of 0.6 where the calls keep 0.8, and the pace fell to
+        123,000 of 200,000 TPM for a minute and a half (seeds 1-3, 1.028x the oracle;
+        decayed, 1.012x). Decayed sums hold a constant rate's share exactly whatever the
+        lag, and a burst's charge and its refunds seconds apart weigh about the same."""
+        state = self._kept
+        if state is None:
+            self._kept = (sent.at, sent.tokens, sent.tokens_back, 0.0, 0.0)
+            return 1.0
+        at, tokens, back, s_tok, s_back = state
+        if sent.at > at:
+            decay = math.exp(-(sent.at - at) / _AGE_S)
+            s_tok = s_tok * decay + (sent.tokens - tokens)
+            s_back = s_back * decay + (sent.tokens_back - back)
+            self._kept = (sent.at, sent.tokens, sent.tokens_back, s_tok, s_back)
+        return max(0.0, 1.0 - s_back / s_tok) if s_tok > 0 else 1.0
 
     def refilled(self, dim: ReportedLimit | None, sent: BudgetMark) -> None:
         """A report after the lift (done or given up): one showing the bucket full again
