@@ -13,9 +13,13 @@ import anygate
 from anygate import Gate, QueuedCaller, SlotHolder
 from anygate._gate import gate as _gate
 from anygate._gate import inspect as _inspect
+from anygate._gate import ledger as _ledger
 from anygate._gate import parking as _parking
+from anygate._gate import slot_steps as _slot_steps
 from anygate._gate import token as _token
 from anygate._gate import waiters as _waiters
+
+from .test_gate_runtimes import await_until
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +40,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    for module in (_gate, _parking, _token, _waiters, _inspect):
+    for module in (_gate, _parking, _token, _waiters, _inspect, _ledger, _slot_steps):
         monkeypatch.setattr(module, "_monotonic", fake)
     return fake
 
@@ -77,6 +81,46 @@ async def test_holders_report_site_age_and_cost_oldest_first(
     assert gate.holders() == ()
     assert [h.token for h in other.holders()] == [other_token]
     other_token.release()
+
+
+async def test_a_queued_callers_slot_is_held_from_its_grant_not_its_wake_up(
+    anyio_backend: Any, clock: FakeClock
+) -> None:
+    """``Token.admitted_at`` and a holder's age count from the moment the gate handed the
+    slot over (a release in another task or thread), not from when the waiting task ran
+    again: a process stopped in between (SIGSTOP) holds the slot all along, and the fleet's
+    fault test measured its overlap from the wake-up. ``None`` before admission; kept
+    after the release. The sync path (a thread's queued caller) too."""
+    gate = Gate(1)
+    holder = await gate.acquire()
+    pending = gate.acquire()
+    assert pending.admitted_at is None
+    granted: list[anygate.Token] = []
+
+    async def wait() -> None:
+        granted.append(await pending)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        clock.now = 1005.0
+        holder.release()  # the grant: the waiting task has not run yet
+        clock.now = 1010.0
+    assert granted[0].admitted_at == 1005.0
+    assert [h.age_s for h in gate.holders()] == [5.0]
+    granted[0].release()
+    assert granted[0].admitted_at == 1005.0
+    mine = await gate.acquire()
+    assert mine.admitted_at == 1010.0
+    box: list[anygate.Token] = []
+    thread = threading.Thread(target=lambda: box.append(gate.acquire_sync(timeout=10)))
+    thread.start()
+    await await_until(lambda: bool(gate.waiters()), "the thread to queue")
+    clock.now = 1012.0
+    mine.release()
+    thread.join(10)
+    assert box[0].admitted_at == 1012.0
+    box[0].release()
 
 
 async def test_holders_include_tokens_handed_to_threads_and_taken_by_threads(

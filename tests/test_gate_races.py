@@ -29,7 +29,6 @@ import pytest
 
 from anygate import Busy, Gate, Token
 from anygate._gate import ledger as _ledger
-from anygate._gate import token as _token
 from anygate._gate import waiters as _waiters
 
 from .conftest import mock_clock
@@ -685,20 +684,27 @@ async def test_trio_grant_to_token_step_is_ki_protected(
 ) -> None:
     """Between consuming a grant and owning the token, trio must not be able to raise KI.
 
-    The step is in ``Token.__aenter__``, which stamps the admission time right after the
-    grant: the probe sits on that clock read.
+    The step is in ``Token.__aenter__``, which copies the grant's time from the waiter
+    right after the grant: the probe sits on that read.
     """
     import trio
 
     probes: list[bool] = []
-    real_monotonic = _token._monotonic
 
-    def probing_monotonic() -> float:
-        if sys._getframe(1).f_code.co_name == "__aenter__":
-            probes.append(trio.lowlevel.currently_ki_protected())
-        return real_monotonic()
+    class ProbedWaiter(_waiters.TrioWaiter):
+        # A property over the slot: the grant stores the time here, the token's step
+        # reads it (and the probe with it).
+        @property  # type: ignore[override]
+        def since(self) -> float:
+            if sys._getframe(1).f_code.co_name == "__aenter__":
+                probes.append(trio.lowlevel.currently_ki_protected())
+            return self._probed_since
 
-    monkeypatch.setattr(_token, "_monotonic", probing_monotonic)
+        @since.setter
+        def since(self, value: float) -> None:
+            self._probed_since = value
+
+    monkeypatch.setattr(_waiters, "TrioWaiter", ProbedWaiter)
     gate = Gate(1)
     holder = gate.acquire_nowait()
     async with anyio.create_task_group() as tg:

@@ -106,7 +106,7 @@ def test_gate_surface_matches_the_contract() -> None:
         "waiting",
     }
     assert gate_api <= {n for n in dir(anygate.Gate) if not n.startswith("_")}
-    token_api = {"release", "released", "acquired_at"}
+    token_api = {"release", "released", "acquired_at", "admitted_at"}
     assert token_api <= {n for n in dir(anygate.Token) if not n.startswith("_")}
     assert {"__enter__", "__exit__", "__aenter__", "__aexit__"} <= set(dir(anygate.Token))
     assert callable(anygate.shared_gate)

@@ -58,8 +58,9 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
     stated, settle = cfg.get("tokens"), cfg.get("settle")
     unavailable_times: list[float] = []
     unavailable_mono: list[float] = []
-    # (granted, released) on CLOCK_MONOTONIC, taken after the grant and before the release,
-    # so the overlap they show can only under-state the real one.
+    # (granted, released) on CLOCK_MONOTONIC: the gate's grant time (Token.admitted_at)
+    # and a time taken before the release, so the overlap they show can only under-state
+    # the real one.
     intervals: list[tuple[float, float]] = []
     waits: list[float] = []
     hold_min, hold_max = cfg.get("hold", (0.005, 0.05))
@@ -95,7 +96,10 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
                 out["busy"] += 1
                 await anyio.sleep(retry_pause)
                 continue
-            granted_at = time.monotonic()
+            # The grant's own time: a slot handed over just before a SIGSTOP is held
+            # from then, though this task runs again only after the SIGCONT.
+            granted_at = token.admitted_at
+            assert granted_at is not None
             waited = granted_at - t0
             waits.append(waited)
             out["max_wait"] = max(out["max_wait"], waited)

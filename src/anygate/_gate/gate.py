@@ -473,7 +473,7 @@ class Gate(Parking):
                 raise self._busy(timeout or 0.0, timed_out=True)
             token._gate = self  # the granted waiter's slot is the token's from here on
             token._seen = waiter.seen  # as granted (see parking)
-            token._since = _monotonic()
+            token._since = waiter.since
             return token
         except BaseException:
             # KeyboardInterrupt (main thread), another asynchronous exception, or our own

@@ -100,6 +100,7 @@ _COMPACT_SLACK = 64
 #: every ``OVERTAKES + 1`` admissions while it waits.
 OVERTAKES = 3
 _INF = math.inf
+_monotonic = time.monotonic
 
 
 def token_out(token: Token | None) -> int:
@@ -310,6 +311,7 @@ class Ledger:
         self._in_flight += 1
         self._admitted += 1
         waiter.seen = self._in_flight
+        waiter.since = _monotonic()  # granted now, whenever its task runs (Token.admitted_at)
 
     def _give_back_locked(self, waiter: Waiter, wakes: list[Waiter], now: float | None) -> None:
         """A granted waiter will never use its slot: refund its cost once, pass the slot on."""

@@ -125,7 +125,7 @@ class Parking(SlotSteps, BudgetSteps):
         # As granted, not as now: others granted in the same step (a freed batch) are in
         # in_flight by the time this task runs.
         token._seen = waiter.seen
-        token._since = _monotonic()
+        token._since = waiter.since  # the grant's time, not this task's wake-up
 
     async def _admitted_at_once(self, token: Token) -> None:
         """``token`` was admitted by the queueing step itself (a slot freed up since the

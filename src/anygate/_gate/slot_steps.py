@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .ledger import UNLIMITED, Ledger, token_out
+from .ledger import UNLIMITED, Ledger, _monotonic, token_out
 from .rate_math import EPSILON
 from .waiters import (
     GONE,
@@ -116,6 +116,7 @@ class SlotSteps(Ledger):
                     self._in_flight += 1
                     self._admitted += 1
                     waiter.seen = self._in_flight
+                    waiter.since = _monotonic()
                 else:
                     queue = self._queues.get(priority)
                     if queue is not None and len(self._queues) == 1 and not tokens:
@@ -300,6 +301,7 @@ class SlotSteps(Ledger):
                                 self._in_flight += 1
                                 self._admitted += 1
                                 successor.seen = self._in_flight
+                                successor.since = _monotonic()
                             else:
                                 successor = self._pick_locked()
                                 self._grant_locked(successor)

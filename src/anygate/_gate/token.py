@@ -303,7 +303,7 @@ class Token(TokenState):
             raise
         self._gate = gate
         self._seen = waiter.seen  # as granted: a batch granted with it is counted by now
-        self._since = _monotonic()
+        self._since = waiter.since
         return self
 
     def _entered_again(self) -> Self:

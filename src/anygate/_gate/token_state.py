@@ -75,6 +75,18 @@ class TokenState:
         return code_site(self._code, self._lasti)
 
     @property
+    def admitted_at(self) -> float | None:
+        """When the slot was granted, on ``time.monotonic()``; ``None`` before admission.
+
+        For a caller that waited in the queue, the moment the gate handed it the slot (a
+        release or a raise, in whichever task or thread made it), which comes before its
+        own task runs again: a process stopped in between (SIGSTOP, a VM pause) holds the
+        slot from then, not from when it resumed. Kept after the release.
+        """
+        since = self._since
+        return since if since >= 0.0 else None
+
+    @property
     def in_flight_at_admission(self) -> int:
         """The gate's ``in_flight`` just after this token was admitted, itself included.
 
