@@ -10,15 +10,15 @@ names a per-minute limit teaches its estimate, and one that names none is attrib
 What. :class:`SendPath`, the methods of :class:`~anygate._limits.adaptive.AdaptiveLimit`
 for that path: :meth:`~SendPath.reserve_send` (with the held set, :meth:`~SendPath.unhold`
 and :meth:`~SendPath.sending`), :meth:`~SendPath.passed`, :meth:`~SendPath.rejected`,
-:meth:`~SendPath.turned_away`, :meth:`~SendPath.disown` (a call's end), :meth:`~SendPath.on_rate`,
-:meth:`~SendPath.attribute`, and the published probes' switch and steps
-(:meth:`~SendPath.probes_published_rate`). Each takes the limit's lock for a few assignments, or none when there is nothing to do.
+:meth:`~SendPath.turned_away`, :meth:`~SendPath.accepted`, :meth:`~SendPath.disown` (a
+call's end), :meth:`~SendPath.on_rate` and :meth:`~SendPath.attribute`; a pass and a
+per-minute 429 step the published probes (:mod:`.probing`). Each takes the limit's lock
+for a few assignments, or none when there is nothing to do.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from .._config.limit_values import (
     OVER_LIMIT_POLL_S,
@@ -26,14 +26,8 @@ from .._config.limit_values import (
 from .._gate.waiters import ki_protected
 from .._validation import check_number
 from .attribute import Attributed, attribute
-from .learn import RateLearner
-from .published import BIND_S, PublishedProbe, TokenProbe
-from .state import AdaptiveState
+from .probing import PublishedSteps
 from .threshold import MEMORY_S
-
-if TYPE_CHECKING:
-    from .._gate.gate import Gate
-    from .._gate.rate import Rate
 
 __all__ = ["SendPath"]
 
@@ -44,7 +38,7 @@ __all__ = ["SendPath"]
 _MARKS = 1024
 
 
-class SendPath(AdaptiveState):
+class SendPath(PublishedSteps):
     """The send path of :class:`~anygate._limits.adaptive.AdaptiveLimit` (see the module
     docstring). Not for use on its own."""
 
@@ -279,92 +273,6 @@ class SendPath(AdaptiveState):
             self._slots.passed(at, count - unsure, order)
             self._apply()  # a tentative lesson it refuted is undone
 
-    @property
-    def probes_published_rate(self) -> bool:
-        """Whether the gate's requests or tokens per minute are the provider's published
-        limits, stepped up while they bind and no 429 says they are the real ones
-        (:mod:`anygate._limits.published`; a policy with ``rate_is_ceiling=False`` turns
-        it on)."""
-        return any(probe is not None and not probe.ended for probe in self._probes())
-
-    def _probes(self) -> tuple[PublishedProbe | None, TokenProbe | None]:
-        return self._published, self._published_tokens
-
-    def _probe_published_rate(self, on: bool) -> None:
-        """Probe the gate's published request and token rates upward (``on``) or not:
-        set by the policy that states the gate's rate (``_policy.sharing.apply_ceiling``).
-        Only with pacing on (``pace_burst_rate``): the probes' answer, the per-minute
-        estimates, is part of it."""
-        gate = self._gate()
-        # A fleet's local gate: its rate is the fleet's, set once for every process.
-        rate = None if gate is None or gate._shares_rate else gate.rate
-        rpm = None if rate is None else rate.requests_per_minute
-        tpm = None if rate is None else rate.tokens_per_minute
-        with self._lock:
-            on = on and self._pace
-            if not on or rpm is None:
-                self._published = None
-            elif self._published is None:
-                self._published = PublishedProbe(rpm)
-            if not on or tpm is None:
-                self._published_tokens = None
-            elif self._published_tokens is None:
-                self._published_tokens = TokenProbe(tpm)
-            # The published minute goes at once, each trailing one held to the rate
-            # (anygate._limits.pace), where it is the gate's only per-minute budget.
-            minute = (
-                self._published is not None and rate is not None and not rate.split and tpm is None
-            )
-            changed = minute != self._sends.pace.minute
-            self._sends.pace.by_minute(self._sends.requests.log if minute else None)
-        if gate is not None and changed:
-            # Outside our lock: the gate takes its own. Only on a change: a ceiling's
-            # budget starts (empty) at its first use, not when its policy is made.
-            gate._requests_by_minute(minute)
-
-    def _probe_published(self, probe: PublishedProbe, *, at_once: bool = False) -> None:
-        """Step the gate's published request rate (:mod:`anygate._limits.published`);
-        ``at_once``: look now (a per-minute 429 came), not at the probe's next look."""
-        gate = self._pace_gate() if self._enabled else None
-        if gate is None:
-            return
-        rate = gate.rate
-        with self._lock:
-            now = self._clock()
-            if now < probe.next_at and not at_once:
-                return  # another answer looked first
-            rejected = self._sends.requests.limit is not None
-            accepted = self._sends.requests_in_minute(now)
-            recent = self._sends.requests.log.count(now - BIND_S, now)
-            rpm = None if rate is None else rate.requests_per_minute
-            new = probe.step(now, accepted, rpm, rejected, recent)
-        if new is not None and rate is not None:
-            _step_rate(gate, rate, dataclasses.replace(rate, requests_per_minute=new))
-
-    def _probe_published_tokens(
-        self, probe: TokenProbe, *, at_once: bool = False, refused: bool = False
-    ) -> None:
-        """Step the gate's published token rate (:class:`anygate._limits.published.TokenProbe`);
-        ``at_once``: look now (a tokens-per-minute 429 came); ``refused``: a 429 that did
-        not say which limit came, and may be the tokens' (a stepped rate goes back)."""
-        gate = self._pace_gate() if self._enabled else None
-        if gate is None:
-            return
-        rate = gate.rate
-        with self._lock:
-            now = self._clock()
-            if now < probe.next_at and not at_once:
-                return  # another answer looked first
-            tokens = self._sends.tokens
-            tpm = None if rate is None else rate.tokens_per_minute
-            if RateLearner.told(gate, "tokens"):
-                probe.ended = True  # the provider states its limit: the learner's now
-                return
-            rejected = refused or tokens.limit is not None
-            new = probe.step(now, tokens.held(now, BIND_S), tokens.accepted, tpm, rejected)
-        if new is not None and rate is not None:
-            _step_rate(gate, rate, dataclasses.replace(rate, tokens_per_minute=new))
-
     def attribute(
         self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
     ) -> Attributed:
@@ -497,11 +405,3 @@ class SendPath(AdaptiveState):
             # lower limit, the estimate's (:mod:`anygate._limits.tokens`). Without
             # headers to sync to, seeds 1-5: 2.33 % -> 0.33 % of calls with a 429.
             gate._keep_token_estimates()
-
-
-def _step_rate(gate: Gate, rate: Rate, stepped: Rate) -> None:
-    """Set a probe's step (``stepped``) on ``gate``, only over the ``rate`` it was
-    computed from: another thread (the header learner, a user) may have set one since,
-    and it is theirs then (the probe sees it changed at its next look and ends)."""
-    if gate.rate is rate:
-        gate.rate = stepped
