@@ -25,6 +25,8 @@ from .published import BIND_S, PublishedProbe, TokenProbe
 from .state import AdaptiveState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._gate.gate import Gate
     from .._gate.rate import Rate
 
@@ -83,21 +85,15 @@ class PublishedSteps(AdaptiveState):
     def _probe_published(self, probe: PublishedProbe, *, at_once: bool = False) -> None:
         """Step the gate's published request rate (:mod:`anygate._limits.published`);
         ``at_once``: look now (a per-minute 429 came), not at the probe's next look."""
-        gate = self._pace_gate() if self._enabled else None
-        if gate is None:
-            return
-        rate = gate.rate
-        with self._lock:
-            now = self._clock()
-            if now < probe.next_at and not at_once:
-                return  # another answer looked first
+
+        def step(now: float, gate: Gate, rate: Rate | None) -> float | None:
             rejected = self._sends.requests.limit is not None
             accepted = self._sends.requests_in_minute(now)
             recent = self._sends.requests.log.count(now - BIND_S, now)
             rpm = None if rate is None else rate.requests_per_minute
-            new = probe.step(now, accepted, rpm, rejected, recent)
-        if new is not None and rate is not None:
-            _step_rate(gate, rate, dataclasses.replace(rate, requests_per_minute=new))
+            return probe.step(now, accepted, rpm, rejected, recent)
+
+        self._look(probe, at_once, step, tokens=False)
 
     def _probe_published_tokens(
         self, probe: TokenProbe, *, at_once: bool = False, refused: bool = False
@@ -105,6 +101,29 @@ class PublishedSteps(AdaptiveState):
         """Step the gate's published token rate (:class:`anygate._limits.published.TokenProbe`);
         ``at_once``: look now (a tokens-per-minute 429 came); ``refused``: a 429 that did
         not say which limit came, and may be the tokens' (a stepped rate goes back)."""
+
+        def step(now: float, gate: Gate, rate: Rate | None) -> float | None:
+            if RateLearner.told(gate, "tokens"):
+                probe.ended = True  # the provider states its limit: the learner's now
+                return None
+            tokens = self._sends.tokens
+            tpm = None if rate is None else rate.tokens_per_minute
+            rejected = refused or tokens.limit is not None
+            return probe.step(now, tokens.held(now, BIND_S), tokens.accepted, tpm, rejected)
+
+        self._look(probe, at_once, step, tokens=True)
+
+    def _look(
+        self,
+        probe: PublishedProbe | TokenProbe,
+        at_once: bool,
+        step: Callable[[float, Gate, Rate | None], float | None],
+        *,
+        tokens: bool,
+    ) -> None:
+        """One look of ``probe``: its ``step`` under the lock, unless another answer looked
+        first (``at_once``: look anyway); the gate's requests (or ``tokens``) per minute
+        set to what it returns."""
         gate = self._pace_gate() if self._enabled else None
         if gate is None:
             return
@@ -113,15 +132,14 @@ class PublishedSteps(AdaptiveState):
             now = self._clock()
             if now < probe.next_at and not at_once:
                 return  # another answer looked first
-            tokens = self._sends.tokens
-            tpm = None if rate is None else rate.tokens_per_minute
-            if RateLearner.told(gate, "tokens"):
-                probe.ended = True  # the provider states its limit: the learner's now
-                return
-            rejected = refused or tokens.limit is not None
-            new = probe.step(now, tokens.held(now, BIND_S), tokens.accepted, tpm, rejected)
+            new = step(now, gate, rate)
         if new is not None and rate is not None:
-            _step_rate(gate, rate, dataclasses.replace(rate, tokens_per_minute=new))
+            stepped = (
+                dataclasses.replace(rate, tokens_per_minute=new)
+                if tokens
+                else dataclasses.replace(rate, requests_per_minute=new)
+            )
+            _step_rate(gate, rate, stepped)
 
 
 def _step_rate(gate: Gate, rate: Rate, stepped: Rate) -> None:
