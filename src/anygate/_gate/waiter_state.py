@@ -50,7 +50,8 @@ class Waiter:
         self.priority = 0
         self.tokens = 0
         self.seq = 0
-        self.since = _monotonic()  # for Gate.waiters(); a clock read only when queueing
+        # Queued: since when (Gate.waiters()); granted: when (Token.admitted_at).
+        self.since = _monotonic()
 
     def prepare(self) -> None:
         """Ready the wake-up route for another park (before re-arming under the lock)."""
