@@ -308,6 +308,25 @@ def test_the_blocking_form_releases_waiters_at_acceptance() -> None:
     assert breaker.state == "closed"
 
 
+@virtual_time
+async def test_the_slots_hear_of_accepted_calls_before_their_bodies_end() -> None:
+    """Three calls sent at once, their headers in 0.5, 0.6 and 0.7 s later (in the order
+    they went): the most in service is 3 then, while every body still streams (before:
+    0 until the first call ended). It is the lower bound the herd's limit grows from."""
+    policy = Policy(clock=anyio.current_time)
+    streams = [Stream(head_s=0.5 + 0.1 * i) for i in range(3)]
+    async with anyio.create_task_group() as tg:
+        for stream in streams:
+            tg.start_soon(policy.run, stream)
+            await stream.sent.wait()
+        for stream in streams:
+            await stream.streaming.wait()
+        assert policy.adaptive_limit.statistics().most_in_service == 3
+        assert not any(stream.done.is_set() for stream in streams)
+        for stream in streams:
+            stream.done.set()
+
+
 # ---------------------------------------------------------------- the burst pause's probe
 
 
