@@ -237,41 +237,45 @@ class SendPath(PublishedSteps):
         (:meth:`anygate._limits.pace.SendPace.answered`)."""
         sends = self._sends
         self._test_answer(caller)
-        sent = self._out.get(caller)  # unlocked: a stale read is checked under the lock
-        if sent is not None and not sent[2]:
-            self._in_service(at, caller, sent)
-        if not sends.requests.listening:  # unlocked: no estimate yet, no work
+        # Unlocked reads, checked again under the lock: whether the slots have yet to
+        # hear of it, and whether the request estimate listens (before its first
+        # per-minute 429 it does not). One locked step for both.
+        sent = self._out.get(caller)
+        fresh = sent is not None and not sent[2]
+        if not fresh and not sends.requests.listening:
             return
         with self._lock:
+            if fresh:
+                self._in_service(at, caller, sent)
             accepted = self._accepted
-            if accepted.get(caller) == at:
+            if not sends.requests.listening or accepted.get(caller) == at:
                 return
             if len(accepted) >= _MARKS:  # marks of calls that never ended here: stale
                 horizon = at - MEMORY_S
-                for old in [key for key, sent in accepted.items() if sent < horizon]:
+                for old in [key for key, marked in accepted.items() if marked < horizon]:
                     del accepted[old]
             accepted[caller] = at
-            self._sends.requests.passed(at)
+            sends.requests.passed(at)
 
-    def _in_service(self, at: float, caller: object, sent: tuple[int, int, bool]) -> None:
+    def _in_service(self, at: float, caller: object, sent: tuple[int, int, bool] | None) -> None:
         """``caller``'s attempt, sent at ``at`` as ``sent`` says, was accepted: it holds
         one of the provider's slots now, so the slots' lower bound
         (:attr:`~anygate._limits.concurrency.ConcurrencyLimit.most_passed`) hears of it
         at once, not when the generation ends. Counted low: of the calls at the provider
         at its send, those sent before it and not yet answered nor accepted may still be
         turned away, so they are left out (the 429s already heard are the slots' own
-        correction); the pass at the call's end counts them once they are known."""
+        correction); the pass at the call's end counts them once they are known. Under
+        the lock."""
+        out = self._out
+        if sent is None or out.get(caller) is not sent:  # answered meanwhile, or a new attempt
+            return
         order, count, _ = sent
-        with self._lock:
-            out = self._out
-            if out.get(caller) is not sent:  # answered meanwhile, or a new attempt
-                return
-            out[caller] = (order, count, True)  # in service: sure for those sent after it
-            if count <= self._slots.most_passed:
-                return
-            unsure = sum(1 for place, _, taken in out.values() if place < order and not taken)
-            self._slots.passed(at, count - unsure, order)
-            self._apply()  # a tentative lesson it refuted is undone
+        out[caller] = (order, count, True)  # in service: sure for those sent after it
+        if count <= self._slots.most_passed:
+            return
+        unsure = sum(1 for place, _, taken in out.values() if place < order and not taken)
+        self._slots.passed(at, count - unsure, order)
+        self._apply()  # a tentative lesson it refuted is undone
 
     def attribute(
         self, at: float, sending: int, tokens: int | None = None, *, per_minute: bool = False
