@@ -498,6 +498,33 @@ def test_sends_are_held_to_the_learned_growth_over_the_providers_windows() -> No
     assert slope.wait(30.0 + 1e-6) == 0.0
 
 
+def test_each_phase_the_edges_allow_counts_its_own_windows() -> None:
+    """Edges at 10 and 20 s known to three bins, (9.4, 10.0]: growth 2. The window from
+    about 20 s holds 50 sends spread over 20-29.4 s and a burst of 100 at 29.45 s, inside
+    the first bin. At 30.05 s every phase's window has begun. If the phase is 9.6 the
+    burst is that window's, whose window before held the 55 sends from 19.6 s: room for
+    10 more, then the send waits for that phase's next edge, 39.6 s; at 9.8 or 10.0 the
+    burst was the window before's, and 300 fit. Counted across the whole span at once,
+    the burst was the current window's and not the previous one's: held to 2 x 50 with
+    100 sent, nothing went until 40 s."""
+    log = SentLog(60.0)
+    _ramp(log, [60, 120])
+    slope = SlopeLimit(log)
+    slope.edge(9.2, 10.0)
+    slope.edge(19.4, 20.0)
+    assert slope.growth == pytest.approx(2.0)
+    for i in range(50):
+        log.sent(20.0 + i * 9.4 / 50)
+    for _ in range(100):
+        log.sent(29.45)
+    sent = 0
+    while slope.wait(30.05) == 0.0:
+        log.sent(30.05)
+        sent += 1
+    assert sent == 10
+    assert 30.05 + slope.wait(30.05) == pytest.approx(39.6)
+
+
 def test_a_rule_that_holds_sends_for_six_windows_with_no_429_is_forgotten() -> None:
     """Growth 1.1 and floor 3, learned wrong (a shared pool's 429s taught the peak x10 such
     a rule): held to ``max(3, 1.1 x the window before)``, sends never grow. After six

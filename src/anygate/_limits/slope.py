@@ -56,7 +56,7 @@ from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, final
 
 from .slope_allowance import allowance
-from .slope_fit import WINDOWS, Edge, WindowFit, refit, span
+from .slope_fit import WINDOWS, Edge, WindowFit, phase_ends, refit, span
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -103,6 +103,7 @@ class SlopeLimit:
         "_held_since",
         "_log",
         "_noise_edge_at",
+        "_phases",
         "_said",
         "_span",
         "_suspect_edge",
@@ -121,6 +122,7 @@ class SlopeLimit:
         # The latest edges, (after, at, the run turned away before after or None).
         self._edges: list[Edge] = []
         self._span: tuple[float, float] | None = None  # the edges' span (slope_allowance)
+        self._phases: tuple[float, ...] = ()  # ... and the phases in it (slope_allowance)
         # Send times a burst 429 turned away, sorted (a send refused by another limit, or
         # by the slots, says nothing of this window's edges), within the log's horizon.
         self._turned: list[float] = []
@@ -245,7 +247,8 @@ class SlopeLimit:
             self.growth = growth
         if floor is not None:
             self.floor = floor
-        self._span = span(self._fits[self.window_s])
+        used = self._fits[self.window_s]
+        self._span, self._phases = span(used), phase_ends(used)
         return (self.window_s, self.growth, self.floor) != before
 
     def _explained(self, after: float, at: float) -> bool:
@@ -399,6 +402,7 @@ class SlopeLimit:
             growth=self.growth,
             floor=self.floor,
             span=self._span,
+            phases=self._phases,
         )
 
     def _held_too_long(self, at: float) -> bool:

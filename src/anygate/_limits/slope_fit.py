@@ -8,8 +8,8 @@ the full windows' counts at them: what :class:`~anygate._limits.slope.SlopeLimit
 its window, growth and floor from, and where it probes.
 
 What. :class:`WindowFit`, one candidate window (:data:`WINDOWS`) with its phase bins
-(:data:`BINS`) and remembered full windows; :func:`span`, the stretch of phases one
-allows. Not thread-safe, no clock of its own.
+(:data:`BINS`) and remembered full windows; :func:`phase_ends` and :func:`span`, the phases
+one allows and their stretch. Not thread-safe, no clock of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,17 @@ from typing import TYPE_CHECKING, final
 if TYPE_CHECKING:
     from .window import SentLog
 
-__all__ = ["BINS", "MIN_PREVIOUS", "WINDOWS", "Edge", "WindowFit", "between", "refit", "span"]
+__all__ = [
+    "BINS",
+    "MIN_PREVIOUS",
+    "WINDOWS",
+    "Edge",
+    "WindowFit",
+    "between",
+    "phase_ends",
+    "refit",
+    "span",
+]
 
 #: The windows considered (seconds): round lengths a provider states a burst window in.
 WINDOWS = (5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
@@ -188,12 +198,18 @@ def between(first: tuple[float, float], second: tuple[float, float]) -> list[flo
     return sorted(found)
 
 
+def phase_ends(fit: WindowFit) -> tuple[float, ...]:
+    """The phases ``fit`` allows, each as its bin's end: every edge lies in ``(end - bin,
+    end] + k x window`` for one of them."""
+    width = fit.window_s / BINS
+    return tuple((i + 1) * width for i, ok in enumerate(fit.phases) if ok)
+
+
 def span(fit: WindowFit) -> tuple[float, float] | None:
     """``(first, last)``: every edge ``fit``'s phases allow lies in ``(first - bin, last]
     + k x window`` (``None``: no phase allowed)."""
     window = fit.window_s
-    width = window / BINS
-    ends = [(i + 1) * width for i, ok in enumerate(fit.phases) if ok]
+    ends = phase_ends(fit)
     if not ends:
         return None
     # The allowed bins form one run on the circle of phases: it starts after the widest gap
