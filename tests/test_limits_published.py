@@ -47,6 +47,20 @@ def test_a_step_that_stood_steps_again_once_it_binds_over_bind_s() -> None:
     assert probe.ended
 
 
+def test_a_step_stands_only_once_bind_s_has_passed_at_it() -> None:
+    """The sends of the ``BIND_S`` before a step went at the rate below it: a second after
+    the step, a burst that reached the stepped rate's ``BIND_S`` worth proves nothing of
+    it, and the rate below stays the good one (what a 429 brings the gate back to, and
+    what its requests count as paced at). ``BIND_S`` on, the same count stands."""
+    probe = PublishedProbe(12_000)
+    assert probe.step(79.0, int(BIND * 12_000) + 1, 12_000, rejected=False) == 24_000
+    at_24000 = math.ceil(BIND * 24_000 * BIND_S / WINDOW_S)
+    assert probe.step(80.0, 12_000, 24_000, rejected=False, recent=at_24000) is None
+    assert probe.good == 12_000
+    assert probe.step(79.0 + BIND_S, 12_000, 24_000, rejected=False, recent=at_24000) == 48_000
+    assert probe.good == 24_000
+
+
 def test_a_rate_set_by_another_hand_ends_the_probe() -> None:
     """The header learner (or the user) set the rate: it is theirs, never stepped again."""
     probe = PublishedProbe(1200)
