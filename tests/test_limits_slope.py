@@ -507,11 +507,7 @@ def test_each_phase_the_edges_allow_counts_its_own_windows() -> None:
     burst was the window before's, and 300 fit. Counted across the whole span at once,
     the burst was the current window's and not the previous one's: held to 2 x 50 with
     100 sent, nothing went until 40 s."""
-    log = SentLog(60.0)
-    _ramp(log, [60, 120])
-    slope = SlopeLimit(log)
-    slope.edge(9.2, 10.0)
-    slope.edge(19.4, 20.0)
+    log, slope = _growth_two_learned(after=(9.2, 19.4))
     assert slope.growth == pytest.approx(2.0)
     for i in range(50):
         log.sent(20.0 + i * 9.4 / 50)
@@ -580,13 +576,14 @@ def test_sends_are_held_over_trailing_windows_while_the_phase_is_loose() -> None
     assert slope.wait(20.0) == pytest.approx(oldest + 10.0 - 20.0)
 
 
-def _growth_two_learned() -> tuple[SentLog, SlopeLimit]:
-    """Windows of 60 and 120 sends, edges at 10 and 20 s: a 10 s window, growth 2."""
+def _growth_two_learned(after: tuple[float, float] = (9.9, 19.9)) -> tuple[SentLog, SlopeLimit]:
+    """Windows of 60 and 120 sends, edges at 10 and 20 s (each after the send at
+    ``after``'s): a 10 s window, growth 2."""
     log = SentLog(60.0)
     _ramp(log, [60, 120])
     slope = SlopeLimit(log)
-    slope.edge(9.9, 10.0)
-    slope.edge(19.9, 20.0)
+    slope.edge(after[0], 10.0)
+    slope.edge(after[1], 20.0)
     return log, slope
 
 
