@@ -245,7 +245,7 @@ class SendPath(PublishedSteps):
         if not fresh and not sends.requests.listening:
             return
         with self._lock:
-            if fresh:
+            if fresh and sent is not None:
                 self._in_service(at, caller, sent)
             accepted = self._accepted
             if not sends.requests.listening or accepted.get(caller) == at:
@@ -257,7 +257,7 @@ class SendPath(PublishedSteps):
             accepted[caller] = at
             sends.requests.passed(at)
 
-    def _in_service(self, at: float, caller: object, sent: tuple[int, int, bool] | None) -> None:
+    def _in_service(self, at: float, caller: object, sent: tuple[int, int, bool]) -> None:
         """``caller``'s attempt, sent at ``at`` as ``sent`` says, was accepted: it holds
         one of the provider's slots now, so the slots' lower bound
         (:attr:`~anygate._limits.concurrency.ConcurrencyLimit.most_passed`) hears of it
@@ -267,7 +267,7 @@ class SendPath(PublishedSteps):
         correction); the pass at the call's end counts them once they are known. Under
         the lock."""
         out = self._out
-        if sent is None or out.get(caller) is not sent:  # answered meanwhile, or a new attempt
+        if out.get(caller) is not sent:  # answered meanwhile, or a new attempt
             return
         order, count, _ = sent
         out[caller] = (order, count, True)  # in service: sure for those sent after it

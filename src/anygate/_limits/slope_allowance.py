@@ -41,7 +41,7 @@ def allowance(
     growth: float | None,
     floor: int,
     span: tuple[float, float] | None,
-    phases: tuple[float, ...] = (),
+    phases: tuple[float, ...],
 ) -> tuple[int, float, float | None]:
     """``(the current window's count at at, what the learned slope allows it, when
     the next window surely begins)``; the allowance is ``inf`` when nothing learned
